@@ -3,6 +3,10 @@
 Per dataset and method: mean and normal 95% CI across seeds of utility, worst-group utility, gaps, ECE
 gap and ES scores; paired per-seed differences against ERM with their CI and Welch's t-test; with more
 than one dataset, Friedman ranks with the Nemenyi critical difference.
+
+Seeds share one test set, so an interval across seeds ignores the test set's sampling error. A paired
+test-set bootstrap (the same resamples for every seed and method) adds intervals that include it for the
+seed-mean signed difference and worst-group AUC, and for each method's worst-group AUC minus ERM's.
 """
 
 from __future__ import annotations
@@ -35,13 +39,15 @@ class CompareOutcome:
     values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
     table: list[dict[str, Any]] = field(default_factory=list)
     versus_erm: list[dict[str, Any]] = field(default_factory=list)
+    test_bootstrap: dict[str, Any] = field(default_factory=dict)
     ranks: dict[str, Any] | None = None
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (values per seed included)."""
         return store.jsonable({"attribute": self.attribute, "methods": self.methods, "datasets": self.datasets,
-                "table": self.table, "versus_erm": self.versus_erm, "ranks": self.ranks, "seconds": self.seconds,
+                "table": self.table, "versus_erm": self.versus_erm,
+                "test_bootstrap": self.test_bootstrap, "ranks": self.ranks, "seconds": self.seconds,
                 "per_seed": {"|".join(k): v for k, v in self.values.items()},
                 "runs": {"|".join(k): str(r.out_dir) for k, r in self.runs.items()}})
 
@@ -96,10 +102,73 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
                                        "welch_p": w.p_value,
                                        "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
+        out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
     if len(datasets) > 1:
         out.ranks = _ranks(out, "worst_group_auc")
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _test_predictions(r: RunOutcome, attribute: str) -> list[Any]:
+    """Each seed's test rows (sorted by sample id): the first task's label and score, and the attribute."""
+    import pandas as pd
+
+    frames = []
+    for doc in r.seed_docs:
+        block = doc["predictions"]
+        df = pd.read_parquet(r.out_dir / block["file"])
+        task = block["tasks"][0]
+        df = df[df["split"] == "test"].sort_values("sample_id")
+        frames.append(df[["sample_id", f"label:{task}", f"score:{task}", f"attr:{attribute}"]]
+                      .set_axis(["id", "y", "s", "g"], axis=1).reset_index(drop=True))
+    return frames
+
+
+def _interval(samples: np.ndarray, point: float) -> dict[str, Any]:
+    from fairmedbench.metrics.bootstrap import percentile_ci
+
+    lo, hi = percentile_ci(samples[:, None])
+    return {"value": point, "ci_low": float(lo[0]), "ci_high": float(hi[0]),
+            "excludes_0": bool(lo[0] > 0 or hi[0] < 0)}
+
+
+def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -> dict[str, Any]:
+    """Paired test-set bootstrap of the seed-mean signed AUC difference and worst-group AUC per method, and of
+    each method's worst-group AUC minus ERM's (first task; rows without a group value are left out)."""
+    from fairmedbench.metrics.paired import paired_group_auc
+
+    if n_boot < 1:
+        return {}
+    frames = {m: _test_predictions(out.runs[(ds, m)], attribute) for m in out.methods}
+    ref = frames["erm"][0]
+    for m, fs in frames.items():
+        for f in fs:
+            if not f["id"].equals(ref["id"]) or not f["y"].equals(ref["y"]):
+                raise InputError(f"compare: method {m!r} was tested on other samples than ERM; rerun with --force")
+    keep = ref["g"].notna().to_numpy()
+    scores = np.stack([f["s"].to_numpy()[keep] for m in out.methods for f in frames[m]])
+    res = paired_group_auc(ref["y"].to_numpy()[keep], scores, ref["g"].to_numpy()[keep].astype(str),
+                           n_boot=n_boot, label=f"{ds}|{attribute}")
+    n_seeds = len(frames["erm"])
+    shape = (len(out.methods), n_seeds, len(res.groups))
+    point = res.point.reshape(shape)
+    boot = res.resampled.reshape((-1, *shape))
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            worst_p, worst_b = np.nanmin(point, axis=-1).mean(axis=-1), np.nanmin(boot, axis=-1).mean(axis=-1)
+    doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "methods": {}}
+    for i, m in enumerate(out.methods):
+        entry = {"worst_group_auc": _interval(worst_b[:, i], float(worst_p[i]))}
+        if len(res.groups) == 2:
+            diff_p = float((point[i, :, 1] - point[i, :, 0]).mean())
+            entry["auc_diff"] = _interval((boot[:, i, :, 1] - boot[:, i, :, 0]).mean(axis=-1), diff_p)
+        if m != "erm":
+            entry["worst_group_auc_vs_erm"] = _interval(worst_b[:, i] - worst_b[:, 0], float(worst_p[i] - worst_p[0]))
+        doc["methods"][m] = entry
+    return doc
 
 
 def _ranks(out: CompareOutcome, metric: str) -> dict[str, Any]:

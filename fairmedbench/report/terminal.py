@@ -172,6 +172,27 @@ def render_compare(doc: dict, console: Any) -> None:
         vs.add_row(r["dataset"], r["method"], r["metric"], fmt(r["mean_diff"], r["ci_low"], r["ci_high"]), p,
                    "[green]yes[/]" if r["significant"] else "no")
     console.print(vs)
+    boots = doc.get("test_bootstrap") or {}
+    if any(boots.values()):
+        tb = Table(title="with the test set's sampling error: seed means, paired test-set bootstrap [95% CI]",
+                   title_justify="left")
+        for h in ("dataset", "method", "signed AUC difference", "CI excludes 0", "worst-group AUC",
+                  "worst-group AUC - ERM", "CI excludes 0"):
+            tb.add_column(h)
+        for ds, b in boots.items():
+            if not b:
+                continue
+            for m, e in b["methods"].items():
+                d, w, v = e.get("auc_diff"), e["worst_group_auc"], e.get("worst_group_auc_vs_erm")
+                tb.add_row(ds, m, "—" if not d else fmt(d["value"], d["ci_low"], d["ci_high"]),
+                           "—" if not d else ("[red]yes[/]" if d["excludes_0"] else "no"),
+                           fmt(w["value"], w["ci_low"], w["ci_high"]),
+                           "—" if not v else fmt(v["value"], v["ci_low"], v["ci_high"]),
+                           "—" if not v else ("[green]yes[/]" if v["excludes_0"] else "no"))
+        groups = next(b["groups"] for b in boots.values() if b)
+        console.print(tb)
+        if len(groups) == 2:
+            console.print(f"signed difference = {groups[1]} - {groups[0]}")
     if doc.get("ranks"):
         rk = doc["ranks"]
         order = sorted(rk["avg_ranks"].items(), key=lambda kv: kv[1])

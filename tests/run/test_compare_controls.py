@@ -33,6 +33,19 @@ def test_compare_same_seeds_paired_against_erm(tmp_path: Path) -> None:
     dro = out.values[("synth-underrep", "groupdro", "worst_group_auc")]
     diff = next(r for r in rows if r["method"] == "groupdro")["mean_diff"]
     assert diff == pytest.approx(sum(d - e for d, e in zip(dro, erm)) / 2)
+    # the paired test-set bootstrap starts from the same per-seed values the engine reported
+    boot = out.test_bootstrap["synth-underrep"]
+    assert boot["groups"] == ["female", "male"]
+    for m in out.methods:
+        entry = boot["methods"][m]
+        vals = out.values[("synth-underrep", m, "auc_diff")]
+        assert entry["auc_diff"]["value"] == pytest.approx(sum(vals) / 2)
+        assert entry["worst_group_auc"]["value"] == pytest.approx(sum(out.values[("synth-underrep", m, "worst_group_auc")]) / 2)
+        lo, hi = entry["auc_diff"]["ci_low"], entry["auc_diff"]["ci_high"]
+        assert lo <= entry["auc_diff"]["value"] <= hi and entry["auc_diff"]["excludes_0"] == (lo > 0 or hi < 0)
+    assert "worst_group_auc_vs_erm" not in boot["methods"]["erm"]
+    vs = boot["methods"]["groupdro"]["worst_group_auc_vs_erm"]
+    assert vs["value"] == pytest.approx(diff)
     json.dumps(out.to_dict(), allow_nan=False)
 
 

@@ -1,0 +1,76 @@
+"""Paired test-set bootstrap over several score sets on one test set (seeds x methods).
+
+Every score set is evaluated on the same stratified resamples (group x label), so differences between
+methods and means over training seeds carry the test set's sampling uncertainty, which an interval
+across seeds alone (same test set every seed) does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fairmedbench.errors import InputError
+from fairmedbench.metrics import bootstrap as bs
+
+
+def weighted_auc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """AUC (ties count 1/2) of scores `s` (n,) for binary `y` (n,) under each row of `weights` (B, n);
+    NaN for a row without positive or without negative weight."""
+    y = np.asarray(y).astype(bool)
+    s = np.asarray(s, dtype=np.float64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    if y.shape != s.shape or w.shape[1] != y.size:
+        raise InputError(f"weighted_auc: labels {y.shape}, scores {s.shape} and weights {w.shape} do not match")
+    op, on = np.argsort(s[y], kind="stable"), np.argsort(s[~y], kind="stable")
+    sp, sn = s[y][op], s[~y][on]
+    wp, wn = w[:, y][:, op], w[:, ~y][:, on]
+    cn = np.zeros((w.shape[0], sn.size + 1))
+    np.cumsum(wn, axis=1, out=cn[:, 1:])
+    lo, hi = np.searchsorted(sn, sp, side="left"), np.searchsorted(sn, sp, side="right")
+    P, N = wp.sum(axis=1), cn[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        auc = 0.5 * (wp * (cn[:, lo] + cn[:, hi])).sum(axis=1) / (P * N)
+    return np.where((P > 0) & (N > 0), auc, np.nan)
+
+
+@dataclass(frozen=True)
+class PairedGroupAUC:
+    """Per score set: group AUCs at the point (S, G) and on each resample (B, S, G); group names in order."""
+
+    groups: list[str]
+    point: np.ndarray
+    resampled: np.ndarray
+
+
+def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = 2000,
+                     seed: int = 0, label: str = "") -> PairedGroupAUC:
+    """Group AUCs of every score set (rows of `scores`, (S, n)) on one shared set of resamples, stratified
+    by group x label; `groups` holds group names (n,)."""
+    y = np.asarray(y)
+    scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    groups = np.asarray(groups)
+    if scores.shape[1] != y.size or groups.size != y.size:
+        raise InputError(f"paired bootstrap: {y.size} labels, {groups.size} group values and scores of shape "
+                         f"{scores.shape}; give one score per test sample in every row")
+    if not np.isin(y, (0, 1)).all() or not np.isfinite(scores).all():
+        raise InputError("paired bootstrap: labels must be 0/1 and scores finite")
+    bs.check_settings(n_boot, 0.95, 0)
+    names = sorted({str(g) for g in groups})
+    codes = np.searchsorted(names, groups.astype(str))
+    strata = codes * 2 + y.astype(int)
+    rng = bs.stable_seed(seed, "paired-group-auc", label)
+    weights = np.zeros((n_boot, y.size))
+    for k in np.unique(strata):
+        idx = np.flatnonzero(strata == k)
+        weights[:, idx] = bs.resample_counts(rng, idx.size, n_boot)
+    point = np.empty((scores.shape[0], len(names)))
+    resampled = np.empty((n_boot, scores.shape[0], len(names)))
+    for gi in range(len(names)):
+        m = codes == gi
+        ones = np.ones((1, int(m.sum())))
+        for si, s in enumerate(scores):
+            point[si, gi] = weighted_auc(y[m], s[m], ones)[0]
+            resampled[:, si, gi] = weighted_auc(y[m], s[m], weights[:, m])
+    return PairedGroupAUC(names, point, resampled)
