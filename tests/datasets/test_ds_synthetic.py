@@ -121,3 +121,14 @@ def test_thousand_images_generate_fast():
         ds.load_image(i)
     elapsed = time.perf_counter() - t0
     assert elapsed < 10.0, f"1,000 synthetic images took {elapsed:.1f} s"
+
+
+def test_underrep_minority_lesions_are_dark_where_the_majority_lesions_are_bright():
+    cfg = replace(UNDERREP, noise={"female": 0.0, "male": 0.0})
+    for group, sign in (("female", -1), ("male", 1)):
+        img, mask = render(cfg, 5, group, 1, False)
+        bg, _ = render(cfg, 5, group, 0, False)
+        gain = img[mask].astype(float).mean() - bg[mask].astype(float).mean()
+        assert sign * gain > 10  # grey levels: the lesion is clearly darker / brighter than what it covers
+    with pytest.raises(InputError, match="contrast"):
+        SynthConfig(contrast={"female": -3.0, "male": 1.0}).validate()

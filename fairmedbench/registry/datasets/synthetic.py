@@ -32,11 +32,11 @@ def _per_group(value: float) -> dict[str, float]:
 class SynthConfig:
     """Generator settings. Per-group mappings are keyed by 'female'/'male'.
 
-    Bias mechanisms: acquisition shift (`brightness`, `noise`, `texture`), lesion `contrast`,
-    `prevalence` shift, `label_noise` (fraction of observed labels flipped), `marker` (a corner
-    marker present in half of each group's samples once any group has a non-zero value, whose
-    presence tracks the label with this strength: 0 = independent, 1 = exactly the positives), and
-    under-representation (`female_share_train` below `female_share`)."""
+    Bias mechanisms: acquisition shift (`brightness`, `noise`, `texture`), lesion `contrast` (negative:
+    lesions darker than their surroundings), `prevalence` shift, `label_noise` (fraction of observed
+    labels flipped), `marker` (a corner marker present in half of each group's samples once any group
+    has a non-zero value, whose presence tracks the label with this strength: 0 = independent, 1 =
+    exactly the positives), and under-representation (`female_share_train` below `female_share`)."""
 
     n: int = 1000
     seed: int = 0
@@ -67,6 +67,9 @@ class SynthConfig:
             m = getattr(self, name)
             if set(m) != set(GROUPS) or any(not 0 <= v <= 1 for v in m.values()):
                 raise InputError(f"synthetic {name}={dict(m)}: need values in [0, 1] for {GROUPS}")
+        if set(self.contrast) != set(GROUPS) or any(not -2 <= v <= 2 for v in self.contrast.values()):
+            raise InputError(f"synthetic contrast={dict(self.contrast)}: need values in [-2, 2] for {GROUPS} "
+                             "(negative = lesions darker than their surroundings)")
         for share in (self.female_share, self.female_share_train):
             if share is not None and not 0 <= share <= 1:
                 raise InputError(f"synthetic female share {share} outside [0, 1]")
@@ -295,7 +298,9 @@ def _describe(cfg: SynthConfig) -> str:
 
 CONTROL = SynthConfig()
 CONTRAST = replace(CONTROL, contrast={"female": 0.35, "male": 1.0})
-UNDERREP = replace(CONTROL, female_share_train=0.1, contrast={"female": 0.8, "male": 1.0},
+# the minority's lesions are dark (hypo-intense) where the majority's are bright: a different image -> label
+# signal that a model trained on 90% males learns little of, so reweighting the minority has something to fix
+UNDERREP = replace(CONTROL, female_share_train=0.1, contrast={"female": -0.8, "male": 1.0},
                    noise={"female": 0.05, "male": 0.04}, brightness={"female": 0.1, "male": 0.0},
                    texture={"female": 1.2, "male": 1.0})
 CONTROL_3D = replace(CONTROL, n=200, size=64, depth=32)
@@ -315,7 +320,7 @@ _card("synth-contrast", "Synthetic lesions, lower lesion contrast for females (p
 _card("synth-underrep", "Synthetic lesions, females under-represented in train and harder", UNDERREP,
       FEMALE_LOWER + ({"attribute": "sex", "metric": "auc_gap", "direction": "smaller with groupdro or resampling than erm"},),
       ("females are 10% of train and 50% of val/test; their images are acquired differently (brighter, more "
-       "texture and noise) and their lesions have 0.8x contrast",
+       "texture and noise) and their lesions are dark (hypo-intense, 0.8x the amplitude) where males' are bright",
        "the under-representation lives in the official split: use split policy 'official'"))
 _card("synth3d-control", "Synthetic 3D lesions, no bias (negative control)", CONTROL_3D, NO_GAP,
       ("small volumes for the 3D paths; spacing 1 mm isotropic",))
