@@ -132,3 +132,13 @@ def test_underrep_minority_lesions_are_dark_where_the_majority_lesions_are_brigh
         assert sign * gain > 10  # grey levels: the lesion is clearly darker / brighter than what it covers
     with pytest.raises(InputError, match="contrast"):
         SynthConfig(contrast={"female": -3.0, "male": 1.0}).validate()
+
+
+def test_fingerprint_follows_the_generator_settings_not_only_the_table():
+    base = load_dataset("synth-control", n=40)
+    # same table, other pixels: cached features keyed by the fingerprint must not be reused
+    darker = load_dataset("synth-control", n=40, config={"contrast": {"female": 0.5, "male": 1.0}})
+    same = load_dataset("synth-control", n=40, config={"contrast": {"male": 1.0, "female": 1.0}})
+    assert (base.samples["sample_id"] == darker.samples["sample_id"]).all()
+    assert darker.fingerprint != base.fingerprint
+    assert same.fingerprint == base.fingerprint

@@ -35,6 +35,8 @@ class ReadResult:
     image_fn: Callable[[Mapping[str, Any]], np.ndarray] | None = None
     mask_fn: Callable[[Mapping[str, Any], str | None], np.ndarray] | None = None
     source: str = ""
+    # what the pixels are made from when the table does not say it (a generator's settings): fingerprinted
+    content: str = ""
 
 
 def _default_image(row: Mapping[str, Any]) -> np.ndarray:
@@ -67,6 +69,7 @@ class Dataset:
         self.skip_bad = skip_bad
         self._image_fn = result.image_fn or _default_image
         self._mask_fn = result.mask_fn or _default_mask
+        self._content = result.content
         source = result.source or card.name
         self.report: dict[str, Any] = {
             "source": source,
@@ -255,13 +258,16 @@ class Dataset:
 
     @property
     def fingerprint(self) -> str:
-        """sha256 over card name/version and the sorted (sample id, patient, labels, groups) rows."""
+        """sha256 over card name/version, the reader's `content` identity (if any) and the sorted
+        (sample id, patient, labels, groups) rows."""
         if self._fingerprint is None:
             cols = ["sample_id", "patient_id"]
             cols += [c for c in (self.card.label_column, *self.card.extra_label_columns) if c and c in self.samples]
             cols += [s.group_column for s in self.card.attributes]
             table = self.samples[cols].sort_values("sample_id").astype(str)
             h = hashlib.sha256(f"{self.card.name}|{self.card.version}|{'|'.join(cols)}\n".encode())
+            if self._content:
+                h.update(f"content|{self._content}\n".encode())
             h.update(table.to_csv(index=False, header=False).encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint

@@ -8,7 +8,8 @@ Importing this module is light (numpy is imported inside the functions)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import json
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -248,6 +249,7 @@ class SyntheticReader:
             image_fn=lambda row: sample(*key(row))[0],
             mask_fn=lambda row, target: sample(*key(row))[1],
             source=f"synthetic:{self.name}",
+            content=json.dumps(asdict(cfg), sort_keys=True),
         )
 
 
