@@ -61,5 +61,6 @@ def test_minority_hard_group_gets_weight_in_training(toy) -> None:
         made.append(make_mitigation("groupdro", eta=0.05))
         return made[-1]
 
-    run_classification(train, val, test.x, make_linear_head, factory, [0], TrainConfig(epochs=15, batch_size=64))
+    run_classification(train, val, test.x, make_linear_head, factory, [0],
+                       TrainConfig(lr=1e-2, epochs=15, batch_size=64))
     assert made[0].weights()[1] > 0.5  # the minority's labels are noisier: higher loss
