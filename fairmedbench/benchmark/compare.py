@@ -75,7 +75,8 @@ class CompareOutcome:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (values per seed included)."""
         return store.jsonable({"attribute": self.attribute, "methods": self.methods, "datasets": self.datasets,
-                "task": self.task, "metrics": list(self.metrics), "notes": self.notes, "table": self.table, "versus_erm": self.versus_erm,
+                "task": self.task, "metrics": list(self.metrics), "notes": self.notes, "table": self.table,
+                "versus_erm": self.versus_erm,
                 "test_bootstrap": self.test_bootstrap, "ranks": self.ranks, "seconds": self.seconds,
                 "per_seed": {"|".join(k): v for k, v in self.values.items()},
                 "runs": {"|".join(k): str(r.out_dir) for k, r in self.runs.items()}})

@@ -110,7 +110,8 @@ class PromptableSegmenter(FoundationModel):
         return self.image_map(pixels).float().mean(dim=(2, 3))
 
     def prompt_tensors(self, h: int, w: int, box: Sequence[float] | None = None, points: Any = None,
-                       point_labels: Any = None) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+                       point_labels: Any = None
+                       ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
         """A box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) in an h x w image's pixels -> the prompt encoder's
         boxes (1, 1, 4) and (coords, labels) in the model's input pixels; InputError outside the image."""
         if box is None and points is None:
