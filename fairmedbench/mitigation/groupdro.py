@@ -69,10 +69,10 @@ class GroupDRO(Mitigation):
         n = self.q.numel()
         if len(u) and (int(u.min()) < 0 or int(u.max()) >= n):
             raise InputError(f"mitigation {self.name!r}: group codes outside 0..{n - 1} in a training batch")
-        sums = torch.zeros(n, dtype=per_sample.dtype).index_add(0, u, per_sample)
+        sums = torch.zeros(n, dtype=per_sample.dtype, device=per_sample.device).index_add(0, u, per_sample)
         counts = torch.bincount(u, minlength=n).to(per_sample.dtype)
         group_loss = sums / counts.clamp(min=1)
-        q = self.q * torch.exp(self.hparams["eta"] * group_loss.detach())
+        q = self.q.to(per_sample.device) * torch.exp(self.hparams["eta"] * group_loss.detach())
         self.q = q / q.sum()
         return (self.q * group_loss).sum()
 
@@ -80,7 +80,7 @@ class GroupDRO(Mitigation):
         """Current group weights q as numpy."""
         if self.q is None:
             raise InputError(f"mitigation {self.name!r}: no group weights before wrap_head")
-        return self.q.numpy().copy()
+        return self.q.cpu().numpy().copy()
 
     def describe(self) -> dict[str, Any]:
         """Base description plus the reference and the group definition."""

@@ -137,10 +137,11 @@ class TrainableSegmenter(Protocol):
 
 @dataclass
 class SegSplit:
-    """A split's prompted 2D units (image or slice): encoder-map key, mask, dataset position; with `keep`, the
-    split's images and masks by position (validation re-predicts them every epoch)."""
+    """A split's prompted 2D units (a 2D image, or a slice of a volume, with a non-empty mask): per unit its
+    encoder-map key, 2D mask and dataset position; the positions of the samples that got a prompt; with `keep`,
+    their images and masks by position (validation re-predicts them every epoch)."""
 
-    positions: list[int] = field(default_factory=list)
+    unit_positions: list[int] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     masks: list[np.ndarray] = field(default_factory=list)
     prompted: list[int] = field(default_factory=list)
@@ -163,7 +164,7 @@ def prepare_split(problem: TrainableSegmenter, load_image: Callable[[int], Any],
             if keep:
                 out.images[int(i)], out.full_masks[int(i)] = image, gt
             for _, image2d, gt2d in prompted_slices(image, gt):
-                out.positions.append(int(i))
+                out.unit_positions.append(int(i))
                 out.masks.append(gt2d)
                 yield image2d
 
@@ -239,7 +240,7 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
     params = [p for p in decoder.parameters() if p.requires_grad] + list(mitigation.extra_parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     targets = torch.stack([problem.target(m) for m in train.masks])
-    groups = None if codes is None else np.asarray(codes)[train.positions].astype(np.int64)
+    groups = None if codes is None else np.asarray(codes)[train.unit_positions].astype(np.int64)
     groups_t = None if groups is None else torch.as_tensor(groups)
     val_groups = None if codes is None else np.asarray(codes)[val.prompted]
     shapes = [m.shape for m in train.masks]

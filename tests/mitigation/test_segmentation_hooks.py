@@ -203,3 +203,25 @@ def test_dice_bce_matches_monai_dice_plus_bce() -> None:
     dice = monai.losses.DiceLoss(sigmoid=True, squared_pred=True, reduction="none")(logits[:, None], target[:, None])
     bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="none").mean((1, 2))
     assert torch.allclose(dice_bce_loss(logits, target), dice.flatten() + bce, atol=1e-6)
+
+
+def test_volumes_train_on_their_non_empty_slices_and_validate_per_volume() -> None:
+    rng = np.random.default_rng(3)
+    vols, masks = {}, {}
+    for i in range(12):
+        m = np.zeros((4, 8, 8), bool)
+        for z in (1, 2):
+            y, x = rng.integers(0, 5, 2)
+            m[z, y:y + 3, x:x + 3] = True
+        vols[i], masks[i] = np.where(m, 220, 30).astype(np.uint8), m
+    masks[11][:] = False  # no prompt anywhere: neither a training unit nor validated
+    problem = PixelSegmenter(pretrained=True)
+    train = prepare_split(problem, vols.__getitem__, masks.__getitem__, range(8))
+    val = prepare_split(problem, vols.__getitem__, masks.__getitem__, range(8, 12), keep=True)
+    assert len(train.keys) == 16 and train.unit_positions[:4] == [0, 0, 1, 1]
+    assert all(m.shape == (8, 8) for m in train.masks) and val.prompted == [8, 9, 10]
+    assert val.images[8].shape == (4, 8, 8)
+    _, outcome = fit_decoder(problem, train, val, np.zeros(12, np.int64), 1,
+                             DecoderConfig(lr=0.05, epochs=3, patience=3, batch_size=4), make_mitigation("erm"), 0)
+    assert outcome.curve[0]["val_dsc"] == 1.0  # the exact slices, pooled per volume (unprompted slices empty)
+    assert len(outcome.curve) == 4 and np.isfinite(outcome.curve[-1]["train_loss"])
