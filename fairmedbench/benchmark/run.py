@@ -259,6 +259,10 @@ def _check_segmentation(spec: RunSpec, adapter: Any, opts: RunOptions) -> None:
                          f"learns nothing from the train split; use --usage {' or '.join(trained)}")
 
 
+def _stage(ctx: Any, name: str) -> Callable[[int, int], None] | None:
+    return (lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None
+
+
 def _decoder_trainer(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
                      jitter: float) -> tuple[Callable[[int], tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """For a usage that trains: encoder maps of every split computed once, and a function seed -> (predictor,
@@ -274,13 +278,14 @@ def _decoder_trainer(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: An
     train_attr = spec.attributes[0] if spec.attributes else None
     codes, n_groups = _codes(ds.samples[f"attr:{train_attr}"].to_numpy()) if train_attr else (None, 0)
     problem = adapter.trainable(model, ctx)
-    train = prepare_split(problem, ds.load_image, ds.load_mask, split.train)
-    val = prepare_split(problem, ds.load_image, ds.load_mask, split.val, keep=True)
-    test = prepare_split(problem, ds.load_image, ds.load_mask, split.test)  # its maps, once for every seed
+    train, val, test = (prepare_split(problem, ds.load_image, ds.load_mask, p, keep=name == "val",
+                                      progress=_stage(ctx, f"encoder maps ({name})"))
+                        for name, p in (("train", split.train), ("val", split.val), ("test", split.test)))
 
     def fit(seed: int) -> tuple[Any, dict[str, Any]]:
         mitigation = make_mitigation(spec.mitigation, **mit_h)
-        decoder, outcome = fit_decoder(problem, train, val, codes, n_groups, cfg, mitigation, seed, jitter)
+        decoder, outcome = fit_decoder(problem, train, val, codes, n_groups, cfg, mitigation, seed, jitter,
+                                       progress=_stage(ctx, f"training the decoder (seed {seed})"))
         return problem.predictor(decoder), {
             "config": describe_decoder_config(cfg), "mitigation": mitigation.describe(), **outcome.to_dict(),
             "n_train_units": len(train.keys), "n_val_samples": len(val.prompted),

@@ -150,23 +150,25 @@ class SegSplit:
 
 
 def prepare_split(problem: TrainableSegmenter, load_image: Callable[[int], Any], load_mask: Callable[[int], Any],
-                  positions: Sequence[int], keep: bool = False) -> SegSplit:
+                  positions: Sequence[int], keep: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> SegSplit:
     """Collect a split's prompted units and compute their encoder maps (in the problem's batches)."""
     out = SegSplit()
 
     def images() -> Iterator[np.ndarray]:
-        for i in positions:
+        for k, i in enumerate(positions):
             gt = np.asarray(load_mask(int(i)), dtype=bool)
-            if not gt.any():
-                continue
-            image = np.asarray(load_image(int(i)))
-            out.prompted.append(int(i))
-            if keep:
-                out.images[int(i)], out.full_masks[int(i)] = image, gt
-            for _, image2d, gt2d in prompted_slices(image, gt):
-                out.unit_positions.append(int(i))
-                out.masks.append(gt2d)
-                yield image2d
+            if gt.any():
+                image = np.asarray(load_image(int(i)))
+                out.prompted.append(int(i))
+                if keep:
+                    out.images[int(i)], out.full_masks[int(i)] = image, gt
+                for _, image2d, gt2d in prompted_slices(image, gt):
+                    out.unit_positions.append(int(i))
+                    out.masks.append(gt2d)
+                    yield image2d
+            if progress is not None:
+                progress(k + 1, len(positions))
 
     out.keys = problem.encode(images())
     return out
@@ -212,8 +214,8 @@ class DecoderFit:
 
 
 def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, codes: np.ndarray | None,
-                n_groups: int, cfg: DecoderConfig, mitigation: Mitigation, seed: int,
-                jitter: float = 0.0) -> tuple[Any, DecoderFit]:
+                n_groups: int, cfg: DecoderConfig, mitigation: Mitigation, seed: int, jitter: float = 0.0,
+                progress: Callable[[int, int], None] | None = None) -> tuple[Any, DecoderFit]:
     """Fine-tune a decoder copy on train with the mitigation's hooks; keep the state best on validation.
 
     `codes` are the training attribute's group codes by dataset position (-1 = missing). Each batch gets fresh
@@ -280,6 +282,8 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
         row = {"epoch": epoch, "train_loss": total / max(len(order), 1), **validate(),
                "seconds": time.perf_counter() - t0}
         curve.append(row)
+        if progress is not None:
+            progress(epoch + 1, cfg.epochs)
         v = score(row)
         if np.isfinite(v) and (not np.isfinite(best) or v > best + 1e-7):
             best, best_state, best_epoch, bad = v, copy.deepcopy(decoder.state_dict()), epoch, 0

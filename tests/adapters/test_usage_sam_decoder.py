@@ -98,7 +98,9 @@ def test_run_with_groupdro_writes_results_with_the_training_block(small_sam: str
 
     spec = tiny_spec(small_sam, "sam-decoder", mitigation="groupdro", attributes=("sex",),
                      hparams={"epochs": 2, "eta": 0.1})
-    out = run(spec, tiny_opts(run_dirs))
+    stages: dict[str, tuple[int, int]] = {}
+    out = run(spec, tiny_opts(run_dirs, progress=lambda stage, done, total: stages.update({stage: (done, total)})))
+    assert stages["encoder maps (train)"] == (20, 20) and stages["training the decoder (seed 0)"] == (2, 2)
     doc = out.seed_docs[0]
     jsonschema.validate(doc, json.loads(store.SCHEMA_PATH.read_text()))
     assert doc["kind"] == "run-segmentation" and doc["spec"]["usage"] == "sam-decoder"
@@ -167,6 +169,14 @@ def test_compare_erm_and_groupdro_with_segmentation_metrics(small_sam: str, run_
     assert main(args) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["task"] == "segmentation" and printed["per_seed"] == doc["per_seed"]
+
+
+def test_cli_refuses_a_mitigation_for_zero_shot_segmentation(small_sam: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture) -> None:
+    rc = main(["run", "--model", small_sam, "--weights", "random", "--dataset", "synth-control", "--usage",
+               "sam-prompt", "--mitigation", "groupdro", "--dataset-option", "n=40", "--out", str(tmp_path),
+               "--device", "cpu"])
+    assert rc == 2 and "use --usage sam-decoder" in capsys.readouterr().err
 
 
 def test_list_usages_shows_sam_decoder(capsys: pytest.CaptureFixture) -> None:
