@@ -165,7 +165,8 @@ def _add_run_options(p: Any) -> None:
     p.add_argument("--attribute", action="append", type=_csv_list, metavar="NAMES",
                    help="sensitive attribute(s) of the dataset card (default: all but binned copies); the "
                         "first is the one mitigations train with")
-    p.add_argument("--usage", help="lp | sam-prompt | ... (default: chosen from the model and dataset)")
+    p.add_argument("--usage", help="lp | sam-prompt | sam-decoder | ... (default: chosen from the model and "
+                                   "dataset; benchmark list usages)")
     p.add_argument("--mitigation", default="erm", help="erm | resampling | groupdro | ... (list mitigations)")
     p.add_argument("--seeds", default="0", help="training seeds: 0,1,2 or 0-4")
     p.add_argument("--split-seed", type=int, default=0)
@@ -288,11 +289,14 @@ def _add_compare(sub: Any) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True, type=_csv_list, help="one or more datasets, comma-separated")
     p.add_argument("--attribute", required=True, help="the sensitive attribute methods train and report with")
-    p.add_argument("--usage", default="lp", choices=["lp", "lora"])
+    p.add_argument("--usage", default="lp", choices=["lp", "lora", "sam-decoder"],
+                   help="lp or lora (classification) or sam-decoder (segmentation: a fine-tuned mask decoder)")
     p.add_argument("--mitigations", default="erm,resampling,groupdro", type=_csv_list)
     p.add_argument("--seeds", default="0-4")
-    p.add_argument("--select", default="val_loss", choices=["val_loss", "overall_auc", "worst_group_auc", "dto"],
-                   help="checkpoint selection on validation")
+    p.add_argument("--select", choices=["val_loss", "overall_auc", "worst_group_auc", "dto", "val_dsc",
+                                        "worst_group_dsc"],
+                   help="checkpoint selection on validation (default: val_loss for classification, val_dsc for "
+                        "segmentation; val_dsc and worst_group_dsc are the segmentation rules)")
     p.add_argument("--weights")
     p.add_argument("--n-boot", type=int, default=500)
     p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE")
@@ -515,7 +519,7 @@ def _list_mitigations() -> list[dict[str, Any]]:
     for name in MITIGATIONS.names():
         d = make_mitigation(name).describe()
         rows.append({"name": name, "hparams": ", ".join(f"{k}={v}" for k, v in d["hparams"].items()),
-                     "attribute at inference": d["needs_attribute_at_inference"]})
+                     "tasks": ", ".join(d["tasks"]), "attribute at inference": d["needs_attribute_at_inference"]})
     return rows
 
 

@@ -44,6 +44,8 @@ class Usage:
     about = ""
     hparam_names: tuple[str, ...] = ()  # this usage's own hyperparameters (read from ctx.hparams)
     train_defaults: Mapping[str, Any] = MappingProxyType({})  # TrainConfig defaults for this usage's head
+    prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
+    trains = False  # segmentation: whether it learns from the train split (mitigations need one that does)
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
@@ -52,6 +54,10 @@ class Usage:
     def predictor(self, model: Any, ctx: RunContext) -> Callable[..., np.ndarray]:
         """Segmentation: a function (image, prompt) -> boolean mask."""
         raise NotImplementedError(f"usage {self.name!r} is not a segmentation usage")
+
+    def trainable(self, model: Any, ctx: RunContext) -> Any:
+        """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
+        raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
 
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fairmedbench.adapters.base import USAGES, RunContext, Usage
-from fairmedbench.adapters.prompts import Prompt
+from fairmedbench.adapters.prompts import PROMPT_MODES, Prompt
 
 
 class SamPrompt(Usage):
@@ -17,6 +17,8 @@ class SamPrompt(Usage):
     task = "segmentation"
     requires = ("segment",)
     about = "prompted segmentation (prompts from ground-truth masks: center, rand, rands, bbox)"
+    hparam_names = ("box_jitter",)
+    prompt_modes = PROMPT_MODES
 
     def predictor(self, model: Any, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:
         """A function (image, prompt) -> boolean mask of the image's size."""

@@ -7,6 +7,10 @@ than one dataset, Friedman ranks with the Nemenyi critical difference.
 Seeds share one test set, so an interval across seeds ignores the test set's sampling error. A paired
 test-set bootstrap (the same resamples for every seed and method) adds intervals that include it for the
 seed-mean signed difference and worst-group AUC, and for each method's worst-group AUC minus ERM's.
+
+Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder) compares the
+DSC-based metrics of the segmentation engine. The paired test-set bootstrap is classification-only (it
+resamples AUCs); a segmentation comparison says so in its notes.
 """
 
 from __future__ import annotations
@@ -24,8 +28,30 @@ from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
 
 COMPARE_METRICS = ("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es", "eqodds_diff")
+SEG_COMPARE_METRICS = ("dsc", "worst_group_dsc", "dsc_gap", "dsc_diff", "dsc_es", "dsc_skew_ratio", "iou")
 HIGHER_IS_BETTER = {"auc": True, "worst_group_auc": True, "auc_es": True, "auc_gap": False, "ece_gap": False,
-                    "eqodds_diff": False}
+                    "eqodds_diff": False, "dsc": True, "worst_group_dsc": True, "dsc_es": True, "dsc_gap": False,
+                    "dsc_skew_ratio": False, "iou": True}
+
+
+@dataclass(frozen=True)
+class CompareTask:
+    """What a comparison of one task reports: its metrics, those tested against ERM, the default checkpoint
+    rule, the metric ranked across datasets."""
+
+    metrics: tuple[str, ...]
+    versus_erm: tuple[str, ...]
+    select: str
+    rank: str
+
+
+COMPARE_TASKS = {"classification": CompareTask(COMPARE_METRICS, ("worst_group_auc", "auc_gap", "auc"), "val_loss",
+                                               "worst_group_auc"),
+                 "segmentation": CompareTask(SEG_COMPARE_METRICS, ("worst_group_dsc", "dsc_gap", "dsc"), "val_dsc",
+                                             "worst_group_dsc")}
+TRAINED_USAGES = ("lp", "lora", "sam-decoder")  # usages that train, so a mitigation changes something
+SEG_BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC (classification) only; the "
+                      "segmentation intervals are across seeds on one test set and leave out its sampling error")
 
 
 @dataclass
@@ -35,6 +61,9 @@ class CompareOutcome:
     attribute: str
     methods: list[str]
     datasets: list[str]
+    task: str = "classification"
+    metrics: tuple[str, ...] = COMPARE_METRICS
+    notes: list[str] = field(default_factory=list)
     runs: dict[tuple[str, str], RunOutcome] = field(default_factory=dict)
     values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
     table: list[dict[str, Any]] = field(default_factory=list)
@@ -46,7 +75,8 @@ class CompareOutcome:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (values per seed included)."""
         return store.jsonable({"attribute": self.attribute, "methods": self.methods, "datasets": self.datasets,
-                "table": self.table, "versus_erm": self.versus_erm,
+                "task": self.task, "metrics": list(self.metrics), "notes": self.notes, "table": self.table,
+                "versus_erm": self.versus_erm,
                 "test_bootstrap": self.test_bootstrap, "ranks": self.ranks, "seconds": self.seconds,
                 "per_seed": {"|".join(k): v for k, v in self.values.items()},
                 "runs": {"|".join(k): str(r.out_dir) for k, r in self.runs.items()}})
@@ -61,38 +91,46 @@ def _value(doc: dict[str, Any], attribute: str, metric: str) -> float:
 
 
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
-            opts: RunOptions, *, select: str = "val_loss", weights: str | None = None, n_boot: int = 2000,
+            opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = 2000,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
             precision: str = "fp32") -> CompareOutcome:
-    """Run every method on every dataset with the same seeds; summarise and test against ERM."""
-    from fairmedbench.metrics.stats import seed_summary, welch_test
-    from fairmedbench.mitigation import MITIGATIONS
+    """Run every method on every dataset with the same seeds; summarise and test against ERM.
 
-    if usage not in ("lp", "lora"):
-        raise InputError(f"compare trains heads: usage must be lp or lora, got {usage!r}")
+    `select` is the checkpoint rule (default: val_loss for classification, val_dsc for segmentation).
+    """
+    from fairmedbench.adapters import USAGES
+    from fairmedbench.metrics.stats import seed_summary, welch_test
+    from fairmedbench.mitigation import MITIGATIONS, make_mitigation
+
+    if usage not in TRAINED_USAGES:
+        raise InputError(f"compare trains: usage must be one of {', '.join(TRAINED_USAGES)}, got {usage!r}")
+    task = USAGES.get(usage).task
+    setting = COMPARE_TASKS[task]
     for m in methods:
         MITIGATIONS.get(m)
+        make_mitigation(m).check_task(task)
     if len(seeds) < 2:
         raise InputError("compare needs at least two seeds for across-seed intervals, e.g. --seeds 0-4")
     methods = ["erm", *[m for m in methods if m != "erm"]]
     t0 = time.perf_counter()
-    out = CompareOutcome(attribute, methods, list(datasets))
+    out = CompareOutcome(attribute, methods, list(datasets), task, setting.metrics)
     for ds in datasets:
         for m in methods:
             spec = RunSpec(model=model, dataset=ds, attributes=(attribute,), usage=usage, mitigation=m, seeds=seeds,
-                           weights=weights, n_boot=n_boot, hparams={**(hparams or {}), "select": select},
+                           weights=weights, n_boot=n_boot,
+                           hparams={**(hparams or {}), "select": select or setting.select},
                            dataset_options=dict(dataset_options or {}), precision=precision)
             r = run(spec, replace(opts))
             out.runs[(ds, m)] = r
-            for metric in COMPARE_METRICS:
+            for metric in setting.metrics:
                 out.values[(ds, m, metric)] = [_value(d, attribute, metric) for d in r.seed_docs]
             s = {metric: seed_summary(out.values[(ds, m, metric)]) if np.isfinite(out.values[(ds, m, metric)]).all()
-                 else None for metric in COMPARE_METRICS}
+                 else None for metric in setting.metrics}
             out.table.append({"dataset": ds, "method": m, "n_seeds": len(seeds), **{
                 k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
                 for k, v in s.items()}})
         for m in methods[1:]:
-            for metric in ("worst_group_auc", "auc_gap", "auc"):
+            for metric in setting.versus_erm:
                 a, b = np.array(out.values[(ds, m, metric)]), np.array(out.values[(ds, "erm", metric)])
                 if not (np.isfinite(a).all() and np.isfinite(b).all()):
                     continue
@@ -102,9 +140,12 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
                                        "welch_p": w.p_value,
                                        "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
-        out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
+        if task == "classification":
+            out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
+    if task != "classification":
+        out.notes.append(SEG_BOOTSTRAP_NOTE)
     if len(datasets) > 1:
-        out.ranks = _ranks(out, "worst_group_auc")
+        out.ranks = _ranks(out, setting.rank)
     out.seconds = time.perf_counter() - t0
     return out
 

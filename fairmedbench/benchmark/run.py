@@ -204,6 +204,7 @@ def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split:
     cfg = TrainConfig(**{**adapter.train_defaults, **{k: v for k, v in spec.hparams.items() if k in cfg_keys}})
     mit_h = {k: v for k, v in spec.hparams.items()
              if k not in cfg_keys and k != "tasks" and k not in adapter.hparam_names}
+    make_mitigation(spec.mitigation, **mit_h).check_task("classification")
     docs, results = [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
@@ -245,6 +246,55 @@ def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split:
     return docs, results
 
 
+def _check_segmentation(spec: RunSpec, adapter: Any, opts: RunOptions) -> None:
+    """InputError for a prompt the usage does not take, or a mitigation a zero-shot usage cannot apply."""
+    from fairmedbench.adapters import USAGES
+
+    if opts.prompt not in adapter.prompt_modes:
+        raise InputError(f"usage {adapter.name!r} prompts with {', '.join(adapter.prompt_modes)}, not "
+                         f"{opts.prompt!r}; give --prompt {adapter.prompt_modes[0]}")
+    if spec.mitigation != "erm" and not adapter.trains:
+        trained = [n for n in USAGES.names() if USAGES.get(n).task == "segmentation" and USAGES.get(n).trains]
+        raise InputError(f"mitigation {spec.mitigation!r} needs a trained usage: {adapter.name!r} is zero-shot and "
+                         f"learns nothing from the train split; use --usage {' or '.join(trained)}")
+
+
+def _stage(ctx: Any, name: str) -> Callable[[int, int], None] | None:
+    return (lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None
+
+
+def _decoder_trainer(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
+                     jitter: float) -> tuple[Callable[[int], tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """For a usage that trains: encoder maps of every split computed once, and a function seed -> (predictor,
+    the result's training block); plus the usage notes."""
+    from fairmedbench.mitigation import make_mitigation
+    from fairmedbench.tasks.segmentation import (DecoderConfig, check_decoder_config, describe_decoder_config,
+                                                 fit_decoder, prepare_split)
+
+    cfg_keys = set(DecoderConfig.__dataclass_fields__)
+    cfg = check_decoder_config(DecoderConfig(**{k: v for k, v in spec.hparams.items() if k in cfg_keys}))
+    mit_h = {k: v for k, v in spec.hparams.items() if k not in cfg_keys and k not in adapter.hparam_names}
+    make_mitigation(spec.mitigation, **mit_h).check_task("segmentation")
+    train_attr = spec.attributes[0] if spec.attributes else None
+    codes, n_groups = _codes(ds.samples[f"attr:{train_attr}"].to_numpy()) if train_attr else (None, 0)
+    problem = adapter.trainable(model, ctx)
+    train, val, test = (prepare_split(problem, ds.load_image, ds.load_mask, p, keep=name == "val",
+                                      progress=_stage(ctx, f"encoder maps ({name})"))
+                        for name, p in (("train", split.train), ("val", split.val), ("test", split.test)))
+
+    def fit(seed: int) -> tuple[Any, dict[str, Any]]:
+        mitigation = make_mitigation(spec.mitigation, **mit_h)
+        decoder, outcome = fit_decoder(problem, train, val, codes, n_groups, cfg, mitigation, seed, jitter,
+                                       progress=_stage(ctx, f"training the decoder (seed {seed})"))
+        return problem.predictor(decoder), {
+            "config": describe_decoder_config(cfg), "mitigation": mitigation.describe(), **outcome.to_dict(),
+            "n_train_units": len(train.keys), "n_val_samples": len(val.prompted),
+            "sampler_labels": "zeros: a segmentation sample has no class label"}
+
+    notes = {**problem.notes(), "units": {"train": len(train.keys), "val": len(val.keys), "test": len(test.keys)}}
+    return fit, notes
+
+
 def _run_segmentation(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: RunOptions,
                       out_dir: Path, info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any]]:
     import pandas as pd
@@ -252,20 +302,30 @@ def _run_segmentation(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: A
     from fairmedbench.metrics.seg_fairness import evaluate_segmentation
     from fairmedbench.tasks.segmentation import run_segmentation
 
-    predict = adapter.predictor(model, ctx)
+    _check_segmentation(spec, adapter, opts)
+    jitter = float(spec.hparams.get("box_jitter", 0.0))
+    t0 = time.perf_counter()
+    if adapter.trains:
+        fit, notes = _decoder_trainer(spec, adapter, model, ds, split, ctx, jitter)
+    else:
+        zero_shot = adapter.predictor(model, ctx)
+        fit, notes = (lambda seed: (zero_shot, None)), {}
+    t_prep = time.perf_counter() - t0
     docs, results = [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
         if _reuse(path, opts, docs):
             continue
         t1 = time.perf_counter()
+        predict, training = fit(seed)
+        t_train = time.perf_counter() - t1
         step = (lambda d, n: opts.progress("segmenting", d, n)) if opts.progress else None
         out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, opts.prompt, seed,
-                               jitter=float(spec.hparams.get("box_jitter", 0.0)), progress=step)
+                               jitter=jitter, progress=step)
         if not out.positions:
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
         p = np.asarray(out.positions)
-        t_seg = time.perf_counter() - t1
+        t_seg = time.perf_counter() - t1 - t_train
         res = evaluate_segmentation(out.dsc, _attr_columns(ds, spec, p), iou=out.iou, profile=spec.profile,
                                     n_boot=spec.n_boot, seed=seed)
         frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": "test",
@@ -274,11 +334,14 @@ def _run_segmentation(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: A
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, frame)
-        extra = {"usage": {"name": adapter.name, "prompt": opts.prompt, "mask_threshold": "logit > 0",
-                           "prompted_slices": int(sum(out.prompted_slices)),
-                           "skipped": {str(k): v for k, v in out.skipped.items()}}}
-        doc = _seed_doc("run-segmentation", spec, seed, res, info, pred_name, ["segmentation"], extra,
-                        {"load": t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_seg})
+        extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": opts.prompt, "mask_threshold": "logit > 0",
+                                           "prompted_slices": int(sum(out.prompted_slices)),
+                                           "skipped": {str(k): v for k, v in out.skipped.items()}, **notes}}
+        timings = {"load": t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
+        if training is not None:
+            extra["training"] = training
+            timings.update(prepare=t_prep, train=t_train)
+        doc = _seed_doc("run-segmentation", spec, seed, res, info, pred_name, ["segmentation"], extra, timings)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)

@@ -9,15 +9,21 @@ Hooks, in the order a runner calls them:
                                      validation and applied to validation and test scores;
   `threshold_policy`                 set by a plugin that fixes the operating point itself (per-group
                                      thresholds mapped to 0.5): it replaces the runner's policy.
+
+A plugin declares the tasks it applies to (`tasks`); `check_task` refuses a task, or a hyperparameter
+setting, it cannot serve. The segmentation loop (a SAM mask decoder) calls `wrap_head(decoder, n_groups)`,
+`extra_parameters`, `epoch_indices(zeros, groups, rng)` (a segmentation sample has no class label) and
+`loss(per_sample, Batch(None, None, groups, None))`: its plugins use only per-sample losses and groups.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
 
 MITIGATIONS: Registry[type["Mitigation"]] = Registry("mitigation")
@@ -25,7 +31,10 @@ MITIGATIONS: Registry[type["Mitigation"]] = Registry("mitigation")
 
 @dataclass
 class Batch:
-    """What the loss hook may look at: logits (b, K), labels (b, K), group codes (b,), representation (b, d)."""
+    """What the loss hook may look at: logits (b, K), labels (b, K), group codes (b,), representation (b, d).
+
+    Segmentation passes only the group codes (logits, labels and representation are None).
+    """
 
     logits: Any
     y: Any
@@ -42,6 +51,17 @@ class Mitigation:
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     threshold_policy: str | None = None
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
+
+    def unsupported(self, task: str) -> str | None:
+        """Why this method, with its hyperparameters, cannot train a `task` model; None when it can."""
+        return None if task in self.tasks else f"it applies to {' and '.join(self.tasks)} only"
+
+    def check_task(self, task: str) -> None:
+        """InputError when this method (with its hyperparameters) does not apply to `task`."""
+        why = self.unsupported(task)
+        if why:
+            raise InputError(f"mitigation {self.name!r} does not apply to {task}: {why}")
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """The module to train (default: the head itself)."""
@@ -67,8 +87,9 @@ class Mitigation:
         return scores
 
     def describe(self) -> dict[str, Any]:
-        """Name, hyperparameters and attribute needs, recorded in every result."""
+        """Name, hyperparameters, tasks and attribute needs, recorded in every result."""
         return {"name": self.name, "hparams": dict(self.hparams),
+                "tasks": [t for t in self.tasks if self.unsupported(t) is None],
                 "needs_attribute_at_training": self.needs_attribute_at_training,
                 "needs_attribute_at_inference": self.needs_attribute_at_inference}
 

@@ -39,6 +39,7 @@ class FairnessLoss(Mitigation):
 
     name: str = "fairness_loss"
     needs_attribute_at_training: bool = True
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
     DEFAULTS: ClassVar[dict[str, Any]] = {"weight": 1.0, "target": "loss", "penalty": "var"}
     REFERENCE: ClassVar[str] = ("V-REx variance of group risks (Krueger et al. 2021); soft-rate constraints "
                                 "(Padala & Gujar 2020). No paper fixes the weight: default 1.0, sweep it")
@@ -48,6 +49,13 @@ class FairnessLoss(Mitigation):
         check_positive(self.name, "weight", self.hparams["weight"], allow_zero=True)
         check_choice(self.name, "target", self.hparams["target"], ("loss", "tpr", "eo"))
         check_choice(self.name, "penalty", self.hparams["penalty"], ("var", "maxmin"))
+
+    def unsupported(self, task: str) -> str | None:
+        """Segmentation penalises the spread of group losses only: soft rates need scores and class labels."""
+        if task == "segmentation" and self.hparams["target"] != "loss":
+            return (f"target={self.hparams['target']} compares soft true/false-positive rates, which need a score "
+                    "and a class label per sample; use target=loss (the spread of group segmentation losses)")
+        return super().unsupported(task)
 
     def penalty(self, per_sample: Any, batch: Batch) -> Any:
         """The differentiable gap between the batch's groups."""

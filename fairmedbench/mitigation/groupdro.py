@@ -20,6 +20,7 @@ class GroupDRO(Mitigation):
 
     name: str = "groupdro"
     needs_attribute_at_training: bool = True
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
     q: Any = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"eta": 0.01, "by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = "Sagawa, Koh, Hashimoto, Liang. ICLR 2020, Algorithm 1 (robust_step_size 0.01)"
@@ -28,6 +29,12 @@ class GroupDRO(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_positive(self.name, "eta", self.hparams["eta"], allow_zero=True)
         check_choice(self.name, "by", self.hparams["by"], ("group", "group_class"))
+
+    def unsupported(self, task: str) -> str | None:
+        """Segmentation weighs groups only: by=group_class needs a class label per sample."""
+        if task == "segmentation" and self.hparams["by"] != "group":
+            return "by=group_class weighs group x label cells and a segmentation sample has no label; use by=group"
+        return super().unsupported(task)
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """Start q uniform over the groups (or group x class cells); the head is unchanged."""
@@ -62,10 +69,10 @@ class GroupDRO(Mitigation):
         n = self.q.numel()
         if len(u) and (int(u.min()) < 0 or int(u.max()) >= n):
             raise InputError(f"mitigation {self.name!r}: group codes outside 0..{n - 1} in a training batch")
-        sums = torch.zeros(n, dtype=per_sample.dtype).index_add(0, u, per_sample)
+        sums = torch.zeros(n, dtype=per_sample.dtype, device=per_sample.device).index_add(0, u, per_sample)
         counts = torch.bincount(u, minlength=n).to(per_sample.dtype)
         group_loss = sums / counts.clamp(min=1)
-        q = self.q * torch.exp(self.hparams["eta"] * group_loss.detach())
+        q = self.q.to(per_sample.device) * torch.exp(self.hparams["eta"] * group_loss.detach())
         self.q = q / q.sum()
         return (self.q * group_loss).sum()
 
@@ -73,7 +80,7 @@ class GroupDRO(Mitigation):
         """Current group weights q as numpy."""
         if self.q is None:
             raise InputError(f"mitigation {self.name!r}: no group weights before wrap_head")
-        return self.q.numpy().copy()
+        return self.q.cpu().numpy().copy()
 
     def describe(self) -> dict[str, Any]:
         """Base description plus the reference and the group definition."""

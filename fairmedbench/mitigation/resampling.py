@@ -20,6 +20,7 @@ class Resampling(Mitigation):
     """Sample with replacement, weight 1 / (number of units x size of the sample's unit)."""
 
     name: str = "resampling"
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
     DEFAULTS: ClassVar[dict[str, Any]] = {"by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = ("Idrissi et al. 2022 (SUBG/RWG data balancing); MEDFAIR resampling baseline "
                                 "(Zong et al. 2023)")
@@ -28,6 +29,13 @@ class Resampling(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "by", self.hparams["by"], BALANCE_UNITS)
         self.needs_attribute_at_training = self.hparams["by"] != "class"
+
+    def unsupported(self, task: str) -> str | None:
+        """Segmentation balances groups only: by=class and by=group_class need a class label per sample."""
+        if task == "segmentation" and self.hparams["by"] != "group":
+            return (f"by={self.hparams['by']} balances over a class label and a segmentation sample has none; "
+                    "use by=group")
+        return super().unsupported(task)
 
     def epoch_indices(self, y: np.ndarray, groups: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         """n draws with replacement, each unit (group / class / cell) with total probability 1 / #units."""

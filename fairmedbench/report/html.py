@@ -187,14 +187,16 @@ def _util_gap(doc: dict[str, Any], task: str, attr: str, util: str, gap: str) ->
 
 
 def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
-    """A utility-fairness Pareto page of a comparison: mean AUC against mean ΔAUC per method and dataset."""
+    """A utility-fairness Pareto page of a comparison: mean AUC (DSC) against mean ΔAUC (ΔDSC) per method and
+    dataset."""
+    util, gap, name = ("dsc", "dsc_gap", "DSC") if doc.get("task") == "segmentation" else ("auc", "auc_gap", "AUC")
     parts = [f"<h1>mitigations by {html.escape(doc['attribute'])}</h1>"]
     for ds in doc["datasets"]:
-        rows = [r for r in doc["table"] if r["dataset"] == ds and r.get("auc") and r.get("auc_gap")]
-        pts = [(r["method"], r["auc"]["mean"], r["auc_gap"]["mean"]) for r in rows]
+        rows = [r for r in doc["table"] if r["dataset"] == ds and r.get(util) and r.get(gap)]
+        pts = [(r["method"], r[util]["mean"], r[gap]["mean"]) for r in rows]
         parts.append(f"<h2>{html.escape(ds)}</h2>")
-        parts.append(tradeoff_svg(pts, "utility vs gap (mean over seeds)", "AUC", "ΔAUC")
-                     + "".join(f'<p style="color:{COLORS[i % len(COLORS)]}">{html.escape(m)}: AUC {u:.3f}, '
-                               f'ΔAUC {g:.3f}</p>' for i, (m, u, g) in enumerate(pts)))
+        parts.append(tradeoff_svg(pts, "utility vs gap (mean over seeds)", name, f"Δ{name}")
+                     + "".join(f'<p style="color:{COLORS[i % len(COLORS)]}">{html.escape(m)}: {name} {u:.3f}, '
+                               f'Δ{name} {g:.3f}</p>' for i, (m, u, g) in enumerate(pts)))
     parts.append("<h2>data</h2><pre>" + html.escape(json.dumps(doc, indent=2)) + "</pre>")
     return store.write_text(path, PAGE.format(title="mitigation comparison", body="\n".join(parts)))

@@ -153,7 +153,8 @@ def render_compare(doc: dict, console: Any) -> None:
 
     if not console.is_terminal:
         console.width = max(console.width, 170)
-    metrics = ("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es", "eqodds_diff")
+    metrics = doc.get("metrics") or ("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es",
+                                      "eqodds_diff")
     table = Table(title=f"by {doc['attribute']}: mean \\[normal 95% CI] over seeds", title_justify="left")
     for h in ("dataset", "method", *metrics):
         table.add_column(h, justify="left" if h in ("dataset", "method") else "right")
@@ -193,6 +194,8 @@ def render_compare(doc: dict, console: Any) -> None:
         console.print(tb)
         if len(groups) == 2:
             console.print(f"signed difference = {groups[1]} - {groups[0]}")
+    for note in doc.get("notes") or ():
+        console.print(f"[cyan]note[/] {note}")
     if doc.get("ranks"):
         rk = doc["ranks"]
         order = sorted(rk["avg_ranks"].items(), key=lambda kv: kv[1])

@@ -1,18 +1,24 @@
-"""Segmentation runner: prompted masks for the test samples, per-sample DSC/IoU at a stated mask threshold.
+"""Segmentation runner: prompted masks for the test samples, per-sample DSC/IoU at a stated mask threshold;
+and the training loop of a prompted mask decoder (`fit_decoder`) with a mitigation plugin's hooks.
 
 A 3D sample (D, H, W) is segmented slice by slice: every slice whose ground truth is non-empty gets its
-own prompt; the other slices are predicted empty; DSC and IoU pool all slices of the volume.
+own prompt; the other slices are predicted empty; DSC and IoU pool all slices of the volume. Samples with
+an empty ground truth get no prompt: they are neither trained on nor evaluated.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from fairmedbench.adapters.prompts import Prompt, make_prompt
+from fairmedbench.errors import InputError
 from fairmedbench.metrics.segmentation import dice_from_counts, iou_from_counts
+from fairmedbench.mitigation.base import Batch, Mitigation
 
 
 @dataclass
@@ -26,17 +32,30 @@ class SegOutcome:
     prompted_slices: list[int] = field(default_factory=list)
 
 
+def prompted_slices(image: np.ndarray, gt: np.ndarray) -> Iterator[tuple[int | None, np.ndarray, np.ndarray]]:
+    """(slice index, 2D image, 2D mask) of each part that gets a prompt: a 2D sample with a non-empty mask (index
+    None), or each slice of a volume whose mask is non-empty."""
+    if gt.ndim == 2:
+        if gt.any():
+            yield None, image, gt
+        return
+    for z in range(gt.shape[0]):
+        if gt[z].any():
+            yield z, image[z], gt[z]
+
+
 def _predict_sample(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], image: np.ndarray, gt: np.ndarray,
                     mode: str, rng: np.random.Generator, jitter: float) -> tuple[np.ndarray, int]:
     """The predicted mask of a 2D image, or of a 3D volume slice by slice; and how many slices were prompted."""
-    if gt.ndim == 2:
-        return np.asarray(predict_mask(image, make_prompt(gt, mode, rng, jitter)), dtype=bool), 1
     pred = np.zeros_like(gt, dtype=bool)
     prompted = 0
-    for z in range(gt.shape[0]):
-        if gt[z].any():
-            pred[z] = np.asarray(predict_mask(image[z], make_prompt(gt[z], mode, rng, jitter)), dtype=bool)
-            prompted += 1
+    for z, image2d, gt2d in prompted_slices(image, gt):
+        mask = np.asarray(predict_mask(image2d, make_prompt(gt2d, mode, rng, jitter)), dtype=bool)
+        if z is None:
+            pred = mask
+        else:
+            pred[z] = mask
+        prompted += 1
     return pred, prompted
 
 
@@ -60,3 +79,227 @@ def run_segmentation(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], l
         if progress is not None:
             progress(k + 1, len(positions))
     return out
+
+
+# --- training a prompted mask decoder -----------------------------------------------------------------------
+
+SEG_SELECT_RULES = ("val_dsc", "worst_group_dsc")
+
+
+@dataclass
+class DecoderConfig:
+    """Mask-decoder fine-tuning hyperparameters (recorded in the result).
+
+    AdamW at MedSAM's learning rate 1e-4 and weight decay 0.01 (LiteMedSAM fine-tunes at 5e-5, 0.01, batch 4);
+    few epochs, since the loaded decoder is already trained and a CPU run must stay short. `select`: the
+    validation score that picks the epoch, mean DSC (val_dsc) or the lowest group mean DSC (worst_group_dsc).
+    """
+
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    epochs: int = 10
+    patience: int = 3
+    batch_size: int = 4
+    select: str = "val_dsc"
+
+
+def check_decoder_config(cfg: DecoderConfig) -> DecoderConfig:
+    """InputError for a setting that cannot train: rule, non-positive sizes, a negative rate."""
+    if cfg.select not in SEG_SELECT_RULES:
+        raise InputError(f"selection rule {cfg.select!r} does not apply to segmentation: a mask decoder is selected "
+                         f"by {' or '.join(SEG_SELECT_RULES)} (mean or worst-group validation DSC)")
+    for name in ("epochs", "patience", "batch_size"):
+        v = getattr(cfg, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "epochs" else 1):
+            raise InputError(f"decoder training: {name}={v!r} must be an integer >= {0 if name == 'epochs' else 1}")
+    for name in ("lr", "weight_decay"):
+        v = getattr(cfg, name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v) or v < 0 or (
+                name == "lr" and v == 0):
+            raise InputError(f"decoder training: {name}={v!r} must be a number {'> 0' if name == 'lr' else '>= 0'}")
+    return cfg
+
+
+class TrainableSegmenter(Protocol):
+    """What decoder training needs from a usage: encoder maps by key, decoder copies, targets and logits."""
+
+    def encode(self, images: Any) -> list[str]: ...
+
+    def new_decoder(self) -> Any: ...
+
+    def target(self, mask: np.ndarray) -> Any: ...
+
+    def logits(self, decoder: Any, keys: Sequence[str], boxes: Sequence[np.ndarray],
+               shapes: Sequence[tuple[int, int]]) -> Any: ...
+
+    def predictor(self, decoder: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]: ...
+
+
+@dataclass
+class SegSplit:
+    """A split's prompted 2D units (a 2D image, or a slice of a volume, with a non-empty mask): per unit its
+    encoder-map key, 2D mask and dataset position; the positions of the samples that got a prompt; with `keep`,
+    their images and masks by position (validation re-predicts them every epoch)."""
+
+    unit_positions: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    masks: list[np.ndarray] = field(default_factory=list)
+    prompted: list[int] = field(default_factory=list)
+    images: dict[int, np.ndarray] = field(default_factory=dict)
+    full_masks: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+def prepare_split(problem: TrainableSegmenter, load_image: Callable[[int], Any], load_mask: Callable[[int], Any],
+                  positions: Sequence[int], keep: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> SegSplit:
+    """Collect a split's prompted units and compute their encoder maps (in the problem's batches)."""
+    out = SegSplit()
+
+    def images() -> Iterator[np.ndarray]:
+        for k, i in enumerate(positions):
+            gt = np.asarray(load_mask(int(i)), dtype=bool)
+            if gt.any():
+                image = np.asarray(load_image(int(i)))
+                out.prompted.append(int(i))
+                if keep:
+                    out.images[int(i)], out.full_masks[int(i)] = image, gt
+                for _, image2d, gt2d in prompted_slices(image, gt):
+                    out.unit_positions.append(int(i))
+                    out.masks.append(gt2d)
+                    yield image2d
+            if progress is not None:
+                progress(k + 1, len(positions))
+
+    out.keys = problem.encode(images())
+    return out
+
+
+def dice_bce_loss(logits: Any, target: Any) -> Any:
+    """Per sample (b,): soft Dice loss of sigmoid(logits) with squared denominators plus the mean pixel BCE
+    with logits, against 0/1 targets (b, H, W): MedSAM's DiceLoss(sigmoid, squared_pred) + BCEWithLogitsLoss."""
+    import torch.nn.functional as F
+
+    z, t = logits.flatten(1), target.flatten(1).to(logits.dtype)
+    p = z.sigmoid()
+    dice = 1.0 - (2.0 * (p * t).sum(1) + 1e-5) / ((p * p).sum(1) + (t * t).sum(1) + 1e-5)
+    return dice + F.binary_cross_entropy_with_logits(z, t, reduction="none").mean(1)
+
+
+def selection_score_seg(rule: str, dsc: np.ndarray, groups: np.ndarray | None) -> float:
+    """Validation score to maximise: mean DSC, or the lowest group mean DSC (groups >= 0; NaN without any)."""
+    if rule == "val_dsc":
+        return float(np.mean(dsc)) if len(dsc) else float("nan")
+    if groups is None:
+        raise InputError("selection rule 'worst_group_dsc' needs the sensitive attribute on the validation split")
+    means = [float(dsc[groups == g].mean()) for g in np.unique(groups[groups >= 0])]
+    return min(means) if means else float("nan")
+
+
+@dataclass
+class DecoderFit:
+    """What validation chose: the best epoch (-1: no epoch beat the loaded decoder, which is kept), its score,
+    and per epoch (from -1, before training) the mean training loss and validation DSC (mean and worst group)."""
+
+    best_epoch: int
+    select: str
+    best_score: float
+    curve: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (NaN as None)."""
+        clean = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in row.items()}
+                 for row in self.curve]
+        return {"best_epoch": self.best_epoch, "select": self.select,
+                "best_select_score": self.best_score if np.isfinite(self.best_score) else None, "val_curve": clean}
+
+
+def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, codes: np.ndarray | None,
+                n_groups: int, cfg: DecoderConfig, mitigation: Mitigation, seed: int, jitter: float = 0.0,
+                progress: Callable[[int, int], None] | None = None) -> tuple[Any, DecoderFit]:
+    """Fine-tune a decoder copy on train with the mitigation's hooks; keep the state best on validation.
+
+    `codes` are the training attribute's group codes by dataset position (-1 = missing). Each batch gets fresh
+    box prompts (seeded, with `jitter`); validation prompts are the test procedure's (`run_segmentation` with
+    the same seed and jitter). The mitigation sees `epoch_indices(zeros, groups, rng)` (no class label) and
+    `loss(per_sample, Batch(None, None, groups, None))`.
+    """
+    import torch
+
+    check_decoder_config(cfg)
+    mitigation.check_task("segmentation")
+    if not train.keys:
+        raise InputError("the train split has no sample with a non-empty mask: nothing to fine-tune the decoder on")
+    if not val.prompted:
+        raise InputError("the validation split has no sample with a non-empty mask: checkpoint selection needs one")
+    if mitigation.needs_attribute_at_training and codes is None:
+        raise InputError(f"mitigation {mitigation.name!r} needs the sensitive attribute at training; "
+                         "give --attribute for a dataset that has one")
+    if cfg.select == "worst_group_dsc" and codes is None:
+        raise InputError("selection rule 'worst_group_dsc' needs the sensitive attribute on the validation split")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    decoder = mitigation.wrap_head(problem.new_decoder(), n_groups)
+    params = [p for p in decoder.parameters() if p.requires_grad] + list(mitigation.extra_parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    targets = torch.stack([problem.target(m) for m in train.masks])
+    groups = None if codes is None else np.asarray(codes)[train.unit_positions].astype(np.int64)
+    groups_t = None if groups is None else torch.as_tensor(groups)
+    val_groups = None if codes is None else np.asarray(codes)[val.prompted]
+    shapes = [m.shape for m in train.masks]
+    sampler_y = np.zeros(len(train.keys), dtype=np.int64)
+    device = next(iter(decoder.parameters())).device
+
+    def validate() -> dict[str, float]:
+        decoder.eval()
+        out = run_segmentation(problem.predictor(decoder), val.images.__getitem__, val.full_masks.__getitem__,
+                               val.prompted, "bbox", seed, jitter)
+        dsc = np.asarray(out.dsc)
+        worst = float("nan") if val_groups is None else selection_score_seg("worst_group_dsc", dsc, val_groups)
+        return {"val_dsc": float(dsc.mean()), "val_worst_group_dsc": worst}
+
+    def score(row: dict[str, float]) -> float:
+        return row["val_dsc"] if cfg.select == "val_dsc" else row["val_worst_group_dsc"]
+
+    row = {"epoch": -1, "train_loss": float("nan"), **validate(), "seconds": 0.0}
+    curve = [row]
+    best, best_state, best_epoch, bad = score(row), copy.deepcopy(decoder.state_dict()), -1, 0
+    for epoch in range(cfg.epochs):
+        t0 = time.perf_counter()
+        decoder.train()
+        order = mitigation.epoch_indices(sampler_y, groups, rng)
+        total = 0.0
+        for start in range(0, len(order), cfg.batch_size):
+            b = np.asarray(order[start:start + cfg.batch_size])
+            boxes = [make_prompt(train.masks[j], "bbox", rng, jitter).box for j in b]
+            logits = problem.logits(decoder, [train.keys[j] for j in b], boxes, [shapes[j] for j in b])
+            per = dice_bce_loss(logits, targets[torch.as_tensor(b)].to(device))
+            gb = None if groups_t is None else groups_t[torch.as_tensor(b)].to(device)
+            loss = mitigation.loss(per, Batch(None, None, gb, None))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(per.detach().sum())
+        row = {"epoch": epoch, "train_loss": total / max(len(order), 1), **validate(),
+               "seconds": time.perf_counter() - t0}
+        curve.append(row)
+        if progress is not None:
+            progress(epoch + 1, cfg.epochs)
+        v = score(row)
+        if np.isfinite(v) and (not np.isfinite(best) or v > best + 1e-7):
+            best, best_state, best_epoch, bad = v, copy.deepcopy(decoder.state_dict()), epoch, 0
+        else:
+            bad += 1
+            if bad >= cfg.patience:
+                break
+    decoder.load_state_dict(best_state)
+    decoder.eval()
+    return decoder, DecoderFit(best_epoch, cfg.select, float(best), curve)
+
+
+def describe_decoder_config(cfg: DecoderConfig) -> dict[str, Any]:
+    """The decoder-training configuration as recorded in results, with the loss and prompt rules."""
+    return {**asdict(cfg), "optimizer": "AdamW",
+            "loss": "per sample: soft Dice (sigmoid, squared denominators) + mean pixel BCE on the decoder's "
+                    "low-resolution logits against the mask resized like the image",
+            "prompts": "a box from each ground-truth mask (slice), redrawn every batch with the run's box_jitter",
+            "frozen": "image encoder and prompt encoder"}

@@ -1,4 +1,5 @@
-"""Fixtures for the usage-adapter tests: a 64-px random-weight CLIP ViT-B/32 and tiny synthetic runs."""
+"""Fixtures for the usage-adapter tests: a 64-px random-weight CLIP ViT-B/32, a 32-px random-weight LiteMedSAM and
+tiny synthetic runs."""
 
 from __future__ import annotations
 
@@ -25,3 +26,17 @@ def small_clip() -> str:
 def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One results/cache folder for the session, so runs on the same features share the feature cache."""
     return tmp_path_factory.mktemp("usages")
+
+
+@pytest.fixture(scope="module")
+def small_sam() -> str:
+    """litemedsam with its input size set to 32 px (an 8 x 8 encoder map, 32 x 32 decoder logits): the real
+    TinyViT encoder, prompt encoder and mask decoder with random weights, cheap enough for CPU runs. Module
+    scope: tests elsewhere load litemedsam's real weights at 256 px."""
+    from fairmedbench.registry.models import MODELS, get_card
+
+    card = get_card("litemedsam")
+    small = dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=32))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(MODELS._items, "litemedsam", small)
+        yield "litemedsam"

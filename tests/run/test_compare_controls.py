@@ -52,7 +52,7 @@ def test_compare_same_seeds_paired_against_erm(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kw, needle", [
     ({"methods": ["erm", "magic"]}, "unknown mitigation"),
     ({"seeds": (0,)}, "at least two seeds"),
-    ({"usage": "sam-prompt"}, "usage must be lp or lora"),
+    ({"usage": "sam-prompt"}, "usage must be one of lp, lora, sam-decoder"),
 ])
 def test_compare_bad_input(tmp_path: Path, kw: dict, needle: str) -> None:
     args = {"methods": ["erm"], "seeds": (0, 1), "usage": "lp", **kw}

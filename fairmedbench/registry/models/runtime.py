@@ -109,21 +109,14 @@ class PromptableSegmenter(FoundationModel):
         """Global average of the image encoder's feature map (frozen-feature embedding)."""
         return self.image_map(pixels).float().mean(dim=(2, 3))
 
-    @torch.inference_mode()
-    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
-        """Mask for a box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) with labels (1 = foreground), in the
-        image's pixels, mapped back to the image size (SAM's post-processing).
-
-        `multimask` (default: True for points alone, False with a box, as SAM recommends for ambiguous and
-        unambiguous prompts) predicts three masks and keeps the one with the highest predicted IoU.
-        """
-        spec = self.card.preprocessing
-        image = np.asarray(image)
-        h, w = image.shape[:2]
+    def prompt_tensors(self, h: int, w: int, box: Sequence[float] | None = None, points: Any = None,
+                       point_labels: Any = None
+                       ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
+        """A box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) in an h x w image's pixels -> the prompt encoder's
+        boxes (1, 1, 4) and (coords, labels) in the model's input pixels; InputError outside the image."""
         if box is None and points is None:
             raise InputError("segment needs a box or points")
-        nh, nw = resized_shape(h, w, spec)
+        nh, nw = resized_shape(h, w, self.card.preprocessing)
         sx, sy = nw / w, nh / h
         boxes = coords = None
         if box is not None:
@@ -138,24 +131,68 @@ class PromptableSegmenter(FoundationModel):
             labels = np.ones(len(pts)) if point_labels is None else np.asarray(point_labels).ravel()
             xy = torch.tensor(pts * np.array([sx, sy]), dtype=torch.float32)[None].to(self.device)
             coords = (xy, torch.tensor(labels, dtype=torch.int64)[None].to(self.device))
+        return boxes, coords
+
+    def decode(self, emb: torch.Tensor, boxes: torch.Tensor | None,
+               coords: tuple[torch.Tensor, torch.Tensor] | None = None, multimask: bool = False,
+               decoder: torch.nn.Module | None = None) -> torch.Tensor:
+        """Low-resolution logits (B, 1, L, L) of each sample's mask from encoder maps (B, C, h, w) and B prompts
+        (boxes (B, 1, 4) and/or points); with `multimask`, the mask of highest predicted IoU.
+
+        `decoder` replaces the model's mask decoder (e.g. a fine-tuned copy); gradients reach only the
+        decoder: the prompt encoder is frozen.
+        """
+        with torch.no_grad():
+            sparse, dense = self.module.prompt_encoder(points=coords, boxes=boxes, masks=None)
+            pe = self.module.prompt_encoder.get_dense_pe()
+        decoder = self.module.mask_decoder if decoder is None else decoder
+        out = []
+        for b in range(emb.shape[0]):  # SAM's decoder pairs one image with all its prompts: one call per sample
+            low_res, iou = decoder(image_embeddings=emb[b:b + 1], image_pe=pe, sparse_prompt_embeddings=sparse[b:b + 1],
+                                   dense_prompt_embeddings=dense[b:b + 1], multimask_output=multimask)
+            best = int(iou[0].argmax()) if multimask else 0
+            out.append(low_res[:, best:best + 1])
+        return torch.cat(out)
+
+    def to_image(self, low_res: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """Low-resolution logits (B, 1, L, L) -> logits (B, h, w) at the image's size (SAM's post-processing:
+        up to the input size, crop the padding, resize)."""
+        spec = self.card.preprocessing
+        nh, nw = resized_shape(h, w, spec)
+        s = spec.size
+        up = F.interpolate(low_res.float(), size=(s, s), mode="bilinear", align_corners=False)
+        up = up[..., :nh, :nw]
+        return F.interpolate(up, size=(h, w), mode="bilinear", align_corners=False)[:, 0]
+
+    def low_res_target(self, mask: np.ndarray, size: int) -> torch.Tensor:
+        """A 2D ground-truth mask as the decoder sees it: resized and padded like the image, then to size x size
+        (the decoder's low-resolution grid); bool (size, size), pixels covered at least half."""
+        spec = self.card.preprocessing
+        m = torch.from_numpy(np.asarray(mask, dtype=np.float32))[None, None]
+        nh, nw = resized_shape(m.shape[2], m.shape[3], spec)
+        m = F.interpolate(m, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True)
+        m = F.pad(m, (0, spec.size - nw, 0, spec.size - nh))
+        if size != spec.size:
+            m = F.interpolate(m, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        return m[0, 0] >= 0.5
+
+    @torch.inference_mode()
+    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
+                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+        """Mask for a box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) with labels (1 = foreground), in the
+        image's pixels, mapped back to the image size (SAM's post-processing).
+
+        `multimask` (default: True for points alone, False with a box, as SAM recommends for ambiguous and
+        unambiguous prompts) predicts three masks and keeps the one with the highest predicted IoU.
+        """
+        image = np.asarray(image)
+        h, w = image.shape[:2]
+        boxes, coords = self.prompt_tensors(h, w, box, points, point_labels)
         if multimask is None:
             multimask = box is None
         pixels = torch.from_numpy(self.preprocess(image))[None].to(self.device)
-        emb = self._map_of(pixels)
-        sparse, dense = self.module.prompt_encoder(points=coords, boxes=boxes, masks=None)
-        low_res, iou = self.module.mask_decoder(
-            image_embeddings=emb,
-            image_pe=self.module.prompt_encoder.get_dense_pe(),
-            sparse_prompt_embeddings=sparse,
-            dense_prompt_embeddings=dense,
-            multimask_output=multimask,
-        )
-        best = int(iou[0].argmax()) if multimask else 0
-        s = spec.size
-        up = F.interpolate(low_res[:, best:best + 1].float(), size=(s, s), mode="bilinear", align_corners=False)
-        up = up[..., :nh, :nw]
-        full = F.interpolate(up, size=(h, w), mode="bilinear", align_corners=False)
-        return (full[0, 0] > 0).cpu().numpy()
+        low_res = self.decode(self._map_of(pixels), boxes, coords, multimask)
+        return (self.to_image(low_res, h, w)[0] > 0).cpu().numpy()
 
 
 class seeded:
