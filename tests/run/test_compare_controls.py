@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,25 @@ def test_compare_bad_input(tmp_path: Path, kw: dict, needle: str) -> None:
     with pytest.raises(InputError, match=needle):
         compare("imagenet-resnet50", ["synth-control"], "sex", args["usage"], args["methods"], args["seeds"],
                 _opts(tmp_path), weights="random")
+
+
+def test_compare_refuses_a_missing_attribute_and_an_empty_validation_split(tmp_path: Path) -> None:
+    from fairmedbench.registry.datasets import load_dataset
+
+    args = ("imagenet-resnet50", ["synth-control"])
+    with pytest.raises(InputError, match="has no attribute 'ethnicity'"):
+        compare(*args, "ethnicity", "lp", ["groupdro"], (0, 1), _opts(tmp_path), weights="random",
+                dataset_options={"n": 40})
+    split = load_dataset("synth-control", n=40).split().to_dict()
+    split["ids"]["train"] += split["ids"]["val"]
+    split["ids"]["val"] = []
+    split.pop("fingerprint")
+    path = tmp_path / "noval.json"
+    path.write_text(json.dumps(split))
+    opts = replace(_opts(tmp_path), split_file=str(path))
+    with pytest.raises(InputError, match="empty val"):
+        compare(*args, "sex", "lp", ["groupdro"], (0, 1), opts, weights="random", dataset_options={"n": 40},
+                select="worst_group_auc")
 
 
 def test_compare_cli_table_and_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
