@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -194,12 +195,9 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     shape = (len(out.methods), n_seeds, len(res.groups))
     point = res.point.reshape(shape)
     boot = res.resampled.reshape((-1, *shape))
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            worst_p, worst_b = np.nanmin(point, axis=-1).mean(axis=-1), np.nanmin(boot, axis=-1).mean(axis=-1)
+    with warnings.catch_warnings():  # a resample where every group's AUC is undefined stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        worst_p, worst_b = np.nanmin(point, axis=-1).mean(axis=-1), np.nanmin(boot, axis=-1).mean(axis=-1)
     doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "methods": {}}
     for i, m in enumerate(out.methods):
         entry = {"worst_group_auc": _interval(worst_b[:, i], float(worst_p[i]))}

@@ -163,7 +163,11 @@ def _attr_columns(ds: Any, spec: RunSpec, positions: np.ndarray) -> dict[str, np
     return {a: ds.samples[f"attr:{a}"].to_numpy()[positions] for a in spec.attributes}
 
 
-def _codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+def _training_groups(spec: RunSpec, ds: Any) -> tuple[np.ndarray | None, int]:
+    """Group codes of every sample for the attribute mitigations train with (the run's first; -1 = missing)."""
+    if not spec.attributes:
+        return None, 0
+    values = ds.samples[f"attr:{spec.attributes[0]}"].to_numpy()
     names = sorted({v for v in values if isinstance(v, str)})
     lookup = {n: i for i, n in enumerate(names)}
     return np.array([lookup.get(v, -1) for v in values]), len(names)
@@ -196,8 +200,7 @@ def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split:
     prepared = adapter.prepare(model, views, ctx)
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
-    train_attr = spec.attributes[0] if spec.attributes else None
-    codes, n_groups = _codes(ds.samples[f"attr:{train_attr}"].to_numpy()) if train_attr else (None, 0)
+    codes, n_groups = _training_groups(spec, ds)
     arrays = {k: SplitArrays(prepared.inputs[k], y[p], None if codes is None else codes[p], n_groups)
               for k, p in pos.items()}
     cfg_keys = set(TrainConfig.__dataclass_fields__)
@@ -275,8 +278,7 @@ def _decoder_trainer(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: An
     cfg = check_decoder_config(DecoderConfig(**{k: v for k, v in spec.hparams.items() if k in cfg_keys}))
     mit_h = {k: v for k, v in spec.hparams.items() if k not in cfg_keys and k not in adapter.hparam_names}
     make_mitigation(spec.mitigation, **mit_h).check_task("segmentation")
-    train_attr = spec.attributes[0] if spec.attributes else None
-    codes, n_groups = _codes(ds.samples[f"attr:{train_attr}"].to_numpy()) if train_attr else (None, 0)
+    codes, n_groups = _training_groups(spec, ds)
     problem = adapter.trainable(model, ctx)
     train, val, test = (prepare_split(problem, ds.load_image, ds.load_mask, p, keep=name == "val",
                                       progress=_stage(ctx, f"encoder maps ({name})"))
