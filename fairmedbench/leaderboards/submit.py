@@ -29,6 +29,7 @@ from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
+from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 
@@ -404,7 +405,8 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
             vy = np.column_stack([cols.val[f"label:{t}"] for t in tasks]) if val else None
             vs = np.column_stack([cols.val[f"score:{t}"] for t in tasks]) if val else None
             policy = None
-            if common["profile"] != "fairmedfm":
+            profile = get_profile(common["profile"])
+            if profile.accepts_threshold:
                 policies = {(_setting(meta, ("thresholds", t), rel) or {}).get("policy") for t in tasks}
                 if len(policies) != 1 or None in policies:
                     raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
@@ -413,7 +415,7 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
                 y, s, attributes, task_names=tasks, threshold=policy, val_y_true=vy, val_y_score=vs,
                 fpr_at_tpr=_setting(meta, ("operating_points", "fpr_at_tpr"), rel),
                 rates_at_fpr=_setting(meta, ("operating_points", "rates_at_fpr"), rel),
-                ece_bins=_setting(meta, ("ece", "bins"), rel) if common["profile"] != "fairmedfm" else 15,
+                ece_bins=_setting(meta, ("ece", "bins"), rel) if profile.ece_bins is None else profile.ece_bins,
                 **common)
     except (InputError, TypeError, ValueError) as err:
         raise _Stop([f"{rel}: recomputation failed: {err}"]) from None
