@@ -17,6 +17,7 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
+from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
 from fairmedbench.metrics.profiles import PROFILES, Profile, check_threshold, get_profile
 from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, equity_scaled, gap_stats,
@@ -90,11 +91,11 @@ class _Block:
         """All per-subset metrics for each row of weights; also returns the cumulative sums for reuse."""
         cp, cn = _cum0(wp), _cum0(wn)
         P, N = cp[:, -1], cn[:, -1]
-        cn_lo, cn_hi = cn[:, self.lo], cn[:, self.hi]
+        cn_lo = cn[:, self.lo]
         tp_ge = P[:, None] - cp[:, self.lo_pp]
         fp_ge = N[:, None] - cn_lo
+        auc = auc_from_sorted(wp, cn, self.lo, self.hi)
         with np.errstate(divide="ignore", invalid="ignore"):
-            auc = 0.5 * (wp * (cn_lo + cn_hi)).sum(axis=1) / (P * N)
             prec = np.where(wp > 0, tp_ge / np.where(wp > 0, tp_ge + fp_ge, 1.0), 0.0)
             # a group without negatives has AP = 1 whatever the scores: undefined, like its AUC
             ap = np.where(N > 0, (wp * prec).sum(axis=1) / P, np.nan)
@@ -215,7 +216,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
             vals[names.youden_at_fpr] = tpr_c - fpr_c
             if i is not None:
                 lo, hi = plan.sauroc_lo[i], plan.sauroc_hi[i]
-                vals["sauroc"] = 0.5 * (wp_all * (cn[:, lo] + cn[:, hi])).sum(axis=1) / (P * Ng)
+                vals["sauroc"] = auc_from_sorted(wp_all, cn, lo, hi)
             for k, v in vals.items():
                 per.setdefault(k, {})[g] = v
     per["_t_tpr"] = {OVERALL: t_tpr}
