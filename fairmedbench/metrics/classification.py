@@ -325,14 +325,21 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
             for m, v in _between_groups(res, groups, defined, names, profile).items():
                 boot.setdefault(m, {}).setdefault(GAP, []).append(v)
 
+    counts = {OVERALL: {"n": int(len(y)), "n_pos": int(y.sum()), "n_neg": int(len(y) - y.sum())}}
+    report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
+
     def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
         if n_boot == 0 or not np.isfinite(value):
             return (float(value), math.nan, math.nan)
-        lo, hi = bs.percentile_ci(np.concatenate(boot[metric][group]), ci_level)
-        return (float(value), float(lo), float(hi))
+        if group in report.small_groups:
+            why: str | None = bs.small_group_reason(counts[group]["n"], min_group_size)
+            lo = hi = math.nan
+        else:
+            lo, hi, why = bs.interval(np.concatenate(boot[metric][group]), ci_level)
+        if why:
+            report.ci_notes.setdefault(metric, {})[group] = why
+        return (float(value), lo, hi)
 
-    counts = {OVERALL: {"n": int(len(y)), "n_pos": int(y.sum()), "n_neg": int(len(y) - y.sum())}}
-    report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
     for gi, g in enumerate(groups):
         blk = plan.blocks[gi]
         n_pos, n_neg = len(blk.sp), len(blk.sn)

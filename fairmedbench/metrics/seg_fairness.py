@@ -144,15 +144,21 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
             for m, v in _between(res, defined, profile).items():
                 boot.setdefault((m, GAP), []).append(v)
 
-    def triple(m: str, g: str, v: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(v):
-            return (float(v), math.nan, math.nan)
-        lo, hi = bs.percentile_ci(np.concatenate(boot[(m, g)]), ci_level)
-        return (float(v), float(lo), float(hi))
-
     e = empty[keep]
     counts = {OVERALL: {"n": int(len(codes)), "n_empty_gt": int(e.sum())}}
     report = AttributeReport("segmentation", attr.name, groups, counts, n_missing=attr.n_missing)
+
+    def triple(m: str, g: str, v: float) -> tuple[float, float, float]:
+        if n_boot == 0 or not np.isfinite(v):
+            return (float(v), math.nan, math.nan)
+        if g in report.small_groups:
+            why: str | None = bs.small_group_reason(counts[g]["n"], min_group_size)
+            lo = hi = math.nan
+        else:
+            lo, hi, why = bs.interval(np.concatenate(boot[(m, g)]), ci_level)
+        if why:
+            report.ci_notes.setdefault(m, {})[g] = why
+        return (float(v), lo, hi)
     for g, i in zip(groups, idx):
         counts[g] = {"n": int(len(i)), "n_empty_gt": int(e[i].sum())}
         if len(i) == 0:

@@ -72,8 +72,13 @@ def render(result: FairnessResult, console: Any) -> None:
             console.print(f"[yellow]missing[/] {r.attribute}: {r.n_missing} sample(s) without a value, left out")
     small = sorted({g for r in result.reports for g in r.small_groups})
     if small:
-        console.print(f"[yellow]small groups[/] (< {result.meta['min_group_size']} samples; wide CIs): "
-                      f"{', '.join(small)}")
+        console.print(f"[yellow]small groups[/] (< {result.meta['min_group_size']} samples; point estimates "
+                      f"only, no CI): {', '.join(small)}")
+    degenerate = sum(1 for r in result.reports for m, per in r.ci_notes.items() for g in per
+                     if g not in r.small_groups)
+    if degenerate:
+        console.print(f"[yellow]no CI[/] for {degenerate} value(s) whose bootstrap distribution is degenerate "
+                      "(every resample equal; see ci_notes in the result)")
 
 
 def render_run(outcome: Any, console: Any) -> None:
@@ -95,11 +100,11 @@ def render_run(outcome: Any, console: Any) -> None:
                       for g, c in per.items()} for m, per in r["metrics"].items()}
         reports.append(AttributeReport(r["task"], r["attribute"], r["groups"], r["counts"], values, r["skipped"],
                                        r.get("gap_notes", {}), r.get("small_groups", []), r.get("worst_group", {}),
-                                       r["thresholds"], r.get("n_missing_attribute", 0)))
+                                       r["thresholds"], r.get("n_missing_attribute", 0), r.get("ci_notes", {})))
     console.print(f"seed {first['spec']['seed']}:")
     render(FairnessResult(reports, first["result"]["meta"]), console)
     if len(outcome.seed_docs) > 1:
-        table = Table(title="across seeds: mean ± std \\[normal 95% CI]", title_justify="left")
+        table = Table(title="across seeds: mean ± std \\[t 95% CI]", title_justify="left")
         table.add_column("task / attribute")
         names = sorted({m for row in outcome.summary["across_seeds"].values() for m in row})
         for m in names:
@@ -155,7 +160,7 @@ def render_compare(doc: dict, console: Any) -> None:
         console.width = max(console.width, 170)
     metrics = doc.get("metrics") or ("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es",
                                       "eqodds_diff")
-    table = Table(title=f"by {doc['attribute']}: mean \\[normal 95% CI] over seeds", title_justify="left")
+    table = Table(title=f"by {doc['attribute']}: mean \\[t 95% CI] over seeds", title_justify="left")
     for h in ("dataset", "method", *metrics):
         table.add_column(h, justify="left" if h in ("dataset", "method") else "right")
     for row in doc["table"]:
