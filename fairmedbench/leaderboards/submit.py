@@ -30,6 +30,7 @@ from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.profiles import get_profile
+from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 
@@ -56,14 +57,6 @@ MODEL_SCHEMA: dict[str, Any] = {
 SUITE_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["name", "version"],
     "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
-}
-# what a board row shows, per task: column -> (metric, group)
-HEADLINE = {
-    "classification": {"utility": ("auc", OVERALL), "worst_group": ("worst_group_auc", GAP),
-                       "gap": ("auc_gap", GAP), "es": ("auc_es", GAP), "eqodds": ("eqodds_diff", GAP),
-                       "ece_gap": ("ece_gap", GAP)},
-    "segmentation": {"utility": ("dsc", OVERALL), "worst_group": ("worst_group_dsc", GAP),
-                     "gap": ("dsc_gap", GAP), "es": ("dsc_es", GAP), "eqodds": None, "ece_gap": None},
 }
 
 
@@ -505,10 +498,9 @@ def _headline(doc: dict[str, Any], task: str) -> dict[str, dict[str, float | Non
     by_attr: dict[str, dict[str, list[float]]] = {}
     for r in doc["result"]["reports"]:
         cols = by_attr.setdefault(r["attribute"], {})
-        for col, spec in HEADLINE[task].items():
-            if spec is None:
-                continue
-            v = r["metrics"].get(spec[0], {}).get(spec[1], {}).get("value")
+        for col, spec in board_metrics(task).items():  # what a board row shows: the registry's board columns
+            slot = GAP if spec.between_groups else OVERALL
+            v = r["metrics"].get(spec.name, {}).get(slot, {}).get("value")
             cols.setdefault(col, []).append(math.nan if v is None else float(v))
     return {a: {c: _mean(v) for c, v in cols.items()} for a, cols in by_attr.items()}
 

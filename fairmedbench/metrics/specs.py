@@ -197,3 +197,11 @@ def headline_metric(task: str) -> str:
 def board_metrics(task: str) -> dict[str, MetricSpec]:
     """Leaderboard column key -> the spec that fills it for `task`."""
     return {s.board: s for s in task_metrics(task) if s.board}
+
+
+def board_higher_is_better(column: str) -> bool:
+    """Direction of a leaderboard column, the same for every task's metric that fills it."""
+    dirs = {s.higher_is_better for s in METRIC_SPECS.values() if s.board == column}
+    if len(dirs) != 1 or None in dirs:
+        raise ValueError(f"board column {column!r} has directions {dirs} across tasks; it needs exactly one")
+    return bool(dirs.pop())
