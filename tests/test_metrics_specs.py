@@ -75,6 +75,17 @@ def test_registry_roles():
             assert s.higher_is_better is None and s.bounds == (-1.0, 1.0), s.name
 
 
+def test_seed_interval_of_a_metric_and_of_a_difference_is_clipped_to_the_spec():
+    from fairmedbench.metrics.stats import seed_summary
+
+    # AUC 0.97, 0.99, 1.0: mean 0.986667, std 0.015275, t_2 half-width 4.302653 * 0.015275 / sqrt(3) = 0.037946
+    s = seed_summary([0.97, 0.99, 1.0], bounds=metric_spec("auc").bounds)
+    assert s.ci_low == pytest.approx(0.948721, abs=1e-6) and s.ci_high == 1.0
+    assert metric_spec("auc").diff_bounds == (-1.0, 1.0) and metric_spec("hd95").diff_bounds == (-math.inf, math.inf)
+    d = seed_summary([-0.9, 0.95], bounds=metric_spec("auc").diff_bounds)
+    assert (d.ci_low, d.ci_high) == (-1.0, 1.0) and d.clipped
+
+
 def test_family_names_and_unknown():
     assert metric_spec("fpr_at_tpr90").higher_is_better is False
     assert metric_spec("youden_j_at_fpr15_gap").bounds == (0.0, 2.0)

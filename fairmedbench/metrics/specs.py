@@ -46,6 +46,11 @@ class MetricSpec:
         return self.label or self.name
 
     @property
+    def diff_bounds(self) -> tuple[float, float] | None:
+        """Bounds of a difference of two values of this metric (e.g. method - ERM): (lo - hi, hi - lo)."""
+        return None if self.bounds is None else (self.bounds[0] - self.bounds[1], self.bounds[1] - self.bounds[0])
+
+    @property
     def between_groups(self) -> bool:
         """True for quantities over groups (gaps, differences, ES, worst group), stored under GAP."""
         return self.kind != "group"
