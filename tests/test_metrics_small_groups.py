@@ -29,6 +29,7 @@ def test_one_positive_one_negative_group_has_no_zero_width_auc_interval():
     assert v == 1.0 and math.isnan(lo) and math.isnan(hi)
     assert "degenerate" in r.ci_notes["auc"]["tiny"]
     assert r.to_dict()["metrics"]["auc"]["tiny"] == {"value": 1.0, "ci_low": None, "ci_high": None}
+    assert "prevalence" not in r.ci_notes and math.isnan(r.values["prevalence"]["big"][1])  # fixed by design
     big = r.values["auc"]["big"]
     assert big[1] < big[0] < big[2]  # a real group keeps a real interval
     assert "big" not in r.ci_notes.get("auc", {})

@@ -19,7 +19,7 @@ from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
-from fairmedbench.metrics.profiles import PROFILES, Profile, check_threshold, get_profile
+from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
 from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, equity_scaled, gap_stats,
                                          signed_differences)
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
@@ -252,6 +252,9 @@ GAP_BASE = ("auc", "ap", "brier", "balanced_brier", "ece", "tpr", "fpr", "tnr", 
 
 DIFF_BASE = ("auc", "ap", "tpr", "fpr", "ece", "balanced_brier")
 
+#: held fixed by the bootstrap's stratification (label counts per group), so it has no interval
+FIXED_BY_STRATIFICATION = ("prevalence",)
+
 
 def _between_groups(per: dict[str, dict[str, np.ndarray]], groups: list[str], defined: dict[str, list[str]],
                     names: _Names, profile: Profile) -> dict[str, np.ndarray]:
@@ -329,7 +332,7 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
 
     def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(value):
+        if n_boot == 0 or not np.isfinite(value) or metric in FIXED_BY_STRATIFICATION:
             return (float(value), math.nan, math.nan)
         if group in report.small_groups:
             why: str | None = bs.small_group_reason(counts[group]["n"], min_group_size)
@@ -498,7 +501,8 @@ def evaluate_classification(
             if on_step is not None:
                 on_step(len(reports), len(names_t) * len(attrs), f"{task} / {a.name}")
     meta = {"kind": "classification", "profile": prof.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
-            "ci_method": "percentile bootstrap, stratified by label within each group",
+            "ci_method": "percentile bootstrap, stratified by label within each group (so prevalence has no "
+                         "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
             "min_group_size": min_group_size, "operating_points": {"fpr_at_tpr": fpr_at_tpr,
                                                                     "rates_at_fpr": rates_at_fpr}, "ece": prof.ece_description(ece_bins),
             "thresholds": thresholds, "n_samples": n, "tasks": names_t,

@@ -104,7 +104,8 @@ def evaluate_segmentation(
     attrs = resolve_attributes(attributes, n, bins, intersect)
     reports = [_analyse(d, iou_a, hd_a, empty, a, profile, n_boot, seed, ci_level, min_group_size) for a in attrs]
     meta = {"kind": "segmentation", "profile": profile.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
-            "ci_method": "percentile bootstrap, stratified by group", "min_group_size": min_group_size,
+            "ci_method": "percentile bootstrap, stratified by group; none for groups below min_group_size or "
+                         "degenerate resamples (ci_notes)", "min_group_size": min_group_size,
             "group_statistic": "mean of per-sample DSC (not pooled pixels)", "n_samples": n,
             "n_empty_gt": int(empty.sum()), "tasks": ["segmentation"], "attributes": [a.name for a in attrs]}
     return FairnessResult(reports, meta)
