@@ -225,6 +225,11 @@ def test_welch_random_vs_scipy():
     assert r.t == pytest.approx(ref.statistic, rel=1e-12) and r.p_value == pytest.approx(ref.pvalue, rel=1e-10)
 
 
+def test_welch_nearly_identical_values_carry_a_note():
+    r = welch_test([0.7, 0.7 + 1e-15, 0.7], [0.7, 0.7, 0.7 + 2e-15])
+    assert r.note is not None and "scipy warned" in r.note
+
+
 def test_welch_zero_variance_and_errors():
     r = welch_test([0.5, 0.5], [0.7, 0.7])
     assert math.isnan(r.t) and math.isnan(r.p_value) and r.mean_diff == pytest.approx(-0.2) and "zero variance" in r.note

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -232,8 +233,13 @@ def welch_test(a: Any, b: Any) -> WelchResult:
     if a.var(ddof=1) == 0 and b.var(ddof=1) == 0:
         return WelchResult(math.nan, math.nan, math.nan, diff, a.size, b.size,
                            "both samples have zero variance: Welch's t is undefined")
-    res = sps.ttest_ind(a, b, equal_var=False)
-    return WelchResult(float(res.statistic), float(res.df), float(res.pvalue), diff, a.size, b.size, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        res = sps.ttest_ind(a, b, equal_var=False)
+    note = None
+    if caught:  # e.g. precision loss on nearly identical values: say so in the result, not on stderr
+        note = f"scipy warned: {caught[0].message}"
+    return WelchResult(float(res.statistic), float(res.df), float(res.pvalue), diff, a.size, b.size, note)
 
 
 @dataclass(frozen=True)
