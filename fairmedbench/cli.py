@@ -45,7 +45,7 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--threshold", metavar="POLICY",
                    help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X "
                         "(default: val_youden with validation rows, else fixed:0.5)")
-    p.add_argument("--profile", default="default", choices=["default", "fairmedfm", "fairseg"],
+    p.add_argument("--profile", default="default", choices=_profile_names(),
                    help="metric conventions; 'fairmedfm' reproduces that package's numbers (labelled)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0 = no CIs)")
     p.add_argument("--seed", type=int, default=0)
@@ -92,11 +92,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     render(outcome.result, console)
     for note in outcome.notes:
         console.print(f"[cyan]note[/] {note}")
-    thr = outcome.result.meta.get("thresholds", {})
-    if thr:
-        first = next(iter(thr.values()))
-        console.print(f"operating threshold: {first['policy']} -> {first['value']} (positive iff score {first['comparator']} t; "
-                      f"source: {first['source']})")
+    for task, thr in outcome.result.meta.get("thresholds", {}).items():
+        # one threshold per task, or one per attribute when the profile picks it on each evaluated set
+        per = {"": thr} if "policy" in thr else {f" ({task} / {a})": t for a, t in thr.items()}
+        for where, t in per.items():
+            console.print(f"operating threshold{where}: {t['policy']} -> {t['value']} (positive iff score "
+                          f"{t['comparator']} t; source: {t['source']})")
+        break
     for what, path in outcome.paths.items():
         console.print(f"{what}: {path}")
     return 0
@@ -204,7 +206,6 @@ def _numbers_parent() -> argparse.ArgumentParser:
 
 def _add_run_options(p: Any) -> None:
     from fairmedbench.adapters.prompts import PROMPT_MODES
-    from fairmedbench.metrics.classification import PROFILES
 
     p.add_argument("--model", required=True, help="a model card name (benchmark list models)")
     p.add_argument("--dataset", required=True, help="a dataset card name (benchmark list datasets)")
@@ -217,8 +218,10 @@ def _add_run_options(p: Any) -> None:
     p.add_argument("--seeds", default="0", help="training seeds: 0,1,2 or 0-4")
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--split-file", help="an exported split (benchmark splits export) to run on")
-    p.add_argument("--profile", default="default", choices=list(PROFILES))
-    p.add_argument("--threshold", default="val_youden", metavar="POLICY")
+    p.add_argument("--profile", default="default", choices=_profile_names())
+    p.add_argument("--threshold", metavar="POLICY",
+                   help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a "
+                        "profile that chooses its own threshold, such as fairmedfm, refuses one)")
     p.add_argument("--prompt", default="bbox", choices=list(PROMPT_MODES),
                    help="segmentation prompt derived from the ground truth")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
@@ -465,14 +468,16 @@ def _add_list(sub: Any) -> None:
     p.set_defaults(handler=_cmd_list)
 
 
-def _list_profiles() -> list[dict[str, Any]]:
-    from fairmedbench.metrics.classification import PROFILES
+def _profile_names() -> list[str]:
+    from fairmedbench.metrics.profiles import PROFILES
 
-    about = {"default": "the definitions of METRICS.md (threshold chosen on validation, ECE 15 bins on [0,1])",
-             "fairmedfm": "FairMedFM compatibility: best-F1 threshold on the evaluated set, '>', ECE 10 bins "
-                          "over the observed range, eod = 1-(ΔTPR+ΔTNR)/2, es_dsc = mean/(1+std)",
-             "fairseg": "default forms plus FairSeg's std variant dsc_es_std"}
-    return [{"name": p, "about": about[p]} for p in PROFILES]
+    return PROFILES.names()
+
+
+def _list_profiles() -> list[dict[str, Any]]:
+    from fairmedbench.metrics.profiles import PROFILES
+
+    return [{"name": p.name, "about": p.about} for p in PROFILES.values()]
 
 
 def _list_policies() -> list[dict[str, Any]]:

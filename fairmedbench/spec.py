@@ -24,7 +24,7 @@ class RunSpec:
     split_file: str | None = None
     weights: str | None = None
     profile: str = "default"
-    threshold: str = "val_youden"
+    threshold: str | None = None  # None: the profile's rule, else val_youden
     n_boot: int = 2000
     precision: str = "auto"
     prompt: str = "bbox"
@@ -66,7 +66,7 @@ class RunConfig:
     split_policy: str
     split_seed: int
     split_fingerprint: str  # the split actually used (seeded, official or imported)
-    threshold: str
+    threshold: str  # resolved: the user's policy, the profile's own, or val_youden
     profile: str
     precision: str  # resolved: fp32 or bf16
     n_boot: int

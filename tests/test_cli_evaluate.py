@@ -53,6 +53,24 @@ def test_demo_writes_valid_result(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert {"__overall__", "__gap__", "F", "M", "<40", "40-60", ">=60"} <= set(tidy["group"])
 
 
+def test_demo_fairmedfm_profile_prints_its_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # issue 11: this exited 1 with KeyError 'policy' (the profile has one threshold per attribute)
+    rc, text, _ = _run(capsys, "evaluate", "--demo", "--profile", "fairmedfm", "--n-boot", "20",
+                       "--out", str(tmp_path / "r.json"))
+    assert rc == 0
+    assert "operating threshold (label / sex): eval_best_f1_fairmedfm" in text
+    assert "positive iff score > t" in text
+    doc = store.read_json(tmp_path / "r.json")
+    assert set(doc["result"]["meta"]["thresholds"]["label"]) == {"sex", "age"}
+
+
+def test_threshold_with_fairmedfm_profile_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rc, _, err = _run(capsys, "evaluate", "--demo", "--profile", "fairmedfm", "--threshold", "fixed:0.5",
+                      "--out", str(tmp_path / "r.json"))
+    assert rc == 2 and "chooses its own threshold" in err
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_file_multilabel_json_and_no_validation(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     df = _preds().drop(columns="split")
     df["y2"] = (df["p"] > 0.6).astype(int)

@@ -17,6 +17,7 @@ from scipy.stats import skew
 from sklearn.metrics import average_precision_score, brier_score_loss, roc_auc_score
 
 from fairmedbench.metrics import GAP, OVERALL, evaluate_classification
+from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.classification import _evaluate_weights, _Names, _plan, equal_width_binner
 from fairmedbench.metrics.groups import make_attribute
@@ -183,20 +184,64 @@ def test_fairmedfm_classification_summary(missing):
         assert abs(by_group.loc[grp, "tnr@best_f1"] - r.value("tnr", grp)) < TOL
 
 
-def test_fairmedfm_one_class_group():
-    # FairMedFM skips a one-class group everywhere. Our profile does so for its own eod; acc_gap and ece_gap
-    # keep the spec's rule (accuracy and ECE ARE defined for a one-class group and enter their gaps).
+@pytest.mark.parametrize("only", [0, 1])
+def test_fairmedfm_one_class_group(only):
+    # FairMedFM leaves a group with one label out of EVERY gap (accuracy, ECE and TPR/TNR included), and so does
+    # its profile here; the group keeps its own per-group values and its skip reason.
     y, s, g = data(n=300, seed=1)
     y = y.copy()
-    y[g == "c"] = 0
+    y[g == "c"] = only
     summary, _ = _fmfm_eval(y, s, g)
     r = evaluate_classification(y, s, {"g": g}, profile="fairmedfm", n_boot=0, min_group_size=1).report()
     assert "c" in r.skipped
-    for theirs, ours in (("eod", "eod"), ("auc-gap", "auc_gap"), ("eo", "tpr_gap"), ("worst-auc", "worst_group_auc")):
+    pairs = {"eod": "eod", "auc-gap": "auc_gap", "eo": "tpr_gap", "worst-auc": "worst_group_auc",
+             "acc-gap": "acc_gap", "ece-gap": "ece_gap"}
+    for theirs, ours in pairs.items():
         assert abs(summary[theirs] - r.value(ours, GAP)) < TOL, theirs
-    two = [r.value("acc", "a"), r.value("acc", "b")]
-    assert abs(summary["acc-gap"] - (max(two) - min(two))) < TOL
-    assert r.value("acc_gap", GAP) >= summary["acc-gap"]
+    # every other gap of the engine is over the two-class groups a and b as well
+    for m in r.values:
+        if m.endswith("_gap"):
+            base = m[:-len("_gap")]
+            two = [r.value(base, "a"), r.value(base, "b")]
+            want = max(two) - min(two) if all(np.isfinite(two)) else np.nan
+            assert r.value(m, GAP) == pytest.approx(want, abs=TOL, nan_ok=True), m
+
+
+def test_fairmedfm_issue_minimal_case():
+    # issue 11: a, b with both labels, c = two negatives scored 0.9 / 0.95. FairMedFM's best-F1 threshold on all
+    # rows is 0.6 (F1 4/5 at score >= 0.6), applied as score > 0.6: a predicts [0,0,1,1] (acc 1, TPR 1, TNR 1),
+    # b [0,0,1,0] (acc 0.75, TPR 0.5, TNR 1), c [1,1] (acc 0, TNR 0). Over a and b only: acc gap 0.25, TPR gap
+    # 0.5, TNR gap 0, eod = 1 - (0.5 + 0)/2 = 0.75; with c in, the acc gap would be 1.0 and the TNR gap 1.0.
+    y = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 0])
+    s = np.array([0.1, 0.2, 0.8, 0.9, 0.1, 0.3, 0.7, 0.6, 0.9, 0.95])
+    g = np.array(["a"] * 4 + ["b"] * 4 + ["c"] * 2)
+    summary, _ = _fmfm_eval(y, s, g)
+    r = evaluate_classification(y, s, {"g": g}, profile="fairmedfm", n_boot=0, min_group_size=1).report()
+    assert r.thresholds["operating"]["value"] == pytest.approx(0.6)
+    assert (r.value("acc", "a"), r.value("acc", "b"), r.value("acc", "c")) == (1.0, 0.75, 0.0)
+    assert r.value("acc_gap", GAP) == pytest.approx(0.25) == pytest.approx(summary["acc-gap"])
+    assert r.value("tpr_gap", GAP) == pytest.approx(0.5) == pytest.approx(summary["eo"])
+    assert r.value("tnr_gap", GAP) == pytest.approx(0.0) and r.value("fpr_gap", GAP) == pytest.approx(0.0)
+    assert r.value("eod", GAP) == pytest.approx(0.75) == pytest.approx(summary["eod"])
+    d = evaluate_classification(y, s, {"g": g}, threshold="fixed:0.61", n_boot=0, min_group_size=1).report()
+    assert d.value("acc_gap", GAP) == pytest.approx(1.0)  # the default profile keeps c in the accuracy gap
+    assert d.value("tnr_gap", GAP) == pytest.approx(1.0)
+
+
+def test_fairmedfm_two_groups_one_class_has_no_diff():
+    # with two groups of which one has one label there is nothing to compare under fairmedfm
+    y = np.array([0, 1, 0, 1, 0, 0])
+    s = np.array([0.2, 0.7, 0.4, 0.6, 0.9, 0.1])
+    g = np.array(["a", "a", "a", "a", "b", "b"])
+    r = evaluate_classification(y, s, {"g": g}, profile="fairmedfm", n_boot=0, min_group_size=1).report()
+    assert np.isnan(r.value("acc_gap", GAP)) and np.isnan(r.value("ece_diff", GAP))
+    assert "fewer than two groups" in r.gap_notes["acc_gap"]
+
+
+def test_fairmedfm_profile_refuses_a_threshold():
+    y, s, g = data(n=100, seed=3)
+    with pytest.raises(InputError, match="chooses its own threshold"):
+        evaluate_classification(y, s, {"g": g}, profile="fairmedfm", threshold="fixed:0.5", n_boot=0)
 
 
 def test_fairmedfm_threshold_rule_and_comparator():

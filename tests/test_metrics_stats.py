@@ -174,10 +174,28 @@ def test_ks_real_cxr_foundation_pca_modes_by_race(real_data):
 
 
 def test_seed_summary_hand():
-    # [1, 2, 3]: mean 2, std (ddof=1) 1, CI 2 -/+ 1.96 / sqrt(3) = 2 -/+ 1.131607
+    # [1, 2, 3]: mean 2, std (ddof=1) 1, t_{2, 0.975} = 4.302653 -> CI 2 -/+ 4.302653 / sqrt(3) = 2 -/+ 2.484138
     s = seed_summary([1, 2, 3])
     assert (s.n, s.mean, s.std) == (3, 2.0, 1.0)
-    assert s.ci_low == pytest.approx(2 - 1.96 / math.sqrt(3)) and s.ci_high == pytest.approx(2 + 1.96 / math.sqrt(3))
+    assert s.ci_low == pytest.approx(2 - 2.484138, abs=1e-6) and s.ci_high == pytest.approx(2 + 2.484138, abs=1e-6)
+    assert not s.clipped
+
+
+def test_seed_summary_two_seeds_is_t_not_normal():
+    # issue 11: two seeds' differences 0.01, 0.03. Normal: 0.02 -/+ 1.96 * 0.014142 / sqrt(2) = [0.0004, 0.0396]
+    # ("excludes 0"); t_{1, 0.975} = 12.706205: 0.02 -/+ 0.127062 = [-0.107062, 0.147062], which includes 0,
+    # in line with Welch's p on such data.
+    s = seed_summary([0.01, 0.03])
+    assert s.ci_low == pytest.approx(-0.107062, abs=1e-6) and s.ci_high == pytest.approx(0.147062, abs=1e-6)
+    assert s.ci_low < 0 < s.ci_high
+
+
+def test_seed_summary_clipped_to_bounds():
+    # AUC 0.98, 0.99, 1.00: mean 0.99, std 0.01, half = 4.302653 * 0.01 / sqrt(3) = 0.024841 -> [0.965159, 1.014841]
+    # an AUC cannot exceed 1: the upper end is clipped and the summary says so
+    s = seed_summary([0.98, 0.99, 1.0], bounds=(0.0, 1.0))
+    assert s.ci_low == pytest.approx(0.965159, abs=1e-6) and s.ci_high == 1.0 and s.clipped
+    assert seed_summary([0.98, 0.99, 1.0]).ci_high == pytest.approx(1.014841, abs=1e-6)
 
 
 def test_seed_summary_single_seed_and_errors():
@@ -205,6 +223,11 @@ def test_welch_random_vs_scipy():
     r = welch_test(a, b)
     ref = sps.ttest_ind(a, b, equal_var=False)
     assert r.t == pytest.approx(ref.statistic, rel=1e-12) and r.p_value == pytest.approx(ref.pvalue, rel=1e-10)
+
+
+def test_welch_nearly_identical_values_carry_a_note():
+    r = welch_test([0.7, 0.7 + 1e-15, 0.7], [0.7, 0.7, 0.7 + 2e-15])
+    assert r.note is not None and "scipy warned" in r.note
 
 
 def test_welch_zero_variance_and_errors():

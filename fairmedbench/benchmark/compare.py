@@ -71,6 +71,7 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
     before the first one starts, so a mistyped name or hyperparameter fails at once.
     """
     from fairmedbench.benchmark.resolve import check_spec
+    from fairmedbench.metrics.specs import metric_spec
     from fairmedbench.metrics.stats import seed_summary, welch_test
     from fairmedbench.tasks.base import get_task
 
@@ -92,15 +93,16 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
             check_spec(specs[(ds, m)])
     task = get_task(checked.task.name)
     t0 = time.perf_counter()
-    out = CompareOutcome(attribute, methods, list(datasets), task.name, task.compare_metrics)
+    out = CompareOutcome(attribute, methods, list(datasets), task.name, task.summary_metrics)
     for ds in datasets:
         for m in methods:
             r = run(specs[(ds, m)], replace(opts))
             out.runs[(ds, m)] = r
-            for metric in task.compare_metrics:
+            for metric in task.summary_metrics:
                 out.values[(ds, m, metric)] = [res.value(metric, attribute) for res in r.seeds]
-            s = {metric: seed_summary(out.values[(ds, m, metric)]) if np.isfinite(out.values[(ds, m, metric)]).all()
-                 else None for metric in task.compare_metrics}
+            s = {metric: seed_summary(out.values[(ds, m, metric)], bounds=metric_spec(metric).bounds)
+                 if np.isfinite(out.values[(ds, m, metric)]).all()
+                 else None for metric in task.summary_metrics}
             out.table.append({"dataset": ds, "method": m, "n_seeds": len(seeds), **{
                 k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
                 for k, v in s.items()}})
@@ -109,11 +111,11 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                 a, b = np.array(out.values[(ds, m, metric)]), np.array(out.values[(ds, "erm", metric)])
                 if not (np.isfinite(a).all() and np.isfinite(b).all()):
                     continue
-                paired = seed_summary(a - b)
+                paired = seed_summary(a - b, bounds=metric_spec(metric).diff_bounds)
                 w = welch_test(a, b)
                 out.versus_erm.append({"dataset": ds, "method": m, "metric": metric, "mean_diff": paired.mean,
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
-                                       "welch_p": w.p_value,
+                                       "welch_p": w.p_value, "welch_note": w.note,
                                        "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
         if task.sample_labels:
             out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)

@@ -13,6 +13,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.metrics import FairnessResult, evaluate_classification
 from fairmedbench.metrics._validate import as_labels, as_scores
+from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 
 SPLIT_VAL = ("val", "valid", "validation")
@@ -129,6 +130,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
             if not getattr(opts, k):
                 setattr(opts, k, v)
     notes: list[str] = []
+    check_threshold(opts.profile, opts.threshold)  # before reading anything
     df, inputs, source = _load(opts)
     if not opts.attributes:
         raise InputError("give at least one sensitive attribute column, e.g. --attribute sex")
@@ -172,9 +174,9 @@ def _classification(df: Any, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
     s = np.column_stack([as_scores(df[c].to_numpy(), f"score column {c!r} in {source}", logits=opts.logits)
                          for c in opts.scores])
     policy = opts.threshold
-    if policy is None:
+    if policy is None and get_profile(opts.profile).accepts_threshold:
         policy = "val_youden" if val.any() else "fixed:0.5"
-        if not val.any() and opts.profile != "fairmedfm":
+        if not val.any():
             notes.append("no validation rows: operating threshold fixed:0.5 (give split=val rows to use val_youden)")
     task_names = list(opts.labels)
     attrs = {a: df[a].to_numpy()[test] for a in opts.attributes}

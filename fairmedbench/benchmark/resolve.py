@@ -39,6 +39,7 @@ class Checked:
     task: Task
     attributes: tuple[str, ...]
     prompt: str | None
+    threshold: str
     train_hparams: dict[str, Any]
     usage_hparams: dict[str, Any]
     mitigation_hparams: dict[str, Any]
@@ -82,7 +83,7 @@ def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard
 def check_spec(spec: RunSpec) -> Checked:
     """Every name, option and hyperparameter of `spec` validated; cheap (cards and registries only)."""
     from fairmedbench.adapters import USAGES
-    from fairmedbench.metrics.classification import PROFILES
+    from fairmedbench.metrics.profiles import check_threshold, get_profile
     from fairmedbench.metrics.thresholds import parse_policy
     from fairmedbench.mitigation import MITIGATIONS, make_mitigation
     from fairmedbench.registry.datasets import get_card as dataset_card
@@ -104,9 +105,10 @@ def check_spec(spec: RunSpec) -> Checked:
         learning = [n for n in USAGES.names() if USAGES.get(n).task == task.name and USAGES.get(n).learns]
         raise InputError(f"mitigation {spec.mitigation!r} needs a usage that learns from the train split: "
                          f"{usage.name!r} learns nothing; use --usage {' or '.join(learning)}, or --mitigation erm")
-    if spec.profile not in PROFILES:
-        raise InputError(f"unknown metric profile {spec.profile!r}; choose one of {', '.join(PROFILES)}")
-    parse_policy(spec.threshold)
+    profile = get_profile(spec.profile)
+    check_threshold(profile, spec.threshold)
+    threshold = profile.threshold_policy or spec.threshold or "val_youden"
+    parse_policy(threshold)
     if spec.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {spec.n_boot}")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
@@ -129,7 +131,8 @@ def check_spec(spec: RunSpec) -> Checked:
     plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
     plugin.check_task(task.name)
     _check_config(task, train_h)
-    return Checked(spec, mcard, dcard, usage, task, attributes, prompt, train_h, usage_h, dict(plugin.hparams))
+    return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
+                   dict(plugin.hparams))
 
 
 def _check_config(task: Task, values: dict[str, Any]) -> None:
@@ -198,6 +201,6 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
         train_hparams=checked.train_hparams, mitigation=spec.mitigation,
         mitigation_hparams=checked.mitigation_hparams, split_policy=split.policy,
         split_seed=spec.split_seed if not spec.split_file else -1, split_fingerprint=split_fp,
-        threshold=spec.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
+        threshold=checked.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
         seeds=tuple(spec.seeds))
     return Resolved(checked, config, ds, split, weights, device)

@@ -212,6 +212,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     import pandas as pd
 
     from fairmedbench.metrics import evaluate_classification
+    from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.mitigation import make_mitigation
     from fairmedbench.tasks.base import get_task
     from fairmedbench.tasks.classification import SplitArrays, describe_config, run_classification
@@ -240,7 +241,8 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
                                   [seed], cfg, spec.threshold, test_groups=arrays["test"].groups)
-        policy = factory().threshold_policy or spec.threshold
+        # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
+        policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
         res = evaluate_classification(
             y[split.test], sr.test_scores, _attr_columns(ds, spec, split.test), task_names=label_cols,
@@ -366,6 +368,7 @@ def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, sp
 def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict[str, Any],
              seconds: float) -> dict[str, Any]:
     """Across seeds: mean, std and 95% CI of the task's summary metrics per (task column, attribute)."""
+    from fairmedbench.metrics.specs import metric_spec
     from fairmedbench.metrics.stats import seed_summary
 
     kind = docs[0]["kind"]
@@ -377,7 +380,7 @@ def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict
         for m in task.summary_metrics:
             vals = [res.value(m, rep0.attribute, rep0.task) for res in results]
             if all(np.isfinite(vals)):
-                s = seed_summary(vals)
+                s = seed_summary(vals, bounds=metric_spec(m).bounds)
                 table[key][m] = {"mean": s.mean, "std": s.std if len(vals) > 1 else None,
                                  "ci_low": s.ci_low if len(vals) > 1 else None,
                                  "ci_high": s.ci_high if len(vals) > 1 else None, "n_seeds": s.n}

@@ -51,7 +51,7 @@ class RunResult:
             reports.append(AttributeReport(r["task"], r["attribute"], r["groups"], r["counts"], values, r["skipped"],
                                            r.get("gap_notes", {}), r.get("small_groups", []),
                                            r.get("worst_group", {}), r["thresholds"],
-                                           r.get("n_missing_attribute", 0)))
+                                           r.get("n_missing_attribute", 0), r.get("ci_notes", {})))
         return FairnessResult(reports, self.doc["result"]["meta"])
 
     def cell(self, metric: str, attribute: str, task: str | None = None) -> tuple[float, float, float]:

@@ -13,15 +13,16 @@ from typing import Any
 from fairmedbench.leaderboards import render
 from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT
 from fairmedbench.leaderboards.suites import Suite
+from fairmedbench.metrics.specs import board_higher_is_better
 
-# (key, header, which direction is better, what it is)
+# (key, header, what it is); which direction is better comes from the MetricSpec registry
 COLUMNS = (
-    ("utility", "Utility", "high", "overall AUC (classification) or mean DSC (segmentation)"),
-    ("worst_group", "Worst group", "high", "lowest group AUC / DSC among groups where it is defined"),
-    ("gap", "Gap", "low", "largest minus smallest group AUC / DSC (ΔAUC, ΔDSC)"),
-    ("es", "ES", "high", "equity-scaled utility: overall / (1 + Σ|group - overall|) (ES-AUC, ES-DSC)"),
-    ("eqodds", "EqOdds", "low", "equalized-odds difference max(ΔTPR, ΔFPR) at the validation threshold"),
-    ("ece_gap", "ECE gap", "low", "largest minus smallest group expected calibration error"),
+    ("utility", "Utility", "overall AUC (classification) or mean DSC (segmentation)"),
+    ("worst_group", "Worst group", "lowest group AUC / DSC among groups where it is defined"),
+    ("gap", "Gap", "largest minus smallest group AUC / DSC (ΔAUC, ΔDSC)"),
+    ("es", "ES", "equity-scaled utility: overall / (1 + Σ|group - overall|) (ES-AUC, ES-DSC)"),
+    ("eqodds", "EqOdds", "equalized-odds difference max(ΔTPR, ΔFPR) at the validation threshold"),
+    ("ece_gap", "ECE gap", "largest minus smallest group expected calibration error"),
 )
 RANKING_RULE = (
     "Rows are ranked within each (dataset, usage, attribute) by ES (equity-scaled utility), higher first; "
@@ -121,7 +122,8 @@ def build(board_dir: Path | str, suite: Suite) -> dict[str, Path]:
     generated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     board = {"suite": {"name": suite.name, "version": suite.version, "description": suite.description},
              "generated_at": generated, "ranking_rule": RANKING_RULE,
-             "columns": [{"key": k, "header": h, "better": b, "definition": d} for k, h, b, d in COLUMNS],
+             "columns": [{"key": k, "header": h, "better": "high" if board_higher_is_better(k) else "low",
+                          "definition": d} for k, h, d in COLUMNS],
              "models": summary, "rows": rows}
     return {
         "html": _write_text(board_dir / "index.html", render.html_page(board)),

@@ -29,6 +29,8 @@ from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
+from fairmedbench.metrics.profiles import get_profile
+from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 from fairmedbench.registry.models import seen_in_pretraining
@@ -58,14 +60,6 @@ MODEL_SCHEMA: dict[str, Any] = {
 SUITE_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["name", "version"],
     "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
-}
-# what a board row shows, per task: column -> (metric, group)
-HEADLINE = {
-    "classification": {"utility": ("auc", OVERALL), "worst_group": ("worst_group_auc", GAP),
-                       "gap": ("auc_gap", GAP), "es": ("auc_es", GAP), "eqodds": ("eqodds_diff", GAP),
-                       "ece_gap": ("ece_gap", GAP)},
-    "segmentation": {"utility": ("dsc", OVERALL), "worst_group": ("worst_group_dsc", GAP),
-                     "gap": ("dsc_gap", GAP), "es": ("dsc_es", GAP), "eqodds": None, "ece_gap": None},
 }
 
 
@@ -407,7 +401,8 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
             vy = np.column_stack([cols.val[f"label:{t}"] for t in tasks]) if val else None
             vs = np.column_stack([cols.val[f"score:{t}"] for t in tasks]) if val else None
             policy = None
-            if common["profile"] != "fairmedfm":
+            profile = get_profile(common["profile"])
+            if profile.accepts_threshold:
                 policies = {(_setting(meta, ("thresholds", t), rel) or {}).get("policy") for t in tasks}
                 if len(policies) != 1 or None in policies:
                     raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
@@ -416,7 +411,7 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
                 y, s, attributes, task_names=tasks, threshold=policy, val_y_true=vy, val_y_score=vs,
                 fpr_at_tpr=_setting(meta, ("operating_points", "fpr_at_tpr"), rel),
                 rates_at_fpr=_setting(meta, ("operating_points", "rates_at_fpr"), rel),
-                ece_bins=_setting(meta, ("ece", "bins"), rel) if common["profile"] != "fairmedfm" else 15,
+                ece_bins=_setting(meta, ("ece", "bins"), rel) if profile.ece_bins is None else profile.ece_bins,
                 **common)
     except (InputError, TypeError, ValueError) as err:
         raise _Stop([f"{rel}: recomputation failed: {err}"]) from None
@@ -506,10 +501,9 @@ def _headline(doc: dict[str, Any], task: str) -> dict[str, dict[str, float | Non
     by_attr: dict[str, dict[str, list[float]]] = {}
     for r in doc["result"]["reports"]:
         cols = by_attr.setdefault(r["attribute"], {})
-        for col, spec in HEADLINE[task].items():
-            if spec is None:
-                continue
-            v = r["metrics"].get(spec[0], {}).get(spec[1], {}).get("value")
+        for col, spec in board_metrics(task).items():  # what a board row shows: the registry's board columns
+            slot = GAP if spec.between_groups else OVERALL
+            v = r["metrics"].get(spec.name, {}).get(slot, {}).get("value")
             cols.setdefault(col, []).append(math.nan if v is None else float(v))
     return {a: {c: _mean(v) for c, v in cols.items()} for a, cols in by_attr.items()}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -64,3 +65,25 @@ def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray,
             lo = np.nanpercentile(samples, alpha, axis=0)
             hi = np.nanpercentile(samples, 100.0 - alpha, axis=0)
     return lo, hi
+
+
+def interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float, str | None]:
+    """Percentile interval of one quantity's resampled values, or (NaN, NaN, reason) when there is none.
+
+    A constant bootstrap distribution (a group of one sample, one positive and one negative, perfect
+    separation) would give a zero-width interval that reads as certainty; it gets no interval and a reason.
+    """
+    finite = samples[np.isfinite(samples)]
+    if finite.size == 0:
+        return math.nan, math.nan, "undefined in every bootstrap resample"
+    if np.ptp(finite) <= 1e-12 * max(1.0, float(np.abs(finite).max())):
+        return (math.nan, math.nan, f"every bootstrap resample gives {float(finite[0]):.6g}: the resampled "
+                "distribution is degenerate, so a zero-width interval would claim a certainty the data lack")
+    lo, hi = percentile_ci(finite, level)
+    return float(lo), float(hi), None
+
+
+def small_group_reason(n: int, min_group_size: int) -> str:
+    """Why a small group's values carry no interval."""
+    return (f"n={n} is below min_group_size={min_group_size}: point estimate only, a bootstrap interval from "
+            "this few samples is not reliable")

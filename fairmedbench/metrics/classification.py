@@ -17,12 +17,12 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
+from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
+from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
 from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, equity_scaled, gap_stats,
                                          signed_differences)
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
-
-PROFILES = ("default", "fairmedfm", "fairseg")
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
 
@@ -91,11 +91,11 @@ class _Block:
         """All per-subset metrics for each row of weights; also returns the cumulative sums for reuse."""
         cp, cn = _cum0(wp), _cum0(wn)
         P, N = cp[:, -1], cn[:, -1]
-        cn_lo, cn_hi = cn[:, self.lo], cn[:, self.hi]
+        cn_lo = cn[:, self.lo]
         tp_ge = P[:, None] - cp[:, self.lo_pp]
         fp_ge = N[:, None] - cn_lo
+        auc = auc_from_sorted(wp, cn, self.lo, self.hi)
         with np.errstate(divide="ignore", invalid="ignore"):
-            auc = 0.5 * (wp * (cn_lo + cn_hi)).sum(axis=1) / (P * N)
             prec = np.where(wp > 0, tp_ge / np.where(wp > 0, tp_ge + fp_ge, 1.0), 0.0)
             # a group without negatives has AP = 1 whatever the scores: undefined, like its AUC
             ap = np.where(N > 0, (wp * prec).sum(axis=1) / P, np.nan)
@@ -216,7 +216,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
             vals[names.youden_at_fpr] = tpr_c - fpr_c
             if i is not None:
                 lo, hi = plan.sauroc_lo[i], plan.sauroc_hi[i]
-                vals["sauroc"] = 0.5 * (wp_all * (cn[:, lo] + cn[:, hi])).sum(axis=1) / (P * Ng)
+                vals["sauroc"] = auc_from_sorted(wp_all, cn, lo, hi)
             for k, v in vals.items():
                 per.setdefault(k, {})[g] = v
     per["_t_tpr"] = {OVERALL: t_tpr}
@@ -252,10 +252,17 @@ GAP_BASE = ("auc", "ap", "brier", "balanced_brier", "ece", "tpr", "fpr", "tnr", 
 
 DIFF_BASE = ("auc", "ap", "tpr", "fpr", "ece", "balanced_brier")
 
+#: held fixed by the bootstrap's stratification (label counts per group), so it has no interval
+FIXED_BY_STRATIFICATION = ("prevalence",)
+
 
 def _between_groups(per: dict[str, dict[str, np.ndarray]], groups: list[str], defined: dict[str, list[str]],
-                    names: _Names, profile: str) -> dict[str, np.ndarray]:
-    """Gaps, equity-scaled AUC, worst-group AUC and the named fairness differences, per row."""
+                    names: _Names, profile: Profile) -> dict[str, np.ndarray]:
+    """Gaps, equity-scaled AUC, worst-group AUC and the named fairness differences, per row.
+
+    `defined` lists per metric the groups that enter its gap (the caller has already left one-class groups
+    out of every list when the profile says so).
+    """
     out: dict[str, np.ndarray] = {}
     for m in GAP_BASE + (names.fpr_at_tpr, names.tpr_at_fpr, names.fpr_at_fpr, names.youden_at_fpr):
         out[f"{m}_gap"] = gap_stats(per[m], defined[m])[0]
@@ -267,11 +274,11 @@ def _between_groups(per: dict[str, dict[str, np.ndarray]], groups: list[str], de
     out["eqodds_mean"] = 0.5 * (out["tpr_gap"] + out["fpr_gap"])
     out["eqopp_diff"] = out["tpr_gap"]
     out["dp_diff"] = out["selection_rate_gap"]
-    out.update(signed_differences(per, groups, DIFF_BASE))
-    if profile == "fairmedfm":
-        # FairMedFM evaluates eod over the groups that have both classes only (one-class groups are skipped)
-        two_class = defined["auc"]
-        out["eod"] = 1.0 - 0.5 * (gap_stats(per["tpr"], two_class)[0] + gap_stats(per["tnr"], two_class)[0])
+    for m, diff in signed_differences(per, groups, DIFF_BASE).items():
+        both = all(g in defined[m[:-len("_diff")]] for g in groups)
+        out[m] = diff if both else np.full_like(diff, np.nan)
+    if profile.eod:
+        out["eod"] = 1.0 - 0.5 * (out["tpr_gap"] + out["tnr_gap"])
     return out
 
 
@@ -288,7 +295,7 @@ def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
 
 
 def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Threshold, binner: Binner,
-             names: _Names, profile: str, n_boot: int, seed: int, ci_level: float, min_group_size: int
+             names: _Names, profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int
              ) -> AttributeReport:
     keep = attr.codes >= 0
     y, s, codes = y[keep], s[keep], attr.codes[keep]
@@ -298,6 +305,9 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     point = _evaluate_weights(plan, [ones(len(b.sp)) for b in plan.blocks],
                               [ones(len(b.sn)) for b in plan.blocks], names)
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point if not m.startswith("_")}
+    if profile.exclude_one_class_groups:
+        two_class = [g for b, g in zip(plan.blocks, groups) if len(b.sp) and len(b.sn)]
+        defined = {m: [g for g in defs if g in two_class] for m, defs in defined.items()}
     point_between = _between_groups(point, groups, defined, names, profile)
 
     boot: dict[str, dict[str, list[np.ndarray]]] = {}
@@ -318,14 +328,21 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
             for m, v in _between_groups(res, groups, defined, names, profile).items():
                 boot.setdefault(m, {}).setdefault(GAP, []).append(v)
 
-    def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(value):
-            return (float(value), math.nan, math.nan)
-        lo, hi = bs.percentile_ci(np.concatenate(boot[metric][group]), ci_level)
-        return (float(value), float(lo), float(hi))
-
     counts = {OVERALL: {"n": int(len(y)), "n_pos": int(y.sum()), "n_neg": int(len(y) - y.sum())}}
     report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
+
+    def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
+        if n_boot == 0 or not np.isfinite(value) or metric in FIXED_BY_STRATIFICATION:
+            return (float(value), math.nan, math.nan)
+        if group in report.small_groups:
+            why: str | None = bs.small_group_reason(counts[group]["n"], min_group_size)
+            lo = hi = math.nan
+        else:
+            lo, hi, why = bs.interval(np.concatenate(boot[metric][group]), ci_level)
+        if why:
+            report.ci_notes.setdefault(metric, {})[group] = why
+        return (float(value), lo, hi)
+
     for gi, g in enumerate(groups):
         blk = plan.blocks[gi]
         n_pos, n_neg = len(blk.sp), len(blk.sn)
@@ -414,7 +431,7 @@ def evaluate_classification(
     threshold: str | None = None,
     val_y_true: Any = None,
     val_y_score: Any = None,
-    profile: str = "default",
+    profile: str | Profile = "default",
     n_boot: int = 2000,
     seed: int = 0,
     ci_level: float = 0.95,
@@ -429,12 +446,13 @@ def evaluate_classification(
 
     `y_true`/`y_score` are (n,) or (n, K) for K tasks (multi-label: one binary task per column, never
     one-hot). The operating threshold comes from `threshold`, a policy ('val_*' policies use only the
-    validation arrays; default val_youden when validation arrays are given, else fixed:0.5); `on_step(done, total, label)` reports progress. The 'fairmedfm' profile
-    picks best-F1 on the evaluated set, compares with '>',
-    bins ECE over the observed range in 10 bins and adds `eod`.
+    validation arrays; default val_youden when validation arrays are given, else fixed:0.5);
+    `on_step(done, total, label)` reports progress. `profile` names a registered metric profile
+    (metrics/profiles.py), e.g. 'fairmedfm': best-F1 on the evaluated set, '>', ECE in 10 bins over the observed
+    range, `eod`, one-class groups out of every gap; a `threshold` under a profile that fixes its own is an error.
     """
-    if profile not in PROFILES:
-        raise InputError(f"unknown metric profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    prof = get_profile(profile)
+    check_threshold(prof, threshold)
     bs.check_settings(n_boot, ci_level, min_group_size)
     if int(ece_bins) != ece_bins or ece_bins < 1:
         raise InputError(f"ece_bins must be a whole number >= 1, got {ece_bins}")
@@ -460,34 +478,33 @@ def evaluate_classification(
             raise InputError(f"validation labels {vy.shape} / scores {vs.shape} do not match the tasks {y.shape}")
     attrs = resolve_attributes(attributes, n, bins, intersect)
     names = _Names(fpr_at_tpr, rates_at_fpr)
-    if profile == "fairmedfm":
-        binner, policy, comparator = observed_range_binner(10), "eval_best_f1_fairmedfm", ">"
-    else:
-        default = "val_youden" if vy is not None else "fixed:0.5"
-        binner, policy, comparator = equal_width_binner(ece_bins), threshold or default, ">="
+    n_bins = prof.ece_bins if prof.ece_bins is not None else ece_bins
+    binner = observed_range_binner(n_bins) if prof.ece_binning == "observed_range" else equal_width_binner(n_bins)
+    policy = prof.threshold_policy or threshold or ("val_youden" if vy is not None else "fixed:0.5")
+    comparator = prof.comparator
     reports = []
     thresholds = {}
     for k, task in enumerate(names_t):
-        if profile != "fairmedfm":
+        if not prof.threshold_on_evaluated_set:
             thr = _threshold_for(f"task {task!r}", policy, None if vy is None else vy[:, k],
-                                 None if vs is None else vs[:, k])
+                                 None if vs is None else vs[:, k], comparator)
             thresholds[task] = thr.to_dict()
         for a in attrs:
-            if profile == "fairmedfm":
-                # FairMedFM picks best F1 on the samples it evaluates for this attribute (missing values out)
+            if prof.threshold_on_evaluated_set:
+                # e.g. FairMedFM: best F1 on the samples evaluated for this attribute (missing values out)
                 keep = a.codes >= 0
                 thr = _threshold_for(f"task {task!r}, attribute {a.name!r}", policy, y[keep, k], s[keep, k],
                                      comparator)
                 thresholds.setdefault(task, {})[a.name] = thr.to_dict()
-            reports.append(_analyse(y[:, k], s[:, k], a, task, thr, binner, names, profile, n_boot, seed,
+            reports.append(_analyse(y[:, k], s[:, k], a, task, thr, binner, names, prof, n_boot, seed,
                                     ci_level, min_group_size))
             if on_step is not None:
                 on_step(len(reports), len(names_t) * len(attrs), f"{task} / {a.name}")
-    meta = {"kind": "classification", "profile": profile, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
-            "ci_method": "percentile bootstrap, stratified by label within each group",
+    meta = {"kind": "classification", "profile": prof.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
+            "ci_method": "percentile bootstrap, stratified by label within each group (so prevalence has no "
+                         "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
             "min_group_size": min_group_size, "operating_points": {"fpr_at_tpr": fpr_at_tpr,
-                                                                    "rates_at_fpr": rates_at_fpr}, "ece": {"bins": 10 if profile == "fairmedfm" else ece_bins,
-            "binning": "observed range (pandas.cut)" if profile == "fairmedfm" else "equal width on [0,1]"},
+                                                                    "rates_at_fpr": rates_at_fpr}, "ece": prof.ece_description(ece_bins),
             "thresholds": thresholds, "n_samples": n, "tasks": names_t,
             "attributes": [a.name for a in attrs]}
     return FairnessResult(reports, meta)

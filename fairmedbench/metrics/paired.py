@@ -13,26 +13,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
-
-
-def weighted_auc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """AUC (ties count 1/2) of scores `s` (n,) for binary `y` (n,) under each row of `weights` (B, n);
-    NaN for a row without positive or without negative weight."""
-    y = np.asarray(y).astype(bool)
-    s = np.asarray(s, dtype=np.float64)
-    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    if y.shape != s.shape or w.shape[1] != y.size:
-        raise InputError(f"weighted_auc: labels {y.shape}, scores {s.shape} and weights {w.shape} do not match")
-    op, on = np.argsort(s[y], kind="stable"), np.argsort(s[~y], kind="stable")
-    sp, sn = s[y][op], s[~y][on]
-    wp, wn = w[:, y][:, op], w[:, ~y][:, on]
-    cn = np.zeros((w.shape[0], sn.size + 1))
-    np.cumsum(wn, axis=1, out=cn[:, 1:])
-    lo, hi = np.searchsorted(sn, sp, side="left"), np.searchsorted(sn, sp, side="right")
-    P, N = wp.sum(axis=1), cn[:, -1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        auc = 0.5 * (wp * (cn[:, lo] + cn[:, hi])).sum(axis=1) / (P * N)
-    return np.where((P > 0) & (N > 0), auc, np.nan)
+from fairmedbench.metrics.auc import weighted_auc
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ GAP = "__gap__"
 
 @dataclass
 class AttributeReport:
-    """All metrics of one task for one sensitive attribute (groups, overall and between-group values)."""
+    """All metrics of one task for one sensitive attribute (groups, overall and between-group values).
+
+    `ci_notes[metric][group]` says why a finite value has no interval (a group below min_group_size, or a
+    degenerate bootstrap distribution); `small_groups` lists the groups below min_group_size.
+    """
 
     task: str
     attribute: str
@@ -27,6 +31,7 @@ class AttributeReport:
     worst_group: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, Any] = field(default_factory=dict)
     n_missing: int = 0
+    ci_notes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def value(self, metric: str, group: str = OVERALL) -> float:
         """Point value of `metric` for `group` (NaN when absent or undefined)."""
@@ -51,6 +56,7 @@ class AttributeReport:
             "worst_group": dict(self.worst_group),
             "thresholds": self.thresholds,
             "n_missing_attribute": self.n_missing,
+            "ci_notes": {m: dict(per) for m, per in self.ci_notes.items()},
         }
 
 

@@ -9,8 +9,9 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
-from fairmedbench.metrics.classification import PROFILES, resolve_attributes
+from fairmedbench.metrics.classification import resolve_attributes
 from fairmedbench.metrics.groups import Attribute
+from fairmedbench.metrics.profiles import Profile, get_profile
 from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, equity_scaled, gap_stats,
                                          signed_differences)
 
@@ -49,7 +50,7 @@ def _weighted(w: np.ndarray, d: np.ndarray, h: np.ndarray | None, iou: np.ndarra
     return out
 
 
-def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]], profile: str
+def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]], profile: Profile
              ) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     gap, lo, hi = gap_stats(per["dsc"], defined["dsc"])
@@ -62,10 +63,9 @@ def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]
         if m in per:
             out[f"{m}_gap"] = gap_stats(per[m], defined[m])[0]
     out.update(signed_differences(per, [g for g in per["dsc"] if g != OVERALL], ("dsc", "iou")))
-    if profile in ("fairmedfm", "fairseg") and len(defined["dsc"]) >= 2:
+    if profile.es_std_name and len(defined["dsc"]) >= 2:
         means = np.vstack([per["dsc"][g] for g in defined["dsc"]])
-        es_std = per["dsc"][OVERALL] / (1.0 + means.std(axis=0))
-        out["es_dsc" if profile == "fairmedfm" else "dsc_es_std"] = es_std
+        out[profile.es_std_name] = per["dsc"][OVERALL] / (1.0 + means.std(axis=0))
     return out
 
 
@@ -78,7 +78,7 @@ def evaluate_segmentation(
     empty_gt: Any = None,
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
-    profile: str = "default",
+    profile: str | Profile = "default",
     n_boot: int = 2000,
     seed: int = 0,
     ci_level: float = 0.95,
@@ -90,8 +90,7 @@ def evaluate_segmentation(
     empty, counted per group. Profile 'fairmedfm' adds `es_dsc` = mean / (1 + population std of group
     means); profile 'fairseg' adds the same quantity as `dsc_es_std`.
     """
-    if profile not in PROFILES:
-        raise InputError(f"unknown metric profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    profile = get_profile(profile)
     bs.check_settings(n_boot, ci_level, min_group_size)
     d = _per_sample("dsc", dsc, None)
     if len(d) == 0:
@@ -104,15 +103,16 @@ def evaluate_segmentation(
         raise InputError(f"length mismatch: empty_gt has {len(empty)} values, dsc has {n}")
     attrs = resolve_attributes(attributes, n, bins, intersect)
     reports = [_analyse(d, iou_a, hd_a, empty, a, profile, n_boot, seed, ci_level, min_group_size) for a in attrs]
-    meta = {"kind": "segmentation", "profile": profile, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
-            "ci_method": "percentile bootstrap, stratified by group", "min_group_size": min_group_size,
+    meta = {"kind": "segmentation", "profile": profile.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
+            "ci_method": "percentile bootstrap, stratified by group; none for groups below min_group_size or "
+                         "degenerate resamples (ci_notes)", "min_group_size": min_group_size,
             "group_statistic": "mean of per-sample DSC (not pooled pixels)", "n_samples": n,
             "n_empty_gt": int(empty.sum()), "tasks": ["segmentation"], "attributes": [a.name for a in attrs]}
     return FairnessResult(reports, meta)
 
 
 def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty: np.ndarray, attr: Attribute,
-             profile: str, n_boot: int, seed: int, ci_level: float, min_group_size: int) -> AttributeReport:
+             profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int) -> AttributeReport:
     keep = attr.codes >= 0
     codes = attr.codes[keep]
     parts = [d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]]
@@ -145,15 +145,21 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
             for m, v in _between(res, defined, profile).items():
                 boot.setdefault((m, GAP), []).append(v)
 
-    def triple(m: str, g: str, v: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(v):
-            return (float(v), math.nan, math.nan)
-        lo, hi = bs.percentile_ci(np.concatenate(boot[(m, g)]), ci_level)
-        return (float(v), float(lo), float(hi))
-
     e = empty[keep]
     counts = {OVERALL: {"n": int(len(codes)), "n_empty_gt": int(e.sum())}}
     report = AttributeReport("segmentation", attr.name, groups, counts, n_missing=attr.n_missing)
+
+    def triple(m: str, g: str, v: float) -> tuple[float, float, float]:
+        if n_boot == 0 or not np.isfinite(v):
+            return (float(v), math.nan, math.nan)
+        if g in report.small_groups:
+            why: str | None = bs.small_group_reason(counts[g]["n"], min_group_size)
+            lo = hi = math.nan
+        else:
+            lo, hi, why = bs.interval(np.concatenate(boot[(m, g)]), ci_level)
+        if why:
+            report.ci_notes.setdefault(m, {})[g] = why
+        return (float(v), lo, hi)
     for g, i in zip(groups, idx):
         counts[g] = {"n": int(len(i)), "n_empty_gt": int(e[i].sum())}
         if len(i) == 0:

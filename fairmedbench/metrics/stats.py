@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -70,19 +71,13 @@ def adjust_pvalues(p: Any, method: str = "by") -> np.ndarray:
     m = p.size
     if m == 0 or method == "none":
         return p.copy()
+    if method in ("bh", "by"):
+        return sps.false_discovery_control(p, method=method)
     if method == "bonferroni":
         return np.minimum(p * m, 1.0)
+    # Holm: scipy has no Holm adjustment (statsmodels does, but is not a dependency for three lines)
     order = np.argsort(p, kind="stable")
-    ps = p[order]
-    rank = np.arange(1, m + 1)
-    if method == "holm":
-        adj_sorted = np.minimum(np.maximum.accumulate((m - rank + 1) * ps), 1.0)
-    else:
-        scale = m / rank
-        if method == "by":
-            scale = scale * np.sum(1.0 / rank)
-        # step-up: adjusted p_(i) = min over j >= i of scale_j * p_(j)
-        adj_sorted = np.minimum(np.minimum.accumulate((scale * ps)[::-1])[::-1], 1.0)
+    adj_sorted = np.minimum(np.maximum.accumulate((m - np.arange(m)) * p[order]), 1.0)
     out = np.empty(m)
     out[order] = adj_sorted
     return out
@@ -179,26 +174,39 @@ def ks_between_groups(
 
 @dataclass(frozen=True)
 class SeedSummary:
-    """Mean over training seeds with sample std (ddof=1) and a normal 95% CI."""
+    """Mean over training seeds with sample std (ddof=1) and a Student-t CI (clipped to the metric's bounds)."""
 
     n: int
     mean: float
     std: float
     ci_low: float
     ci_high: float
+    level: float = 0.95
+    clipped: bool = False
 
 
-def seed_summary(values: Any) -> SeedSummary:
-    """n, mean, std (ddof=1) and the normal 95% CI mean ± 1.96·std/√n (NaN std and CI when n < 2)."""
+def seed_summary(values: Any, bounds: tuple[float, float] | None = None, level: float = 0.95) -> SeedSummary:
+    """n, mean, std (ddof=1) and the t interval mean ± t_{n-1}·std/√n (NaN std and CI when n < 2).
+
+    With few seeds the normal quantile 1.96 is far too narrow (t_1 = 12.7 at 95%). `bounds` (e.g. (0, 1) for
+    an AUC, see MetricSpec.bounds) clips the interval to the values the metric can take; `clipped` says so.
+    """
     v = _as_finite_1d(values, "values")
     if v.size == 0:
         raise InputError("values: empty; give one result per training seed")
+    if not 0.0 < level < 1.0:
+        raise InputError(f"level: must be in (0, 1), got {level}")
     mean = float(v.mean())
     if v.size < 2:
-        return SeedSummary(1, mean, math.nan, math.nan, math.nan)
+        return SeedSummary(1, mean, math.nan, math.nan, math.nan, level)
     std = float(v.std(ddof=1))
-    half = 1.96 * std / math.sqrt(v.size)
-    return SeedSummary(int(v.size), mean, std, mean - half, mean + half)
+    half = float(sps.t.ppf(0.5 + level / 2.0, v.size - 1)) * std / math.sqrt(v.size)
+    lo, hi = mean - half, mean + half
+    clipped = False
+    if bounds is not None:
+        clipped = lo < bounds[0] or hi > bounds[1]
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return SeedSummary(int(v.size), mean, std, lo, hi, level, clipped)
 
 
 @dataclass(frozen=True)
@@ -215,23 +223,23 @@ class WelchResult:
 
 
 def welch_test(a: Any, b: Any) -> WelchResult:
-    """Welch's t-test between two configurations' per-seed results (df by Welch–Satterthwaite)."""
+    """Welch's t-test between two configurations' per-seed results (scipy ttest_ind, equal_var=False)."""
     a = _as_finite_1d(a, "a")
     b = _as_finite_1d(b, "b")
     for name, arr in (("a", a), ("b", b)):
         if arr.size < 2:
             raise InputError(f"{name}: needs at least 2 values (seeds) for a variance, got {arr.size}")
-    na, nb = a.size, b.size
-    va, vb = a.var(ddof=1) / na, b.var(ddof=1) / nb
     diff = float(a.mean() - b.mean())
-    se2 = va + vb
-    if se2 == 0:
-        return WelchResult(math.nan, math.nan, math.nan, diff, na, nb,
+    if a.var(ddof=1) == 0 and b.var(ddof=1) == 0:
+        return WelchResult(math.nan, math.nan, math.nan, diff, a.size, b.size,
                            "both samples have zero variance: Welch's t is undefined")
-    t = diff / math.sqrt(se2)
-    df = se2**2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
-    p = float(2 * sps.t.sf(abs(t), df))
-    return WelchResult(float(t), float(df), p, diff, na, nb, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        res = sps.ttest_ind(a, b, equal_var=False)
+    note = None
+    if caught:  # e.g. precision loss on nearly identical values: say so in the result, not on stderr
+        note = f"scipy warned: {caught[0].message}"
+    return WelchResult(float(res.statistic), float(res.df), float(res.pvalue), diff, a.size, b.size, note)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fairmedbench.engine import store
+from fairmedbench.metrics.specs import board_metrics, headline_metric, metric_spec, table_metrics
 from fairmedbench.metrics.thresholds import threshold_curve
 
 W, H, PAD = 320, 260, 40
@@ -147,7 +148,10 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
     import pandas as pd
 
     doc = seed_docs[0]
-    cls = doc["kind"] == "run-classification"
+    task = doc["kind"].removeprefix("run-")
+    util, gap = headline_metric(task), board_metrics(task)["gap"].name
+    u_label, g_label = metric_spec(util).header, metric_spec(gap).header
+    columns = [s.name for s in table_metrics(task, between_groups=False)]
     pred = pd.read_parquet(Path(out_dir) / doc["predictions"]["file"])
     test = pred[pred["split"] == "test"]
     spec = doc["spec"]
@@ -156,23 +160,18 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
              f"seeds {html.escape(', '.join(str(d['spec']['seed']) for d in seed_docs))}; figures show seed "
              f"{spec['seed']}, test split.</p>"]
     for rep in doc["result"]["reports"]:
-        attr, task = rep["attribute"], rep["task"]
+        attr, rep_task = rep["attribute"], rep["task"]
         groups = test[f"attr:{attr}"].to_numpy()
-        parts.append(f"<h2>{html.escape(task)} by {html.escape(attr)}</h2>")
-        if cls:
-            y = test[f"label:{task}"].to_numpy()
-            s = test[f"score:{task}"].to_numpy()
+        parts.append(f"<h2>{html.escape(rep_task)} by {html.escape(attr)}</h2>")
+        if f"score:{rep_task}" in test.columns:  # ROC and reliability need per-sample scores
+            y = test[f"label:{rep_task}"].to_numpy()
+            s = test[f"score:{rep_task}"].to_numpy()
             parts.append(roc_svg(y, s, groups, rep["groups"], f"ROC by {attr}"))
             parts.append(reliability_svg(y, s, groups, rep["groups"], f"reliability by {attr}"))
-            parts.append(bars_svg(rep["metrics"]["auc"], rep["groups"], f"AUC by {attr} (95% CI)", "AUC"))
-            pts = [(f"seed {d['spec']['seed']}", *_util_gap(d, task, attr, "auc", "auc_gap")) for d in seed_docs]
-            parts.append(tradeoff_svg(pts, "fairness-utility (per seed)", "AUC", "ΔAUC"))
-            parts.append(_metric_table(rep, ("auc", "tpr", "fpr", "ece", "balanced_brier", "sauroc")))
-        else:
-            parts.append(bars_svg(rep["metrics"]["dsc"], rep["groups"], f"DSC by {attr} (95% CI)", "DSC"))
-            pts = [(f"seed {d['spec']['seed']}", *_util_gap(d, task, attr, "dsc", "dsc_gap")) for d in seed_docs]
-            parts.append(tradeoff_svg(pts, "fairness-utility (per seed)", "DSC", "ΔDSC"))
-            parts.append(_metric_table(rep, ("dsc", "iou")))
+        parts.append(bars_svg(rep["metrics"][util], rep["groups"], f"{u_label} by {attr} (95% CI)", u_label))
+        pts = [(f"seed {d['spec']['seed']}", *_util_gap(d, rep_task, attr, util, gap)) for d in seed_docs]
+        parts.append(tradeoff_svg(pts, "fairness-utility (per seed)", u_label, g_label))
+        parts.append(_metric_table(rep, columns))
     prov = {k: doc.get(k) for k in ("run_id", "created_at", "fairmedbench_version", "git_commit", "spec", "inputs",
                                     "environment", "timings_s", "training", "usage")}
     parts.append("<h2>provenance</h2><pre>" + html.escape(json.dumps(prov, indent=2)) + "</pre>")
@@ -189,14 +188,16 @@ def _util_gap(doc: dict[str, Any], task: str, attr: str, util: str, gap: str) ->
 def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
     """A utility-fairness Pareto page of a comparison: mean AUC (DSC) against mean ΔAUC (ΔDSC) per method and
     dataset."""
-    util, gap, name = ("dsc", "dsc_gap", "DSC") if doc.get("task") == "segmentation" else ("auc", "auc_gap", "AUC")
+    task = doc.get("task", "classification")
+    util, gap = headline_metric(task), board_metrics(task)["gap"].name
+    name, gap_name = metric_spec(util).header, metric_spec(gap).header
     parts = [f"<h1>mitigations by {html.escape(doc['attribute'])}</h1>"]
     for ds in doc["datasets"]:
         rows = [r for r in doc["table"] if r["dataset"] == ds and r.get(util) and r.get(gap)]
         pts = [(r["method"], r[util]["mean"], r[gap]["mean"]) for r in rows]
         parts.append(f"<h2>{html.escape(ds)}</h2>")
-        parts.append(tradeoff_svg(pts, "utility vs gap (mean over seeds)", name, f"Δ{name}")
+        parts.append(tradeoff_svg(pts, "utility vs gap (mean over seeds)", name, gap_name)
                      + "".join(f'<p style="color:{COLORS[i % len(COLORS)]}">{html.escape(m)}: {name} {u:.3f}, '
-                               f'Δ{name} {g:.3f}</p>' for i, (m, u, g) in enumerate(pts)))
+                               f'{gap_name} {g:.3f}</p>' for i, (m, u, g) in enumerate(pts)))
     parts.append("<h2>data</h2><pre>" + html.escape(json.dumps(doc, indent=2)) + "</pre>")
     return store.write_text(path, PAGE.format(title="mitigation comparison", body="\n".join(parts)))

@@ -6,13 +6,12 @@ import math
 from typing import Any
 
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
+from fairmedbench.metrics.specs import headline_metric, summary_metrics, table_metrics
 
-CLS_GROUP_COLS = [("auc", "AUC"), ("tpr", "TPR"), ("fpr", "FPR"), ("ece", "ECE"), ("balanced_brier", "bal.Brier"),
-                  ("sauroc", "sAUROC")]
-CLS_GAP_COLS = [("auc_gap", "ΔAUC"), ("auc_es", "ES-AUC"), ("eqodds_diff", "EqOdds"), ("ece_gap", "ECE gap"),
-                ("fpr_at_tpr95_gap", "ΔFPR@95TPR")]
-SEG_GROUP_COLS = [("dsc", "DSC"), ("iou", "IoU"), ("hd95", "HD95")]
-SEG_GAP_COLS = [("dsc_gap", "ΔDSC"), ("dsc_es", "ES-DSC"), ("dsc_skew_ratio", "skew ratio")]
+
+def _columns(task: str, between_groups: bool) -> list[tuple[str, str]]:
+    """(metric, header) of the table columns the MetricSpec registry marks for this task."""
+    return [(s.name, s.header) for s in table_metrics(task, between_groups)]
 
 
 def fmt(v: float, lo: float = math.nan, hi: float = math.nan) -> str:
@@ -36,20 +35,21 @@ def render(result: FairnessResult, console: Any) -> None:
     if not console.is_terminal:
         console.width = max(console.width, 150)
 
-    seg = result.meta.get("kind") == "segmentation"
-    group_cols = SEG_GROUP_COLS if seg else CLS_GROUP_COLS
-    gap_cols = SEG_GAP_COLS if seg else CLS_GAP_COLS
+    task = result.meta.get("kind", "classification")
+    # the second count column: empty ground truths where the counts carry them (segmentation), else positives
+    empty_gt = bool(result.reports) and "n_empty_gt" in result.reports[0].counts.get(OVERALL, {})
+    group_cols, gap_cols = _columns(task, False), _columns(task, True)
     for attribute in result.meta["attributes"]:
         reports = [r for r in result.reports if r.attribute == attribute]
         cols = [(m, h) for m, h in group_cols if any(m in r.values for r in reports)]
         first = cols[0][1] if cols else ""
         table = Table(title=f"{attribute}: per group ({first} with 95% CI)", title_justify="left")
-        for h in ["task", "group", "n", "n+" if not seg else "empty GT"] + [h for _, h in cols]:
+        for h in ["task", "group", "n", "empty GT" if empty_gt else "n+"] + [h for _, h in cols]:
             table.add_column(h, justify="left" if h in ("task", "group") else "right")
         for r in reports:
             for g in [OVERALL, *r.groups]:
                 c = r.counts.get(g, {})
-                second = c.get("n_empty_gt", 0) if seg else c.get("n_pos", 0)
+                second = c.get("n_empty_gt", 0) if empty_gt else c.get("n_pos", 0)
                 label = "all" if g == OVERALL else g + (" (small)" if g in r.small_groups else "")
                 table.add_row(r.task, label, str(c.get("n", 0)), str(second),
                               *[_cell(r, m, g, ci=i == 0) for i, (m, _) in enumerate(cols)],
@@ -60,7 +60,7 @@ def render(result: FairnessResult, console: Any) -> None:
     for h in ["task", "attribute"] + [h for _, h in cols] + ["worst group"]:
         gaps.add_column(h, justify="left" if h in ("task", "attribute", "worst group") else "right")
     for r in result.reports:
-        worst = r.worst_group.get("dsc" if seg else "auc", "—")
+        worst = r.worst_group.get(headline_metric(task), "—")
         gaps.add_row(r.task, r.attribute, *[_cell(r, m, GAP) for m, _ in cols], worst)
     console.print(gaps)
     for r in result.reports:
@@ -72,8 +72,14 @@ def render(result: FairnessResult, console: Any) -> None:
             console.print(f"[yellow]missing[/] {r.attribute}: {r.n_missing} sample(s) without a value, left out")
     small = sorted({g for r in result.reports for g in r.small_groups})
     if small:
-        console.print(f"[yellow]small groups[/] (< {result.meta['min_group_size']} samples; wide CIs): "
-                      f"{', '.join(small)}")
+        console.print(f"[yellow]small groups[/] (< {result.meta['min_group_size']} samples; point estimates "
+                      f"only, no CI): {', '.join(small)}")
+    shown = {m for m, _ in group_cols + gap_cols}
+    degenerate = sum(1 for r in result.reports for m, per in r.ci_notes.items() for g in per
+                     if m in shown and g not in r.small_groups)
+    if degenerate:
+        console.print(f"[yellow]no CI[/] for {degenerate} value(s) whose bootstrap distribution is degenerate "
+                      "(every resample equal; see ci_notes in the result)")
 
 
 def render_run(outcome: Any, console: Any) -> None:
@@ -145,9 +151,8 @@ def render_compare(doc: dict, console: Any) -> None:
 
     if not console.is_terminal:
         console.width = max(console.width, 170)
-    metrics = doc.get("metrics") or ("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es",
-                                      "eqodds_diff")
-    table = Table(title=f"by {doc['attribute']}: mean \\[normal 95% CI] over seeds", title_justify="left")
+    metrics = doc.get("metrics") or summary_metrics(doc.get("task", "classification"))
+    table = Table(title=f"by {doc['attribute']}: mean \\[t 95% CI] over seeds", title_justify="left")
     for h in ("dataset", "method", *metrics):
         table.add_column(h, justify="left" if h in ("dataset", "method") else "right")
     for row in doc["table"]:

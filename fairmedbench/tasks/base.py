@@ -2,8 +2,8 @@
 
 A task owns its runner (imported lazily as "module:function", so this module stays torch-free and the
 leaderboards can read it), its training-config class, the columns of its predictions Parquet, the splits
-those hold, its headline metric and the metrics its summaries and comparisons show (names from the
-MetricSpec registry), its checkpoint-selection rules and whether a sample carries a class label.
+those hold, its checkpoint-selection rules and whether a sample carries a class label. Its metrics (headline,
+summary, what compare tests against ERM and ranks) are read from the MetricSpec registry, never listed here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from fairmedbench.metrics.specs import board_metrics, headline_metric, summary_metrics
 from fairmedbench.registry.base import Registry
 
 
@@ -30,15 +31,31 @@ class Task:
     config: str  # "module:Class", a dataclass of training hyperparameters with their defaults
     prediction_splits: tuple[str, ...]  # splits the predictions Parquet holds
     prediction_columns: tuple[str, ...]  # fixed columns besides attr:<attribute> (and per-task label/score)
-    headline: str  # the metric a board ranks by
-    summary_metrics: tuple[str, ...]  # shown across seeds in run summaries
-    compare_metrics: tuple[str, ...]  # compared between mitigations
-    versus_erm: tuple[str, ...]  # paired against ERM in compare
-    rank_metric: str  # ranked across datasets (Friedman) in compare
     select_rules: tuple[str, ...]  # checkpoint selection on validation; the first is the default
     sample_labels: bool  # whether a sample has a class label (a mitigation may weigh group x class cells)
     run_kind: str  # the result document's kind
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
+
+    @property
+    def headline(self) -> str:
+        """The utility metric a board ranks by (MetricSpec registry)."""
+        return headline_metric(self.name)
+
+    @property
+    def summary_metrics(self) -> tuple[str, ...]:
+        """Metrics summarised across seeds and compared between mitigations (MetricSpec registry)."""
+        return tuple(summary_metrics(self.name))
+
+    @property
+    def versus_erm(self) -> tuple[str, ...]:
+        """Metrics compare pairs against ERM: worst-group utility, the gap, utility."""
+        board = board_metrics(self.name)
+        return tuple(board[c].name for c in ("worst_group", "gap", "utility"))
+
+    @property
+    def rank_metric(self) -> str:
+        """The metric compare ranks methods by across datasets (Friedman): worst-group utility."""
+        return board_metrics(self.name)["worst_group"].name
 
     def run(self) -> Callable[..., Any]:
         """The runner function (imported on first use)."""
@@ -63,20 +80,14 @@ TASKS: Registry[Task] = Registry("task")
 TASKS.add("classification", Task(
     name="classification", runner="fairmedbench.benchmark.run:run_classification_task",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
-    prediction_columns=("sample_id", "split", "seed"), headline="auc",
-    summary_metrics=("auc", "worst_group_auc", "auc_gap", "auc_es", "eqodds_diff", "ece_gap"),
-    compare_metrics=("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es", "eqodds_diff"),
-    versus_erm=("worst_group_auc", "auc_gap", "auc"), rank_metric="worst_group_auc",
+    prediction_columns=("sample_id", "split", "seed"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True,
     run_kind="run-classification", extra_hparams=(("tasks", "main"),)))
 
 TASKS.add("segmentation", Task(
     name="segmentation", runner="fairmedbench.benchmark.run:run_segmentation_task",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
-    prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"), headline="dsc",
-    summary_metrics=("dsc", "worst_group_dsc", "dsc_gap", "dsc_es", "dsc_skew_ratio"),
-    compare_metrics=("dsc", "worst_group_dsc", "dsc_gap", "dsc_diff", "dsc_es", "dsc_skew_ratio", "iou"),
-    versus_erm=("worst_group_dsc", "dsc_gap", "dsc"), rank_metric="worst_group_dsc",
+    prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"),
     select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation"))
 
 

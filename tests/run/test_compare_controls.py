@@ -87,7 +87,7 @@ def test_compare_cli_table_and_report(tmp_path: Path, capsys: pytest.CaptureFixt
                "--n-boot", "10", "--hparam", "epochs=5", "--out", str(tmp_path / "r"), "--cache-dir",
                str(tmp_path / "c"), "--device", "cpu", "--report", "--select", "worst_group_auc"])
     text = capsys.readouterr().out
-    assert rc == 0 and "against ERM" in text and "[normal 95% CI]" in text
+    assert rc == 0 and "against ERM" in text and "[t 95% CI]" in text
     assert list((tmp_path / "r" / "compare").glob("*.html"))
 
 

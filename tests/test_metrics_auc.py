@@ -1,0 +1,39 @@
+"""The one AUC implementation (metrics/auc.py): equal to sklearn's roc_auc_score with sample weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from fairmedbench.metrics import OVERALL, evaluate_classification
+from fairmedbench.metrics import paired
+from fairmedbench.metrics.auc import weighted_auc
+
+
+def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    s = np.round(np.clip(0.5 + 0.2 * (2 * y - 1) + rng.normal(0, 0.25, n), 0, 1), 2)  # rounded: many ties
+    return y, s
+
+
+def test_weighted_auc_equals_sklearn_with_sample_weight():
+    y, s = _data(300, 0)
+    w = np.random.default_rng(1).poisson(1.0, size=(20, 300)).astype(float)
+    got = weighted_auc(y, s, w)
+    for row, g in zip(w, got):
+        assert g == pytest.approx(roc_auc_score(y, s, sample_weight=row), abs=1e-12)
+
+
+def test_engine_and_paired_bootstrap_use_the_same_auc():
+    y, s = _data(400, 2)
+    g = np.where(np.arange(400) % 3 == 0, "a", "b")
+    r = evaluate_classification(y, s, {"g": g}, n_boot=0).report()
+    for grp in ("a", "b"):
+        m = g == grp
+        assert r.value("auc", grp) == pytest.approx(roc_auc_score(y[m], s[m]), abs=1e-12)
+    assert r.value("auc", OVERALL) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert paired.weighted_auc is weighted_auc
+    pg = paired.paired_group_auc(y, s[None, :], g, n_boot=5)
+    assert pg.point[0] == pytest.approx([r.value("auc", "a"), r.value("auc", "b")], abs=1e-12)
