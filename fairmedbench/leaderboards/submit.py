@@ -34,6 +34,7 @@ from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 from fairmedbench.registry.models import seen_in_pretraining
+from fairmedbench.tasks.base import get_task
 
 TOLERANCE = 1e-9
 MAX_LINES_PER_FILE = 6
@@ -273,7 +274,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
     cols = block["columns"]
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
-    if entry.task == "classification":
+    if get_task(entry.task).sample_labels:  # labels and scores per sample; else per-sample DSC/IoU
         want.update({c: "label" for c in cols["labels"]})
         want.update({c: "score" for c in cols["scores"]})
     else:
@@ -326,7 +327,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if problems:
         raise _Stop(problems)
     split = arrays.pop(cols["split"])
-    allowed = {"val", "test"} if entry.task == "classification" else {"test"}
+    allowed = set(get_task(entry.task).prediction_splits)
     extra = sorted(set(split) - allowed)
     if extra:
         problems.append(f"{rel}: split values {extra} are not allowed here (only {sorted(allowed)})")
@@ -340,7 +341,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if (counts > 1).any():
             problems.append(f"{rel}: {int((counts > 1).sum())} duplicate sample id(s) in split {part}, "
                             f"e.g. {uniq[counts > 1][0]!r}")
-    if entry.task == "classification":
+    if "val" in allowed:
         both = set(ids[split == "val"]) & set(ids[split == "test"])
         if both:
             problems.append(f"{rel}: {len(both)} sample id(s) are in both val and test, e.g. {sorted(both)[0]!r}")
@@ -390,7 +391,7 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
                   ci_level=_setting(meta, ("ci_level",), rel),
                   min_group_size=_setting(meta, ("min_group_size",), rel), intersect=intersect)
     try:
-        if entry.task == "segmentation":
+        if not get_task(entry.task).sample_labels:
             out = evaluate_segmentation(cols.test["dsc"], attributes, iou=cols.test["iou"],
                                         hd95=cols.test.get("hd95"), empty_gt=cols.test["empty_gt"] > 0.5, **common)
         else:
