@@ -14,8 +14,6 @@ import re
 from html import escape
 from typing import Any
 
-from markupsafe import Markup
-
 from fairmedbench import __version__
 from fairmedbench.report.html import TEMPLATES, Figure, Shape
 
@@ -128,20 +126,19 @@ def scatter(rows: list[dict[str, Any]], width: int = 620, height: int = 380) -> 
     y0, y1 = 0.0, max(max(ys) * 1.1, 1e-3)
     sx = lambda v: left + (v - x0) / (x1 - x0) * (width - left - right)  # noqa: E731
     sy = lambda v: height - bottom - (v - y0) / (y1 - y0) * (height - top - bottom)  # noqa: E731
-    mid_y = f"{(top + height - bottom) / 2:.0f}"
-    shapes = [Shape("line", {"x1": str(left), "y1": str(height - bottom), "x2": str(width - right),
-                             "y2": str(height - bottom), "stroke": "#444"}),
-              Shape("line", {"x1": str(left), "y1": str(top), "x2": str(left), "y2": str(height - bottom),
-                             "stroke": "#444"})]
+    base, mid_y = str(height - bottom), f"{(top + height - bottom) / 2:.0f}"
+
+    def text(x: str, y: str, s: str, anchor: str = "middle", **attrs: str) -> Shape:
+        return Shape("text", {"x": x, "y": y, "text-anchor": anchor, **attrs}, s)
+
+    shapes = [Shape("line", {"x1": str(left), "y1": base, "x2": str(width - right), "y2": base, "stroke": "#444"}),
+              Shape("line", {"x1": str(left), "y1": str(top), "x2": str(left), "y2": base, "stroke": "#444"})]
     for k in range(5):
         xv, yv = x0 + (x1 - x0) * k / 4, y0 + (y1 - y0) * k / 4
-        shapes.append(Shape("text", {"x": f"{sx(xv):.1f}", "y": str(height - bottom + 14), "text-anchor": "middle"},
-                            f"{xv:.3f}"))
-        shapes.append(Shape("text", {"x": str(left - 4), "y": f"{sy(yv) + 4:.1f}", "text-anchor": "end"}, f"{yv:.3f}"))
-    shapes.append(Shape("text", {"x": f"{(left + width - right) / 2:.0f}", "y": str(height - 6),
-                                 "text-anchor": "middle"}, "utility (AUC / DSC), higher is better"))
-    shapes.append(Shape("text", {"x": "12", "y": mid_y, "text-anchor": "middle", "transform": f"rotate(-90 12 {mid_y})"},
-                        "gap, lower is fairer"))
+        shapes += [text(f"{sx(xv):.1f}", str(height - bottom + 14), f"{xv:.3f}"),
+                   text(str(left - 4), f"{sy(yv) + 4:.1f}", f"{yv:.3f}", "end")]
+    shapes += [text(f"{(left + width - right) / 2:.0f}", str(height - 6), "utility (AUC / DSC), higher is better"),
+               text("12", mid_y, "gap, lower is fairer", transform=f"rotate(-90 12 {mid_y})")]
     for i, r in pts:
         m = r["metrics"]
         label = (f"{r['model']} {r['revision']}: {r['dataset']} / {r['usage']} / {r['attribute']}: "
@@ -163,7 +160,7 @@ def html_page(board: dict[str, Any]) -> str:
         generated_at=board["generated_at"], ranking_rule=board["ranking_rule"], columns=board["columns"],
         rows=[{**r, "provenance_items": _provenance_items(r)} for r in rows], models=board["models"],
         options={k: sorted({r[k] for r in rows}) for k in ("dataset", "attribute", "usage")},
-        scatter=scatter(rows), fmt=fmt, csp=_csp(), script=Markup(SCRIPT),
+        scatter=scatter(rows), fmt=fmt, csp=_csp(), script=SCRIPT,
         provenance=provenance, provenance_heading="board provenance")
 
 
