@@ -179,3 +179,22 @@ def test_undefined_values_stay_last_in_the_browser(tmp_path: Path, browser: Any)
         assert math.isnan(values[-1]) and not any(math.isnan(v) for v in values[:-1])
     assert browser.find_elements("css selector", "#board tbody tr")[-1].find_elements("css selector", "td")[1].text \
         == "m2"
+
+
+def test_every_submitted_text_is_escaped_on_the_page() -> None:
+    # model, revision, dataset, usage, attribute (group), flags and provenance all hostile; only our script runs
+    row = {**_row(XSS, 0.5, 0.8), "revision": XSS, "dataset": XSS, "usage": XSS, "attribute": XSS, "flags": [XSS],
+           "provenance": {"folder": XSS, "license": XSS, "pretraining_data": [XSS], "runs": [{"run_id": XSS}]}}
+    rows = rank_rows([row])
+    board = {"suite": {"name": XSS, "version": "1", "description": XSS}, "generated_at": "now",
+             "ranking_rule": RANKING_RULE, "columns": [{"key": "es", "header": XSS, "better": "high",
+                                                        "definition": XSS}],
+             "models": [{"model": XSS, "revision": XSS, "mean_rank": 1.0, "rows": 1, "utility": 0.8, "es": 0.5,
+                         "gap": 0.1, "flags": [XSS]}], "rows": rows}
+    page = render.html_page(board)
+    assert page.count("<script") == 1 and XSS not in page and "<img" not in page
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    # title x2, description, filters x3 (value and text), row cells x5, flag, provenance x4 (license, pretraining,
+    # run id, link), scatter title, column header x2 (title attribute, text), definition, models x3, board provenance
+    assert page.count(escaped) >= 2 + 1 + 6 + 5 + 1 + 4 + 1 + 2 + 1 + 3 + 1
+    assert f'data-dataset="{escaped}"' in page and f'href="{escaped}/submission.json"' in page
