@@ -127,7 +127,7 @@ def test_run_with_groupdro_writes_results_with_the_training_block(small_sam: str
     ("sam-decoder", "adversarial", {}, "does not apply to segmentation: its adversary"),
     ("sam-decoder", "group_thresholds", {}, "does not apply to segmentation"),
     ("sam-decoder", "resampling", {"hparams": {"by": "class"}}, "use by=group"),
-    ("sam-decoder", "erm", {"hparams": {"select": "worst_group_auc"}}, "val_dsc or worst_group_dsc"),
+    ("sam-decoder", "erm", {"hparams": {"select": "worst_group_auc"}}, "choose one of val_dsc, worst_group_dsc"),
     ("sam-decoder", "erm", {"prompt": "center"}, "prompts with bbox, not 'center'"),
 ])
 def test_what_segmentation_cannot_do_is_an_input_error(small_sam: str, tmp_path: Path, usage: str,
