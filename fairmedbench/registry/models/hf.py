@@ -132,13 +132,26 @@ def load_hf_clip(card: ModelCard, resolved: ResolvedWeights, *,
     )
 
 
+_SO400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27}
+# Published configs (config.json on the hub) of the SigLIP checkpoints the cards name.
+SIGLIP_CONFIGS: dict[str, dict[str, Any]] = {
+    "base-224": {},  # google/siglip-base-patch16-224: SiglipConfig's defaults
+    "so400m-448": {  # google/medsiglip-448
+        "text_config": {**_SO400M, "max_position_embeddings": 64, "vocab_size": 32000, "projection_size": 1152},
+        "vision_config": {**_SO400M, "image_size": 448, "patch_size": 14},
+    },
+}
+
+
 def load_siglip(card: ModelCard, resolved: ResolvedWeights, *,
                 image_size: int | None = None, **_: Any) -> FoundationModel:
-    """SigLIP base/16-224 (transformers); text tokenizer is SentencePiece from the hub."""
+    """SigLIP base/16-224 or So400m/14-448 (MedSigLIP) in transformers; text tokenizer is SentencePiece from
+    the hub."""
     from transformers import SiglipConfig, SiglipModel
 
+    config = SIGLIP_CONFIGS[card.loader_options.get("config", "base-224")]
     card, resolved, module = _build(card, resolved, image_size, SiglipModel,
-                                    lambda: SiglipModel(SiglipConfig()))
+                                    lambda: SiglipModel(SiglipConfig(**config)))
     return HFModel(
         card, resolved, module,
         lambda m, x: _pooled(m.get_image_features(pixel_values=x, interpolate_pos_encoding=True)),
@@ -213,6 +226,25 @@ class _MedCLIP(nn.Module):
         self.logit_scale = nn.Parameter(torch.tensor(2.6592))
 
 
+def _medclip_key() -> Callable[[str], str | None]:
+    """MedCLIP key -> ours: transformers' own Swin renamings (old `attention.self.query`, `intermediate.dense`
+    ... -> current names) on the vision tower; Swin's relative_position_index is now recomputed, not stored."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import rename_source_key
+
+    renamings = get_checkpoint_conversion_mapping("swin") or []
+    prefix = "vision_model.model."
+
+    def key_map(key: str) -> str | None:
+        if not key.startswith(prefix):
+            return key
+        if key.endswith("relative_position_index"):
+            return None
+        return prefix + rename_source_key(key[len(prefix):], renamings, [])[0]
+
+    return key_map
+
+
 def load_medclip(card: ModelCard, resolved: ResolvedWeights, *,
                  image_size: int | None = None, **_: Any) -> FoundationModel:
     """MedCLIP (Swin-T + Bio_ClinicalBERT); checkpoint `pytorch_model.bin` loaded by name."""
@@ -224,8 +256,10 @@ def load_medclip(card: ModelCard, resolved: ResolvedWeights, *,
         module = _MedCLIP()
     if not resolved.is_random:
         assert resolved.path is not None
-        load_into(module, read_state_dict(resolved.path), what=card.name,
-                  ignore_unexpected=("text_model.model.pooler.", "text_model.model.embeddings.position_ids"))
+        # The release predates transformers 5: old Swin parameter names, persistent index buffers.
+        load_into(module, read_state_dict(resolved.path), what=card.name, key_map=_medclip_key(),
+                  ignore_unexpected=("text_model.model.pooler.", "text_model.model.embeddings.position_ids",
+                                     "text_model.model.embeddings.token_type_ids"))
 
     def image(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m.vision_model.projection_head(m.vision_model.model(pixel_values=x).pooler_output)
