@@ -155,15 +155,17 @@ def test_sam_med2d_refuses_a_plain_sam_checkpoint(tmp_path: Path) -> None:
 def test_checkpoint_of_another_architecture_exits_2_with_keys_listed(tmp_path: Path) -> None:
     """MoCo-CXR weights given to MedMAE: the CLI exits 2 and names missing and unexpected keys."""
     path = tmp_path / "moco.pth.tar"
-    torch.save({"state_dict": L.moco_cxr_state()}, path)
+    state = L.moco_cxr_state()
+    torch.save({"state_dict": state}, path)
     with pytest.raises(InputError) as err:
         load_model("medmae", str(path))
     msg = str(err.value)
-    assert "missing keys (152): blocks.0.attn.proj.bias" in msg
-    assert "unexpected keys (122): bn1.bias" in msg
+    vit_b = 4 + 12 * 12 + 2  # cls/pos/patch-embed, 12 blocks x 12 tensors, final norm
+    assert f"missing keys ({vit_b}): blocks.0.attn.proj.bias" in msg
+    assert f"unexpected keys ({len(state)}): module.encoder_k.bn1.bias" in msg
     out = subprocess.run(
         [sys.executable, "-m", "fairmedbench", "--model", "medmae", "--weights", str(path),
          "--dataset", "synth-contrast", "--usage", "lp"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd(), "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 2, out.stderr[-500:]
-    assert "missing keys (152)" in out.stderr and "unexpected keys (122)" in out.stderr
+    assert f"missing keys ({vit_b})" in out.stderr and f"unexpected keys ({len(state)})" in out.stderr
