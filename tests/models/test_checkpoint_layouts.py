@@ -169,3 +169,31 @@ def test_checkpoint_of_another_architecture_exits_2_with_keys_listed(tmp_path: P
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd(), "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 2, out.stderr[-500:]
     assert f"missing keys ({vit_b})" in out.stderr and f"unexpected keys ({len(state)})" in out.stderr
+
+
+def test_medsam2_official_checkpoint_loads(tmp_path: Path) -> None:
+    """Layout from Meta's sam2.1_hiera_t.yaml (shipped in the sam2 package) with the three changes MedSAM2's
+    sam2/configs/sam2.1_hiera_t512.yaml makes (image_size 512, RoPE feat_sizes 32x32), instantiated by the
+    official SAM 2 classes; saved as {'model': ...}, which MedSAM2's build_sam._load_checkpoint reads."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    import sam2
+
+    cfg = OmegaConf.load(Path(sam2.__file__).parent / "configs" / "sam2.1" / "sam2.1_hiera_t.yaml").model
+    cfg.image_size = 512
+    layer = cfg.memory_attention.layer
+    layer.self_attention.feat_sizes = [32, 32]
+    layer.cross_attention.feat_sizes = [32, 32]
+    official = instantiate(cfg, _recursive_=True)  # 39M parameters: cheap on CPU
+    state = L.tensors({k: tuple(v.shape) for k, v in official.state_dict().items()})
+    del official
+    path = tmp_path / "MedSAM2_latest.pt"
+    torch.save({"model": state}, path)
+    model = load_model("medsam2", str(path))
+    key = "sam_mask_decoder.conv_s0.weight"  # the high-resolution skip the SAM 2 decoder reads
+    assert float(model.module.state_dict()[key].reshape(-1)[0]) == _value(state, key)
+    assert _embed(model, 512).shape == (1, 256)
+    img = np.zeros((40, 48), np.uint8)
+    img[10:30, 12:36] = 200
+    assert model.segment(img, (10, 8, 38, 32)).shape == img.shape

@@ -239,17 +239,20 @@ register(ModelCard(
 register(ModelCard(
     name="medsam2", family="sam", kind="segmentation", capabilities=SEG_CAPS,
     preprocessing=Preprocessing(size=512, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",
-                                interpolation="bilinear", intensity="minmax"),
+                                interpolation="bilinear"),
     embedding_dim=256,
-    weights=WeightSource(url="https://github.com/bowang-lab/MedSAM2 (MedSAM2_latest.pt)"),
-    license="Apache-2.0", pretraining_data=("MedSAM2 training set (3D CT/MRI/PET lesions and videos)",)
-    + ("SA-V (SAM 2 video data)",) + SA1B,
-    loader=_M + "sam:load_sam_family", available=False,
-    reference="Ma et al., MedSAM2 (2025)",
-    notes="Not available: MedSAM2 is SAM 2.1 Hiera-T at 512 px with memory attention. Meta publishes SAM 2 only "
-          "on GitHub (facebookresearch/sam2, not on PyPI); the PyPI 'sam2' 1.1.0 is a single third-party "
-          "repackaging (Dec 2024) and MedSAM2 ships its own modified copy of the sam2 package, so no "
-          "maintained package provides the architecture, and it is not written here.",
+    weights=WeightSource(url="https://github.com/bowang-lab/MedSAM2 (MedSAM2_latest.pt)",
+                         how_to_get="run MedSAM2's download.sh (hf-hub:wanglab/MedSAM2) and pass "
+                                    "--weights PATH/MedSAM2_latest.pt"),
+    license="Apache-2.0",
+    pretraining_data=("MedSAM2 training set (3D CT/MRI/PET lesions, ultrasound and endoscopy videos)",
+                      "SA-V (SAM 2 video data)") + SA1B,
+    loader=_M + "medsam2:load_medsam2",
+    reference="Ma et al., MedSAM2: Segment Anything in 3D Medical Images and Videos (2025)",
+    notes="SAM 2.1 Hiera-T at 512 px (MedSAM2's sam2.1_hiera_t512.yaml) built from the PyPI `sam2` package "
+          "(its modeling code is identical to facebookresearch/sam2). Each image is segmented alone as SAM 2's "
+          "image predictor does (box = two corner points, no memory across slices); embedding = global "
+          "average of the stride-16 map. Decoder fine-tuning from cached maps is not offered.",
 ))
 
 register(ModelCard(

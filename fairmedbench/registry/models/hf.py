@@ -229,8 +229,11 @@ class _MedCLIP(nn.Module):
 def _medclip_key() -> Callable[[str], str | None]:
     """MedCLIP key -> ours: transformers' own Swin renamings (old `attention.self.query`, `intermediate.dense`
     ... -> current names) on the vision tower; Swin's relative_position_index is now recomputed, not stored."""
-    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
-    from transformers.core_model_loading import rename_source_key
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+        from transformers.core_model_loading import rename_source_key
+    except ImportError:  # transformers 4.x: its Swin still has the checkpoint's names and stored index
+        return lambda key: key
 
     renamings = get_checkpoint_conversion_mapping("swin") or []
     prefix = "vision_model.model."
