@@ -262,3 +262,35 @@ def medclip() -> Layout:
     lay["text_model.projection_head.weight"] = (512, 768)
     lay["logit_scale"] = ()
     return lay
+
+
+# --- OpenAI CLIP: openai/CLIP clip/model.py (VisionTransformer + text Transformer; the names open_clip keeps in
+# the hub file open_clip_pytorch_model.bin of timm/vit_base_patch{32,16}_clip_224.openai).
+
+def _resblocks(prefix: str, layers: int, width: int) -> Layout:
+    lay: Layout = {}
+    for i in range(layers):
+        b = f"{prefix}.resblocks.{i}"
+        lay[f"{b}.attn.in_proj_weight"] = (3 * width, width)
+        lay[f"{b}.attn.in_proj_bias"] = (3 * width,)
+        lay.update(_lin(f"{b}.attn.out_proj", width, width))
+        lay.update(_ln(f"{b}.ln_1", width))
+        lay.update(_lin(f"{b}.mlp.c_fc", 4 * width, width))
+        lay.update(_lin(f"{b}.mlp.c_proj", width, 4 * width))
+        lay.update(_ln(f"{b}.ln_2", width))
+    return lay
+
+
+def openai_clip_vit_b(patch: int) -> Layout:
+    """CLIP ViT-B/`patch` at 224 px: 768-d x 12 vision, 512-d x 12 text, 512-d joint space."""
+    grid = 224 // patch
+    lay: Layout = {"positional_embedding": (77, 512), "text_projection": (512, 512), "logit_scale": (),
+                   "visual.class_embedding": (768,), "visual.positional_embedding": (grid * grid + 1, 768),
+                   "visual.proj": (768, 512), "visual.conv1.weight": (768, 3, patch, patch)}
+    lay.update(_ln("visual.ln_pre", 768))
+    lay.update(_resblocks("visual.transformer", 12, 768))
+    lay.update(_ln("visual.ln_post", 768))
+    lay.update(_resblocks("transformer", 12, 512))
+    lay["token_embedding.weight"] = (49408, 512)
+    lay.update(_ln("ln_final", 512))
+    return lay

@@ -197,3 +197,15 @@ def test_medsam2_official_checkpoint_loads(tmp_path: Path) -> None:
     img = np.zeros((40, 48), np.uint8)
     img[10:30, 12:36] = 200
     assert model.segment(img, (10, 8, 38, 32)).shape == img.shape
+
+
+@pytest.mark.parametrize("name,patch", [("clip-vit-b32", 32), ("clip-vit-b16", 16)])
+def test_openai_clip_official_checkpoint_loads(tmp_path: Path, name: str, patch: int) -> None:
+    state = L.tensors(L.openai_clip_vit_b(patch))
+    path = tmp_path / "open_clip_pytorch_model.bin"
+    torch.save(state, path)
+    model = load_model(name, str(path))
+    key = "visual.transformer.resblocks.11.attn.in_proj_weight"
+    assert float(model.module.state_dict()[key][0, 0]) == _value(state, key)
+    assert _embed(model, 224).shape == (1, 512)
+    assert model.encode_text(["a chest x-ray"]).shape == (1, 512)
