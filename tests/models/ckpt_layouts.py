@@ -294,3 +294,33 @@ def openai_clip_vit_b(patch: int) -> Layout:
     lay["token_embedding.weight"] = (49408, 512)
     lay.update(_ln("ln_final", 512))
     return lay
+
+
+# --- DINOv2 ViT-B/14 as released on the hub (facebook/dinov2-base: config.json + model.safetensors, written by
+# transformers 4.3x's Dinov2Model, huggingface/transformers src/transformers/models/dinov2/modeling_dinov2.py).
+
+DINOV2_BASE_CONFIG = {"architectures": ["Dinov2Model"], "model_type": "dinov2", "hidden_size": 768,
+                      "num_hidden_layers": 12, "num_attention_heads": 12, "mlp_ratio": 4, "image_size": 518,
+                      "patch_size": 14, "layerscale_value": 1.0, "hidden_act": "gelu", "layer_norm_eps": 1e-6,
+                      "qkv_bias": True, "use_swiglu_ffn": False, "drop_path_rate": 0.0}
+
+
+def dinov2_base() -> Layout:
+    """Dinov2Model keys (embeddings, 12 layers with layer scale, final layernorm)."""
+    lay: Layout = {"embeddings.cls_token": (1, 1, 768), "embeddings.mask_token": (1, 768),
+                   "embeddings.position_embeddings": (1, 37 * 37 + 1, 768),
+                   "embeddings.patch_embeddings.projection.weight": (768, 3, 14, 14),
+                   "embeddings.patch_embeddings.projection.bias": (768,)}
+    for i in range(12):
+        b = f"encoder.layer.{i}"
+        lay.update(_ln(f"{b}.norm1", 768))
+        for proj in ("query", "key", "value"):
+            lay.update(_lin(f"{b}.attention.attention.{proj}", 768, 768))
+        lay.update(_lin(f"{b}.attention.output.dense", 768, 768))
+        lay[f"{b}.layer_scale1.lambda1"] = (768,)
+        lay.update(_ln(f"{b}.norm2", 768))
+        lay.update(_lin(f"{b}.mlp.fc1", 3072, 768))
+        lay.update(_lin(f"{b}.mlp.fc2", 768, 3072))
+        lay[f"{b}.layer_scale2.lambda1"] = (768,)
+    lay.update(_ln("layernorm", 768))
+    return lay

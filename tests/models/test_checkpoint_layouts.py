@@ -9,6 +9,7 @@ loaded in test_litemedsam.py.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -209,3 +210,28 @@ def test_openai_clip_official_checkpoint_loads(tmp_path: Path, name: str, patch:
     assert float(model.module.state_dict()[key][0, 0]) == _value(state, key)
     assert _embed(model, 224).shape == (1, 512)
     assert model.encode_text(["a chest x-ray"]).shape == (1, 512)
+
+
+def _hf_folder(folder: Path, config: dict, layout: L.Layout, drop: str = "") -> dict[str, torch.Tensor]:
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    state = {k: v.contiguous() for k, v in L.tensors(layout).items() if not (drop and k.startswith(drop))}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return state
+
+
+def test_dinov2_official_hub_folder_loads(tmp_path: Path) -> None:
+    state = _hf_folder(tmp_path / "dinov2-base", L.DINOV2_BASE_CONFIG, L.dinov2_base())
+    model = load_model("dinov2", str(tmp_path / "dinov2-base"))
+    key = "embeddings.position_embeddings"
+    assert float(model.module.state_dict()[key][0, 0, 0]) == _value(state, key)
+    assert _embed(model, 56).shape == (1, 768)
+
+
+def test_hub_folder_with_missing_weights_is_refused(tmp_path: Path) -> None:
+    """from_pretrained would fill a missing layer with random numbers and only log it: refused here."""
+    _hf_folder(tmp_path / "partial", L.DINOV2_BASE_CONFIG, L.dinov2_base(), drop="encoder.layer.11.")
+    with pytest.raises(InputError, match=r"missing keys \(18\): encoder\.layer\.11\."):
+        load_model("dinov2", str(tmp_path / "partial"))

@@ -95,6 +95,19 @@ def clip_bpe_tokenizer(context_length: int = 77) -> Tokenize:
     return tokenize
 
 
+def _refuse_partial(card: ModelCard, resolved: ResolvedWeights, info: dict[str, Any]) -> None:
+    """from_pretrained initialises missing weights at random and only logs it: refuse instead (InputError)."""
+    parts = []
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(kind) or [])
+        if keys:
+            more = f" ... (+{len(keys) - 8} more)" if len(keys) > 8 else ""
+            parts.append(f"{kind.replace('_', ' ')} ({len(keys)}): {', '.join(keys[:8])}{more}")
+    if parts:
+        raise InputError(f"weights in {resolved.path} do not fit the {card.name} architecture; refused.\n"
+                         + "\n".join(parts) + "\nPass the checkpoint published for this model.")
+
+
 def _build(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
            model_cls: Any, random_factory: Callable[[], nn.Module]) -> tuple[ModelCard, ResolvedWeights, nn.Module]:
     if image_size is not None and image_size != card.preprocessing.size:
@@ -103,9 +116,11 @@ def _build(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
         card = dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
     if resolved.source == "hub" or (resolved.path is not None and resolved.path.is_dir()):
         try:
-            module = model_cls.from_pretrained(str(resolved.path), local_files_only=True)
+            module, info = model_cls.from_pretrained(str(resolved.path), local_files_only=True,
+                                                     output_loading_info=True)
         except Exception as exc:
             raise InputError(f"cannot load {card.name!r} from {resolved.path}: {type(exc).__name__}: {exc}") from None
+        _refuse_partial(card, resolved, info)
         return card, resolved, module
     with seeded(resolved.seed):
         module = random_factory()
