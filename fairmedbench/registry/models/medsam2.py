@@ -89,6 +89,11 @@ class MedSAM2Segmenter(PromptableSegmenter):
         """The lowest-resolution (stride 16) 256-channel map, with the no-memory embedding added."""
         return self._features(pixels)[0]
 
+    @torch.inference_mode()
+    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Global average of the stride-16 map (computed from `self.module`, so a LoRA copy is honoured)."""
+        return self._features(pixels)[0].float().mean(dim=(2, 3))
+
     def decode(self, emb: torch.Tensor, boxes: torch.Tensor | None,
                coords: tuple[torch.Tensor, torch.Tensor] | None = None, multimask: bool = False,
                decoder: nn.Module | None = None) -> torch.Tensor:
