@@ -128,6 +128,8 @@ def _check_segmenter(model, state: dict) -> None:
     assert mask.shape == img.shape and mask.dtype == bool
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"), reason="271M parameters (~30 s); FMB_RUN_SLOW=1 runs it")
 def test_sam_med2d_official_checkpoint_loads(tmp_path: Path) -> None:
     path, state = _sam_file(tmp_path, "sam-med2d_b.pth", 256, adapters=True, container=True)
     model = load_model("sam-med2d", str(path))
@@ -136,6 +138,8 @@ def test_sam_med2d_official_checkpoint_loads(tmp_path: Path) -> None:
     _check_segmenter(model, state)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"), reason="~20 s on 2 CPU cores; FMB_RUN_SLOW=1 runs it")
 def test_ft_sam_official_checkpoint_loads(tmp_path: Path) -> None:
     path, state = _sam_file(tmp_path, "ft-sam_b.pth", 256, adapters=False, container=True)
     _check_segmenter(load_model("ft-sam", str(path)), state)

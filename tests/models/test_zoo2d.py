@@ -3,6 +3,8 @@ mask of the image's shape with random weights, MedSigLIP's config is the publish
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -41,7 +43,11 @@ def _ellipse(h: int = 72, w: int = 88) -> tuple[np.ndarray, tuple[int, int, int,
     return img, (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1)
 
 
-@pytest.mark.parametrize("name", ["sam-med2d", "ft-sam", "medsam2"])
+SLOW = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"),
+                                             reason="271M parameters (~25 s); FMB_RUN_SLOW=1 runs it")]
+
+
+@pytest.mark.parametrize("name", [pytest.param("sam-med2d", marks=SLOW), "ft-sam", "medsam2"])
 def test_segmenter_segments_an_ellipse_to_a_mask_of_the_image_shape(name: str) -> None:
     model = load_model(name, "random", image_size=64)
     img, box = _ellipse()
