@@ -12,7 +12,7 @@ from fairmedbench.errors import MissingResourceError
 from fairmedbench.registry.models import MODELS, load_model
 
 # Large random models: minutes of CPU and GBs of RAM to initialise; run with FMB_RUN_SLOW=1.
-SLOW = {"sam-vit-l", "sam-vit-h", "blip2"}
+SLOW = {"sam-vit-l", "sam-vit-h", "blip2", "medsiglip"}
 # Smallest input each architecture accepts cheaply (Swin-T needs its 224 window grid).
 SIZES = {"medclip": 224, "blip2": 56}
 AVAILABLE = [n for n in MODELS.names() if MODELS.get(n).available]

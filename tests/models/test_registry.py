@@ -16,7 +16,7 @@ from fairmedbench.registry.models import MODELS
 REQUIRED = {"clip-vit-b32", "clip-vit-b16", "biomedclip", "pubmedclip", "medclip", "plip", "siglip", "blip",
             "blip2", "dinov2", "rad-dino", "medmae", "moco-cxr", "c2l", "lvm-med-vit", "imagenet-resnet50",
             "imagenet-vit-b16", "sam-vit-b", "sam-vit-l", "sam-vit-h", "medsam", "mobilesam", "tinysam",
-            "sam-med2d", "litemedsam", "sam-med3d"}
+            "sam-med2d", "litemedsam", "sam-med3d", "ft-sam", "medsiglip", "medsam2"}
 
 
 def test_listing_does_not_import_torch_and_is_fast() -> None:

@@ -80,7 +80,13 @@ def test_wrong_architecture_reports_missing_and_unexpected_keys() -> None:
         load_into(module, {"0.weight": torch.zeros(2, 2), "0.bias": torch.zeros(3)}, what="toy")
 
 
-def test_unavailable_card_says_why() -> None:
-    with pytest.raises(MissingResourceError, match="adapter"):
-        load_model("sam-med2d", "random")
+def test_unavailable_card_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import fairmedbench.registry.models as models
+
+    off = dataclasses.replace(get_card("moco-cxr"), available=False, notes="Not available: no such package.")
+    monkeypatch.setattr(models, "get_card", lambda name: off)
+    with pytest.raises(MissingResourceError, match="cannot be built in this version: Not available: no such"):
+        load_model("moco-cxr", "random")
 

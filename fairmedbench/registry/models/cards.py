@@ -91,19 +91,37 @@ register(ModelCard(
     notes="Same TinyViT-5M architecture as MobileSAM, different (full-stage distilled) weights.",
 ))
 
+SAMMED2D_PRE = Preprocessing(size=256, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",
+                             interpolation="bilinear")
+SAMMED2D_URL = "https://github.com/OpenGVLab/SAM-Med2D"
+SA_MED2D = ("SA-Med2D-20M (4.6M images, 19.7M masks)",)
+
 register(ModelCard(
-    name="sam-med2d", family="sam", kind="segmentation", capabilities=SEG_CAPS,
-    preprocessing=Preprocessing(size=256, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",
-                                interpolation="bilinear"),
+    name="sam-med2d", family="sam", kind="segmentation", capabilities=SEG_CAPS, preprocessing=SAMMED2D_PRE,
     embedding_dim=256,
-    weights=WeightSource(url="https://github.com/OpenGVLab/SAM-Med2D (sam-med2d_b.pth)"),
-    license="Apache-2.0", pretraining_data=("SA-Med2D-20M (4.6M images, 19.7M masks)",) + SA1B,
-    loader=_M + "sam:load_sam_family", loader_options={"encoder": "vit_b"},
-    available=False,
+    weights=WeightSource(url=SAMMED2D_URL + " (sam-med2d_b.pth)",
+                         how_to_get="download sam-med2d_b.pth from the SAM-Med2D README's Google Drive link "
+                                    "and pass --weights PATH"),
+    license="Apache-2.0", pretraining_data=SA_MED2D + SA1B,
+    loader=_M + "sam:load_sam_family", loader_options={"encoder": "vit_b", "adapters": True},
     reference="Cheng et al., SAM-Med2D (2023)",
-    notes="Not available: SAM-Med2D inserts adapter layers into every ViT block; no maintained package "
-          "provides them and they are not written here yet. A plain SAM ViT-B would silently drop "
-          "those weights, so the checkpoint is refused rather than loaded partially.",
+    notes="SAM ViT-B at 256 px with SAM-Med2D's adapter in every encoder block (written here: no package "
+          "ships it), segment-anything's prompt encoder and mask decoder; checkpoint {'model': state dict} "
+          "as SAM-Med2D's train.py saves it. Preprocessing: squash to 256, ImageNet mean/std (the official "
+          "resize is nearest-neighbour; bilinear here).",
+))
+
+register(ModelCard(
+    name="ft-sam", family="sam", kind="segmentation", capabilities=SEG_CAPS, preprocessing=SAMMED2D_PRE,
+    embedding_dim=256,
+    weights=WeightSource(url=SAMMED2D_URL + " (FT-SAM checkpoint)",
+                         how_to_get="download the FT-SAM checkpoint from the SAM-Med2D README's Google Drive "
+                                    "link and pass --weights PATH"),
+    license="Apache-2.0", pretraining_data=SA_MED2D + SA1B,
+    loader=_M + "sam:load_sam_family", loader_options={"encoder": "vit_b"},
+    reference="Cheng et al., SAM-Med2D (2023): the fully fine-tuned SAM baseline; FairMedFM's FT-SAM",
+    notes="SAM ViT-B fully fine-tuned on SA-Med2D-20M at 256 px (no adapters); same preprocessing as "
+          "SAM-Med2D.",
 ))
 
 register(ModelCard(
@@ -121,13 +139,15 @@ register(ModelCard(
 
 register(ModelCard(
     name="lvm-med-vit", family="sam", kind="vision", capabilities=VISION_CAPS, preprocessing=SAM_PRE,
-    embedding_dim=256,
+    embedding_dim=768,
     weights=WeightSource(url="https://github.com/duyhominhnguyen/LVM-Med (lvmmed_vit.pth)"),
     license="see https://github.com/duyhominhnguyen/LVM-Med",
     pretraining_data=("LVM-Med collection (1.3M medical images from 55 public datasets)",),
     loader=_M + "sam:load_sam_family", loader_options={"encoder": "vit_b", "encoder_only": True},
     reference="Nguyen et al., LVM-Med (NeurIPS 2023)",
-    notes="SAM-style ViT-B image encoder; embedding = global average of the neck map.",
+    notes="SAM-style ViT-B image encoder without absolute position embedding (LVM-Med's vit_encoder_b); "
+          "embedding = global average of the last block's 768-d tokens before the neck, as LVM-Med's "
+          "classification code and FairMedFM use it.",
 ))
 
 # --- vision-language -----------------------------------------------------------------------------
@@ -198,6 +218,41 @@ register(ModelCard(
     license="Apache-2.0", pretraining_data=("WebLI (10B web image-text pairs)",),
     loader=_M + "hf:load_siglip", text_context_length=64,
     reference="Zhai et al., Sigmoid Loss for Language Image Pre-Training (ICCV 2023)",
+))
+
+register(ModelCard(
+    name="medsiglip", family="siglip", kind="vision-language", capabilities=VL_CAPS,
+    preprocessing=Preprocessing(size=448, mean=HALF, std=HALF, resize="squash"),
+    embedding_dim=1152, weights=WeightSource(hub_id="google/medsiglip-448"),
+    license="Health AI Developer Foundations terms of use",
+    pretraining_data=("WebLI (SigLIP-400M pretraining)",
+                      "medical image-text pairs: chest X-ray, CT and MRI slices, dermatology, ophthalmology, "
+                      "histopathology (MedSigLIP / MedGemma report)"),
+    loader=_M + "hf:load_siglip", loader_options={"config": "so400m-448"},
+    text_context_length=64,
+    reference="Sellergren et al., MedGemma technical report (2025): MedSigLIP",
+    notes="SigLIP So400m/14 at 448 px (transformers SiglipModel, 1152-d pooled embeddings); random weights are "
+          "built from the published config. Gated on the hub: accept the terms, then download while online. "
+          "Its per-dataset training list is not recorded here, so no pretraining_tags are claimed.",
+))
+
+register(ModelCard(
+    name="medsam2", family="sam", kind="segmentation", capabilities=SEG_CAPS,
+    preprocessing=Preprocessing(size=512, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",
+                                interpolation="bilinear"),
+    embedding_dim=256,
+    weights=WeightSource(url="https://github.com/bowang-lab/MedSAM2 (MedSAM2_latest.pt)",
+                         how_to_get="run MedSAM2's download.sh (hf-hub:wanglab/MedSAM2) and pass "
+                                    "--weights PATH/MedSAM2_latest.pt"),
+    license="Apache-2.0",
+    pretraining_data=("MedSAM2 training set (3D CT/MRI/PET lesions, ultrasound and endoscopy videos)",
+                      "SA-V (SAM 2 video data)") + SA1B,
+    loader=_M + "medsam2:load_medsam2",
+    reference="Ma et al., MedSAM2: Segment Anything in 3D Medical Images and Videos (2025)",
+    notes="SAM 2.1 Hiera-T at 512 px (MedSAM2's sam2.1_hiera_t512.yaml) built from the PyPI `sam2` package "
+          "(its modeling code is identical to facebookresearch/sam2). Each image is segmented alone as SAM 2's "
+          "image predictor does (box = two corner points, no memory across slices); embedding = global "
+          "average of the stride-16 map. Decoder fine-tuning from cached maps is not offered.",
 ))
 
 register(ModelCard(

@@ -95,6 +95,19 @@ def clip_bpe_tokenizer(context_length: int = 77) -> Tokenize:
     return tokenize
 
 
+def _refuse_partial(card: ModelCard, resolved: ResolvedWeights, info: dict[str, Any]) -> None:
+    """from_pretrained initialises missing weights at random and only logs it: refuse instead (InputError)."""
+    parts = []
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in info.get(kind) or [])
+        if keys:
+            more = f" ... (+{len(keys) - 8} more)" if len(keys) > 8 else ""
+            parts.append(f"{kind.replace('_', ' ')} ({len(keys)}): {', '.join(keys[:8])}{more}")
+    if parts:
+        raise InputError(f"weights in {resolved.path} do not fit the {card.name} architecture; refused.\n"
+                         + "\n".join(parts) + "\nPass the checkpoint published for this model.")
+
+
 def _build(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
            model_cls: Any, random_factory: Callable[[], nn.Module]) -> tuple[ModelCard, ResolvedWeights, nn.Module]:
     if image_size is not None and image_size != card.preprocessing.size:
@@ -103,9 +116,11 @@ def _build(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
         card = dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
     if resolved.source == "hub" or (resolved.path is not None and resolved.path.is_dir()):
         try:
-            module = model_cls.from_pretrained(str(resolved.path), local_files_only=True)
+            module, info = model_cls.from_pretrained(str(resolved.path), local_files_only=True,
+                                                     output_loading_info=True)
         except Exception as exc:
             raise InputError(f"cannot load {card.name!r} from {resolved.path}: {type(exc).__name__}: {exc}") from None
+        _refuse_partial(card, resolved, info)
         return card, resolved, module
     with seeded(resolved.seed):
         module = random_factory()
@@ -132,13 +147,26 @@ def load_hf_clip(card: ModelCard, resolved: ResolvedWeights, *,
     )
 
 
+_SO400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27}
+# Published configs (config.json on the hub) of the SigLIP checkpoints the cards name.
+SIGLIP_CONFIGS: dict[str, dict[str, Any]] = {
+    "base-224": {},  # google/siglip-base-patch16-224: SiglipConfig's defaults
+    "so400m-448": {  # google/medsiglip-448
+        "text_config": {**_SO400M, "max_position_embeddings": 64, "vocab_size": 32000, "projection_size": 1152},
+        "vision_config": {**_SO400M, "image_size": 448, "patch_size": 14},
+    },
+}
+
+
 def load_siglip(card: ModelCard, resolved: ResolvedWeights, *,
                 image_size: int | None = None, **_: Any) -> FoundationModel:
-    """SigLIP base/16-224 (transformers); text tokenizer is SentencePiece from the hub."""
+    """SigLIP base/16-224 or So400m/14-448 (MedSigLIP) in transformers; text tokenizer is SentencePiece from
+    the hub."""
     from transformers import SiglipConfig, SiglipModel
 
+    config = SIGLIP_CONFIGS[card.loader_options.get("config", "base-224")]
     card, resolved, module = _build(card, resolved, image_size, SiglipModel,
-                                    lambda: SiglipModel(SiglipConfig()))
+                                    lambda: SiglipModel(SiglipConfig(**config)))
     return HFModel(
         card, resolved, module,
         lambda m, x: _pooled(m.get_image_features(pixel_values=x, interpolate_pos_encoding=True)),
@@ -213,6 +241,28 @@ class _MedCLIP(nn.Module):
         self.logit_scale = nn.Parameter(torch.tensor(2.6592))
 
 
+def _medclip_key() -> Callable[[str], str | None]:
+    """MedCLIP key -> ours: transformers' own Swin renamings (old `attention.self.query`, `intermediate.dense`
+    ... -> current names) on the vision tower; Swin's relative_position_index is now recomputed, not stored."""
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+        from transformers.core_model_loading import rename_source_key
+    except ImportError:  # transformers 4.x: its Swin still has the checkpoint's names and stored index
+        return lambda key: key
+
+    renamings = get_checkpoint_conversion_mapping("swin") or []
+    prefix = "vision_model.model."
+
+    def key_map(key: str) -> str | None:
+        if not key.startswith(prefix):
+            return key
+        if key.endswith("relative_position_index"):
+            return None
+        return prefix + rename_source_key(key[len(prefix):], renamings, [])[0]
+
+    return key_map
+
+
 def load_medclip(card: ModelCard, resolved: ResolvedWeights, *,
                  image_size: int | None = None, **_: Any) -> FoundationModel:
     """MedCLIP (Swin-T + Bio_ClinicalBERT); checkpoint `pytorch_model.bin` loaded by name."""
@@ -224,8 +274,10 @@ def load_medclip(card: ModelCard, resolved: ResolvedWeights, *,
         module = _MedCLIP()
     if not resolved.is_random:
         assert resolved.path is not None
-        load_into(module, read_state_dict(resolved.path), what=card.name,
-                  ignore_unexpected=("text_model.model.pooler.", "text_model.model.embeddings.position_ids"))
+        # The release predates transformers 5: old Swin parameter names, persistent index buffers.
+        load_into(module, read_state_dict(resolved.path), what=card.name, key_map=_medclip_key(),
+                  ignore_unexpected=("text_model.model.pooler.", "text_model.model.embeddings.position_ids",
+                                     "text_model.model.embeddings.token_type_ids"))
 
     def image(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return m.vision_model.projection_head(m.vision_model.model(pixel_values=x).pooler_output)

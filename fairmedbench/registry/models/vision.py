@@ -86,8 +86,11 @@ def load_torchvision_resnet(card: ModelCard, resolved: ResolvedWeights, *,
 
 
 def _moco_key(key: str) -> str | None:
-    """MoCo checkpoint key -> backbone key: keep the query encoder, drop key encoder, queue and MLP head."""
-    for prefix in ("module.", "model."):
+    """MoCo / C2L checkpoint key -> backbone key: keep the query encoder, drop key encoder, queue and head.
+
+    MoCo-CXR saves `module.encoder_q.*` (DDP); C2L's InsResNet18 saves `encoder.module.*` (DataParallel inside).
+    """
+    for prefix in ("module.", "model.", "encoder.module."):
         if key.startswith(prefix):
             key = key[len(prefix):]
     if key.startswith(("encoder_k.", "queue")):

@@ -215,7 +215,12 @@ def read_state_dict(path: Path) -> dict[str, Any]:
         else:
             import torch
 
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            # Training scripts pickle their argparse.Namespace beside the weights (C2L 'opt', MAE 'args'):
+            # rebuilding one only sets attributes, so it is allowed; anything else pickled stays refused.
+            import argparse
+
+            with torch.serialization.safe_globals([argparse.Namespace]):
+                state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise InputError(
             f"cannot read weights file {path}: {type(exc).__name__}: {str(exc)[:300]}. The file is "
