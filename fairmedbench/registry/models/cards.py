@@ -233,7 +233,7 @@ register(ModelCard(
     reference="Sellergren et al., MedGemma technical report (2025): MedSigLIP",
     notes="SigLIP So400m/14 at 448 px (transformers SiglipModel, 1152-d pooled embeddings); random weights are "
           "built from the published config. Gated on the hub: accept the terms, then download while online. "
-          "Its per-dataset training list is not recorded here, so no pretraining_tags are claimed.",
+          "Its per-dataset training list is not recorded here, so no training_datasets are claimed.",
 ))
 
 register(ModelCard(
