@@ -289,8 +289,9 @@ def _add_compare(sub: Any) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True, type=_csv_list, help="one or more datasets, comma-separated")
     p.add_argument("--attribute", required=True, help="the sensitive attribute methods train and report with")
-    p.add_argument("--usage", default="lp", choices=["lp", "lora", "sam-decoder"],
-                   help="lp or lora (classification) or sam-decoder (segmentation: a fine-tuned mask decoder)")
+    p.add_argument("--usage", default="lp", choices=["lp", "lora", "sam-decoder", "samed"],
+                   help="lp or lora (classification); sam-decoder (segmentation: a fine-tuned mask decoder) or samed "
+                        "(LoRA on the image encoder + the mask decoder)")
     p.add_argument("--mitigations", default="erm,resampling,groupdro", type=_csv_list)
     p.add_argument("--seeds", default="0-4")
     p.add_argument("--select", choices=["val_loss", "overall_auc", "worst_group_auc", "dto", "val_dsc",

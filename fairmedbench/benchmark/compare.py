@@ -8,7 +8,7 @@ Seeds share one test set, so an interval across seeds ignores the test set's sam
 test-set bootstrap (the same resamples for every seed and method) adds intervals that include it for the
 seed-mean signed difference and worst-group AUC, and for each method's worst-group AUC minus ERM's.
 
-Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder) compares the
+Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder or samed) compares the
 DSC-based metrics of the segmentation engine. The paired test-set bootstrap is classification-only (it
 resamples AUCs); a segmentation comparison says so in its notes.
 """
@@ -50,7 +50,7 @@ COMPARE_TASKS = {"classification": CompareTask(COMPARE_METRICS, ("worst_group_au
                                                "worst_group_auc"),
                  "segmentation": CompareTask(SEG_COMPARE_METRICS, ("worst_group_dsc", "dsc_gap", "dsc"), "val_dsc",
                                              "worst_group_dsc")}
-TRAINED_USAGES = ("lp", "lora", "sam-decoder")  # usages that train, so a mitigation changes something
+TRAINED_USAGES = ("lp", "lora", "sam-decoder", "samed")  # usages that train, so a mitigation changes something
 SEG_BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC (classification) only; the "
                       "segmentation intervals are across seeds on one test set and leave out its sampling error")
 
