@@ -17,7 +17,8 @@ from fairmedbench.adapters.prompts import make_prompt
 from fairmedbench.benchmark.run import run
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models import load_model
-from fairmedbench.tasks.segmentation import Trained, dice_bce_loss
+from fairmedbench.mitigation import make_mitigation
+from fairmedbench.tasks.segmentation import DecoderConfig, Trained, dice_bce_loss, fit_decoder, prepare_split
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +95,30 @@ def test_a_step_changes_only_lora_and_mask_decoder_parameters(small_sam: str) ->
     assert all(torch.equal(loaded[k], after[k]) for k in loaded)  # the loaded model is never changed
 
 
+def test_the_training_loop_optimises_exactly_lora_and_the_mask_decoder(small_sam: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    optimised: list[torch.nn.Parameter] = []
+
+    class Spy(torch.optim.AdamW):
+        def __init__(self, params, **kw) -> None:
+            params = list(params)
+            optimised.extend(params)
+            super().__init__(params, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Spy)
+    problem = USAGES.get("samed").trainable(load_model(small_sam, "random"), RunContext(batch_size=2))
+    images, masks = _ellipses(4, 32)
+    train = prepare_split(problem, images.__getitem__, masks.__getitem__, range(2))
+    val = prepare_split(problem, images.__getitem__, masks.__getitem__, range(2, 4), keep=True)
+    trained, fit = fit_decoder(problem, train, val, None, 1, DecoderConfig(epochs=1, batch_size=2),
+                               make_mitigation("erm"), seed=0)
+    expected = [p for n, p in trained.encoder.named_parameters() if ".lora_" in n]
+    assert len(expected) == 20 and all(p.requires_grad for p in expected)
+    expected += list(trained.decoder.parameters())
+    assert {id(p) for p in optimised} == {id(p) for p in expected} and len(optimised) == len(expected)
+    assert [r["epoch"] for r in fit.curve] == [-1, 0] and fit.trained.startswith("LoRA")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name, n_blocks", [("sam-vit-b", 12), ("medsam", 12), ("mobilesam", 10)])
 def test_every_sam_family_card_gets_lora_on_each_attention_block(name: str, n_blocks: int) -> None:
@@ -124,3 +149,14 @@ def test_run_records_what_samed_trains(small_sam: str, run_dirs: Path, mitigatio
     rep = doc["result"]["reports"][0]
     assert 0.0 <= rep["metrics"]["dsc"]["__overall__"]["value"] <= 1.0
     json.dumps(doc, allow_nan=False)
+
+
+def test_list_shows_samed_and_the_segmentation_mitigations(capsys: pytest.CaptureFixture) -> None:
+    from fairmedbench.cli import main
+
+    assert main(["list", "usages", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["samed"]["task"] == "segmentation" and rows["samed"]["requires"] == ["segment"]
+    assert main(["list", "mitigations", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["ind"]["tasks"] == "segmentation" and rows["febs"]["tasks"] == "segmentation"
