@@ -14,7 +14,7 @@ import copy
 import inspect
 import re
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -64,8 +64,10 @@ def lora_targets(module: Any, names: tuple[str, ...] | list[str] | None = None) 
                      f"{type(module).__name__}; name them with hparam lora_targets (comma-separated leaf names)")
 
 
-def _settings(hparams: dict[str, Any] | None) -> dict[str, Any]:
-    hp = {**LORA_DEFAULTS, **{k: v for k, v in (hparams or {}).items() if k in LORA_DEFAULTS}}
+def lora_settings(hparams: dict[str, Any] | None,
+                  defaults: Mapping[str, Any] = MappingProxyType(LORA_DEFAULTS)) -> dict[str, Any]:
+    """LoRA rank, alpha, dropout (hparams over `defaults`) and target leaf names; InputError out of range."""
+    hp = {**defaults, **{k: v for k, v in (hparams or {}).items() if k in LORA_DEFAULTS}}
     r, alpha, dropout = hp["lora_r"], hp["lora_alpha"], hp["lora_dropout"]
     if not (isinstance(r, int) and r >= 1) or not float(alpha) > 0 or not 0 <= float(dropout) < 1:
         raise InputError(f"LoRA hparams lora_r={r!r} (integer >= 1), lora_alpha={alpha!r} (> 0), "
@@ -161,7 +163,7 @@ class LoRAFineTune(Usage):
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Preprocessed pixels per split and a LoRA head factory (a fresh LoRA copy per seed)."""
-        settings = _settings(ctx.hparams)
+        settings = lora_settings(ctx.hparams)
         inputs = {name: pixel_arrays(model, view) for name, view in views.items()}
         targets = lora_targets(model.module, settings["targets"])
 

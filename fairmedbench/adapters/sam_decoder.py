@@ -30,6 +30,9 @@ def image_key(image: np.ndarray) -> str:
 class SamDecoderProblem:
     """A promptable model's frozen encoders, the encoder maps of this run's images, and decoder copies to train."""
 
+    trained = "mask decoder"
+    frozen = "image encoder and prompt encoder"
+
     def __init__(self, model: Any, ctx: RunContext) -> None:
         from fairmedbench.engine.device import prepare_module
 
@@ -71,6 +74,10 @@ class SamDecoderProblem:
             self.maps[key] = m.to("cpu", copy=True)  # a copy made outside inference mode can feed autograd
         self.encode_seconds += time.perf_counter() - t0
 
+    def new_encoder(self) -> None:
+        """No trainable encoder: the maps kept by `encode` are the encoder's output."""
+        return None
+
     def new_decoder(self) -> Any:
         """A trainable copy of the loaded model's mask decoder, on the run's device."""
         decoder = copy.deepcopy(self.model.module.mask_decoder).to(self.ctx.device)
@@ -81,17 +88,18 @@ class SamDecoderProblem:
         """A 2D mask on the decoder's low-resolution grid, bool (size, size)."""
         return self.model.low_res_target(mask, self.size)
 
-    def logits(self, decoder: Any, keys: Sequence[str], boxes: Sequence[np.ndarray],
+    def logits(self, trained: Any, keys: Sequence[str], boxes: Sequence[np.ndarray],
                shapes: Sequence[tuple[int, int]]) -> Any:
-        """Low-resolution logits (b, size, size) of `decoder` for kept maps and boxes in their images' pixels."""
+        """Low-resolution logits (b, size, size) of `trained.decoder` for kept maps and boxes in their images'
+        pixels."""
         import torch
 
         emb = torch.stack([self.maps[k] for k in keys]).to(self.ctx.device, torch.float32)
         boxes_t = torch.cat([self.model.prompt_tensors(h, w, box)[0] for box, (h, w) in zip(boxes, shapes)])
-        return self.model.decode(emb, boxes_t, decoder=decoder)[:, 0]
+        return self.model.decode(emb, boxes_t, decoder=trained.decoder)[:, 0]
 
-    def predictor(self, decoder: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]:
-        """A function (image, box prompt) -> boolean mask of the image's size, from `decoder`."""
+    def predictor(self, trained: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]:
+        """A function (image, box prompt) -> boolean mask of the image's size, from `trained.decoder`."""
         import torch
 
         def predict(image: np.ndarray, prompt: Prompt) -> np.ndarray:
@@ -99,7 +107,7 @@ class SamDecoderProblem:
             h, w = image.shape[:2]
             [key] = self.encode([image])
             with torch.inference_mode():
-                low_res = self.logits(decoder, [key], [prompt.box], [(h, w)])
+                low_res = self.logits(trained, [key], [prompt.box], [(h, w)])
                 return (self.model.to_image(low_res[:, None], h, w)[0] > 0).cpu().numpy()
 
         return predict

@@ -8,7 +8,7 @@ Seeds share one test set, so an interval across seeds ignores the test set's sam
 test-set bootstrap (the same resamples for every seed and method) adds intervals that include it for the
 seed-mean signed difference and worst-group AUC, and for each method's worst-group AUC minus ERM's.
 
-Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder) compares the
+Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder or samed) compares the
 DSC-based metrics of the segmentation engine. The paired test-set bootstrap is classification-only (it
 resamples AUCs); a segmentation comparison says so in its notes.
 """

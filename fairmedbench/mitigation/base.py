@@ -11,9 +11,12 @@ Hooks, in the order a runner calls them:
                                      thresholds mapped to 0.5): it replaces the runner's policy.
 
 A plugin declares the tasks it applies to (`tasks`); `check_task` refuses a task, or a hyperparameter
-setting, it cannot serve. The segmentation loop (a SAM mask decoder) calls `wrap_head(decoder, n_groups)`,
-`extra_parameters`, `epoch_indices(zeros, groups, rng)` (a segmentation sample has no class label) and
-`loss(per_sample, Batch(None, None, groups, None))`: its plugins use only per-sample losses and groups.
+setting, it cannot serve. The segmentation loop (a SAM mask decoder, with or without a LoRA image encoder)
+calls `wrap_head(mask_decoder, n_groups)`, `extra_parameters`, `epoch_indices(zeros, groups, rng)` (a
+segmentation sample has no class label) and `loss(per_sample, Batch(logits, targets, groups, None))` with the
+decoder's low-resolution mask logits and 0/1 targets (b, L, L). A wrapped mask decoder that exposes
+`group_heads` (one module per group) is trained with each sample through its own group's head and predicts
+through its own forward, without the attribute.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ MITIGATIONS: Registry[type["Mitigation"]] = Registry("mitigation")
 class Batch:
     """What the loss hook may look at: logits (b, K), labels (b, K), group codes (b,), representation (b, d).
 
-    Segmentation passes only the group codes (logits, labels and representation are None).
+    Segmentation passes mask logits (b, L, L), 0/1 mask targets (b, L, L) and group codes (representation None).
     """
 
     logits: Any

@@ -1,5 +1,6 @@
 """Segmentation runner: prompted masks for the test samples, per-sample DSC/IoU at a stated mask threshold;
-and the training loop of a prompted mask decoder (`fit_decoder`) with a mitigation plugin's hooks.
+and the training loop of a prompted mask decoder, with a trainable encoder copy where the usage gives one
+(`fit_decoder`), with a mitigation plugin's hooks.
 
 A 3D sample (D, H, W) is segmented slice by slice: every slice whose ground truth is non-empty gets its
 own prompt; the other slices are predicted empty; DSC and IoU pool all slices of the volume. Samples with
@@ -121,18 +122,64 @@ def check_decoder_config(cfg: DecoderConfig) -> DecoderConfig:
 
 
 class TrainableSegmenter(Protocol):
-    """What decoder training needs from a usage: encoder maps by key, decoder copies, targets and logits."""
+    """What segmenter training needs from a usage: inputs kept by key, a trainable encoder copy (None: the
+    encoder is frozen and its maps are kept), mask-decoder copies, targets and logits; and what it trains."""
+
+    trained: str  # what training updates, recorded in the result
+    frozen: str  # what stays as loaded
 
     def encode(self, images: Any) -> list[str]: ...
+
+    def new_encoder(self) -> Any: ...
 
     def new_decoder(self) -> Any: ...
 
     def target(self, mask: np.ndarray) -> Any: ...
 
-    def logits(self, decoder: Any, keys: Sequence[str], boxes: Sequence[np.ndarray],
+    def logits(self, trained: "Trained", keys: Sequence[str], boxes: Sequence[np.ndarray],
                shapes: Sequence[tuple[int, int]]) -> Any: ...
 
-    def predictor(self, decoder: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]: ...
+    def predictor(self, trained: "Trained") -> Callable[[np.ndarray, Prompt], np.ndarray]: ...
+
+
+@dataclass
+class Trained:
+    """What segmenter training updates: a trainable image-encoder copy (None when the encoder is frozen and its
+    maps are kept) and a mask-decoder copy (possibly wrapped by a mitigation, e.g. one decoder per group)."""
+
+    encoder: Any
+    decoder: Any
+
+    def modules(self) -> list[Any]:
+        """The trained torch modules."""
+        return [m for m in (self.encoder, self.decoder) if m is not None]
+
+    def train(self, mode: bool = True) -> "Trained":
+        """Training (or evaluation) mode for every trained module."""
+        for m in self.modules():
+            m.train(mode)
+        return self
+
+    def state(self) -> dict[str, Any]:
+        """A copy of what training changes: the encoder's trainable parameters, the decoder's whole state."""
+        out: dict[str, Any] = {}
+        if self.encoder is not None:
+            out.update({f"encoder.{n}": p.detach().clone() for n, p in self.encoder.named_parameters()
+                        if p.requires_grad})
+        out.update({f"decoder.{k}": v.detach().clone() for k, v in self.decoder.state_dict().items()})
+        return out
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore a `state()` copy."""
+        import torch
+
+        if self.encoder is not None:
+            params = dict(self.encoder.named_parameters())
+            with torch.no_grad():
+                for k, v in state.items():
+                    if k.startswith("encoder."):
+                        params[k[len("encoder."):]].copy_(v)
+        self.decoder.load_state_dict({k[len("decoder."):]: v for k, v in state.items() if k.startswith("decoder.")})
 
 
 @dataclass
@@ -198,30 +245,61 @@ def selection_score_seg(rule: str, dsc: np.ndarray, groups: np.ndarray | None) -
 @dataclass
 class DecoderFit:
     """What validation chose: the best epoch (-1: no epoch beat the loaded decoder, which is kept), its score,
-    and per epoch (from -1, before training) the mean training loss and validation DSC (mean and worst group)."""
+    and per epoch (from -1, before training) the mean training loss and validation DSC (mean and worst group);
+    what training updated and what stayed frozen (the usage's words)."""
 
     best_epoch: int
     select: str
     best_score: float
     curve: list[dict[str, Any]] = field(default_factory=list)
+    trained: str = ""
+    frozen: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN as None)."""
         clean = [{k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in row.items()}
                  for row in self.curve]
         return {"best_epoch": self.best_epoch, "select": self.select,
-                "best_select_score": self.best_score if np.isfinite(self.best_score) else None, "val_curve": clean}
+                "best_select_score": self.best_score if np.isfinite(self.best_score) else None, "val_curve": clean,
+                "trained": self.trained, "frozen": self.frozen}
+
+
+def _batch_logits(problem: TrainableSegmenter, trained: Trained, keys: Sequence[str],
+                  boxes: Sequence[np.ndarray], shapes: Sequence[tuple[int, int]], groups: Any) -> Any:
+    """Training logits of a batch; a decoder wrapped with `group_heads` (one per group) sees each sample through its
+    own group's head (the attribute is needed at training only)."""
+    import torch
+
+    heads = getattr(trained.decoder, "group_heads", None)
+    if heads is None:
+        return problem.logits(trained, keys, boxes, shapes)
+    if groups is None:
+        raise InputError("a decoder with one head per group needs the sensitive attribute at training")
+    g = groups.cpu().numpy()
+    if len(g) and (g.min() < 0 or g.max() >= len(heads)):
+        raise InputError(f"group codes outside 0..{len(heads) - 1} in a training batch")
+    parts, order = [], []
+    for code in np.unique(g):
+        idx = np.flatnonzero(g == code)
+        parts.append(problem.logits(Trained(trained.encoder, heads[int(code)]), [keys[i] for i in idx],
+                                    [boxes[i] for i in idx], [shapes[i] for i in idx]))
+        order.extend(idx.tolist())
+    out = torch.cat(parts)
+    return out[torch.as_tensor(np.argsort(order), device=out.device)]
 
 
 def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, codes: np.ndarray | None,
                 n_groups: int, cfg: DecoderConfig, mitigation: Mitigation, seed: int, jitter: float = 0.0,
-                progress: Callable[[int, int], None] | None = None) -> tuple[Any, DecoderFit]:
-    """Fine-tune a decoder copy on train with the mitigation's hooks; keep the state best on validation.
+                progress: Callable[[int, int], None] | None = None) -> tuple[Trained, DecoderFit]:
+    """Fine-tune a decoder copy (and, where the usage gives one, a trainable encoder copy, e.g. LoRA) on train with
+    the mitigation's hooks; keep the state best on validation.
 
-    `codes` are the training attribute's group codes by dataset position (-1 = missing). Each batch gets fresh
-    box prompts (seeded, with `jitter`); validation prompts are the test procedure's (`run_segmentation` with
-    the same seed and jitter). The mitigation sees `epoch_indices(zeros, groups, rng)` (no class label) and
-    `loss(per_sample, Batch(None, None, groups, None))`.
+    Only parameters that require gradients are optimised (a LoRA encoder copy freezes its base weights). `codes`
+    are the training attribute's group codes by dataset position (-1 = missing). Each batch gets fresh box prompts
+    (seeded, with `jitter`); validation prompts are the test procedure's (`run_segmentation` with the same seed
+    and jitter). The mitigation sees `wrap_head(decoder, n_groups)`, `epoch_indices(zeros, groups, rng)` (no
+    class label) and `loss(per_sample, Batch(logits, targets, groups, None))` with the decoder's low-resolution
+    logits and 0/1 targets (b, L, L).
     """
     import torch
 
@@ -238,8 +316,9 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
         raise InputError("selection rule 'worst_group_dsc' needs the sensitive attribute on the validation split")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    decoder = mitigation.wrap_head(problem.new_decoder(), n_groups)
-    params = [p for p in decoder.parameters() if p.requires_grad] + list(mitigation.extra_parameters())
+    trained = Trained(problem.new_encoder(), mitigation.wrap_head(problem.new_decoder(), n_groups))
+    params = [p for m in trained.modules() for p in m.parameters() if p.requires_grad]
+    params += list(mitigation.extra_parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     targets = torch.stack([problem.target(m) for m in train.masks])
     groups = None if codes is None else np.asarray(codes)[train.unit_positions].astype(np.int64)
@@ -247,11 +326,11 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
     val_groups = None if codes is None else np.asarray(codes)[val.prompted]
     shapes = [m.shape for m in train.masks]
     sampler_y = np.zeros(len(train.keys), dtype=np.int64)
-    device = next(iter(decoder.parameters())).device
+    device = params[0].device
 
     def validate() -> dict[str, float]:
-        decoder.eval()
-        out = run_segmentation(problem.predictor(decoder), val.images.__getitem__, val.full_masks.__getitem__,
+        trained.train(False)
+        out = run_segmentation(problem.predictor(trained), val.images.__getitem__, val.full_masks.__getitem__,
                                val.prompted, "bbox", seed, jitter)
         dsc = np.asarray(out.dsc)
         worst = float("nan") if val_groups is None else selection_score_seg("worst_group_dsc", dsc, val_groups)
@@ -262,19 +341,20 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
 
     row = {"epoch": -1, "train_loss": float("nan"), **validate(), "seconds": 0.0}
     curve = [row]
-    best, best_state, best_epoch, bad = score(row), copy.deepcopy(decoder.state_dict()), -1, 0
+    best, best_state, best_epoch, bad = score(row), trained.state(), -1, 0
     for epoch in range(cfg.epochs):
         t0 = time.perf_counter()
-        decoder.train()
+        trained.train(True)
         order = mitigation.epoch_indices(sampler_y, groups, rng)
         total = 0.0
         for start in range(0, len(order), cfg.batch_size):
             b = np.asarray(order[start:start + cfg.batch_size])
             boxes = [make_prompt(train.masks[j], "bbox", rng, jitter).box for j in b]
-            logits = problem.logits(decoder, [train.keys[j] for j in b], boxes, [shapes[j] for j in b])
-            per = dice_bce_loss(logits, targets[torch.as_tensor(b)].to(device))
             gb = None if groups_t is None else groups_t[torch.as_tensor(b)].to(device)
-            loss = mitigation.loss(per, Batch(None, None, gb, None))
+            logits = _batch_logits(problem, trained, [train.keys[j] for j in b], boxes, [shapes[j] for j in b], gb)
+            target = targets[torch.as_tensor(b)].to(device)
+            per = dice_bce_loss(logits, target)
+            loss = mitigation.loss(per, Batch(logits, target.to(logits.dtype), gb, None))
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -286,14 +366,14 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
             progress(epoch + 1, cfg.epochs)
         v = score(row)
         if np.isfinite(v) and (not np.isfinite(best) or v > best + 1e-7):
-            best, best_state, best_epoch, bad = v, copy.deepcopy(decoder.state_dict()), epoch, 0
+            best, best_state, best_epoch, bad = v, trained.state(), epoch, 0
         else:
             bad += 1
             if bad >= cfg.patience:
                 break
-    decoder.load_state_dict(best_state)
-    decoder.eval()
-    return decoder, DecoderFit(best_epoch, cfg.select, float(best), curve)
+    trained.load(best_state)
+    trained.train(False)
+    return trained, DecoderFit(best_epoch, cfg.select, float(best), curve, problem.trained, problem.frozen)
 
 
 def describe_decoder_config(cfg: DecoderConfig) -> dict[str, Any]:
@@ -301,5 +381,4 @@ def describe_decoder_config(cfg: DecoderConfig) -> dict[str, Any]:
     return {**asdict(cfg), "optimizer": "AdamW",
             "loss": "per sample: soft Dice (sigmoid, squared denominators) + mean pixel BCE on the decoder's "
                     "low-resolution logits against the mask resized like the image",
-            "prompts": "a box from each ground-truth mask (slice), redrawn every batch with the run's box_jitter",
-            "frozen": "image encoder and prompt encoder"}
+            "prompts": "a box from each ground-truth mask (slice), redrawn every batch with the run's box_jitter"}

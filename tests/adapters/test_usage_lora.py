@@ -7,7 +7,7 @@ import pytest
 from fmb_usage_helpers import tiny_opts, tiny_spec
 
 from fairmedbench.adapters import RunContext
-from fairmedbench.adapters.lora import _settings, lora_targets, make_lora_head
+from fairmedbench.adapters.lora import lora_settings, lora_targets, make_lora_head
 from fairmedbench.benchmark.run import run
 from fairmedbench.errors import InputError
 
@@ -32,7 +32,7 @@ def test_lora_trains_only_lora_weights_and_leaves_the_base_unchanged(name, size,
     model = load_model(name, "random", image_size=size)
     original = _base_state(model.module)
     x = torch.randn(4, 3, size, size)
-    head = make_lora_head(model, RunContext(batch_size=2), _settings({}), 1, x.numpy())
+    head = make_lora_head(model, RunContext(batch_size=2), lora_settings({}), 1, x.numpy())
     assert {n.split(".")[-1] for n in lora_targets(model.module)} == leaves
     lora = {n: p for n, p in head.named_parameters() if "lora_" in n}
     assert lora and all(p.requires_grad for p in lora.values())
@@ -72,7 +72,7 @@ def test_target_rules_for_transformers_clip_and_resnet() -> None:
     with pytest.raises(InputError, match="lora_targets"):
         lora_targets(resnet, ["qkv"])
     with pytest.raises(InputError, match="lora_r"):
-        _settings({"lora_r": 0})
+        lora_settings({"lora_r": 0})
 
 
 def test_lora_runs_end_to_end_with_its_hparams(small_clip, run_dirs) -> None:

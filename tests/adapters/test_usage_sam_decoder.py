@@ -21,7 +21,7 @@ from fairmedbench.errors import InputError
 from fairmedbench.mitigation import make_mitigation
 from fairmedbench.registry.datasets import load_dataset
 from fairmedbench.registry.models import load_model
-from fairmedbench.tasks.segmentation import DecoderConfig, fit_decoder, prepare_split
+from fairmedbench.tasks.segmentation import DecoderConfig, Trained, fit_decoder, prepare_split
 
 
 def _ellipse(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,7 +52,7 @@ def model(small_sam: str):
 
 def test_an_untrained_decoder_copy_predicts_exactly_what_segment_does(model) -> None:
     problem = USAGES.get("sam-decoder").trainable(model, RunContext(batch_size=2))
-    predict = problem.predictor(problem.new_decoder().eval())
+    predict = problem.predictor(Trained(problem.new_encoder(), problem.new_decoder().eval()))
     rng = np.random.default_rng(0)
     for h, w in ((64, 64), (56, 40), (30, 70)):
         image, mask = _ellipse(h, w)
@@ -85,7 +85,8 @@ def test_training_lowers_the_loss_on_a_copy_and_leaves_the_loaded_model_unchange
     losses = [r["train_loss"] for r in fit.curve[1:]]
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert all(0.0 <= r["val_dsc"] <= 1.0 for r in fit.curve)
-    assert decoder is not model.module.mask_decoder
+    assert decoder.encoder is None and decoder.decoder is not model.module.mask_decoder
+    assert (fit.trained, fit.frozen) == ("mask decoder", "image encoder and prompt encoder")
     after = model.module.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)  # encoders and the loaded decoder untouched
 

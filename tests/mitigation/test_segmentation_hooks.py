@@ -31,6 +31,11 @@ class PixelSegmenter:
             self.maps[keys[-1]] = torch.tensor(image, dtype=torch.float32)[None] / 255.0
         return keys
 
+    trained, frozen = "a 1x1 convolution", "nothing"
+
+    def new_encoder(self) -> None:
+        return None
+
     def new_decoder(self) -> torch.nn.Module:
         conv = torch.nn.Conv2d(1, 1, 1)
         if self.pretrained:
@@ -42,13 +47,13 @@ class PixelSegmenter:
     def target(self, mask: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(mask)
 
-    def logits(self, decoder: Any, keys: Any, boxes: Any, shapes: Any) -> torch.Tensor:
-        return decoder(torch.stack([self.maps[k] for k in keys]))[:, 0]
+    def logits(self, trained: Any, keys: Any, boxes: Any, shapes: Any) -> torch.Tensor:
+        return trained.decoder(torch.stack([self.maps[k] for k in keys]))[:, 0]
 
-    def predictor(self, decoder: Any) -> Any:
+    def predictor(self, trained: Any) -> Any:
         def predict(image: np.ndarray, prompt: Any) -> np.ndarray:
             with torch.no_grad():
-                return (self.logits(decoder, self.encode([image]), None, None)[0] > 0).numpy()
+                return (self.logits(trained, self.encode([image]), None, None)[0] > 0).numpy()
 
         return predict
 
@@ -129,7 +134,8 @@ def test_erm_learns_the_learnable_group() -> None:
 
 @pytest.fixture
 def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], list[float]]]:
-    """Every training batch's (group codes, per-sample losses) as the plugin's loss hook receives them."""
+    """Every training batch's (group codes, per-sample losses) as the plugin's loss hook receives them (with the
+    batch's 8 x 8 logits and 0/1 targets)."""
     batches: list[tuple[list[int], list[float]]] = []
     original = make_mitigation
 
@@ -138,7 +144,8 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], list[float]]]
         loss = m.loss
 
         def record(per_sample: Any, batch: Any) -> Any:
-            assert batch.logits is None and batch.y is None and batch.representation is None
+            assert batch.logits.shape == batch.y.shape == (len(per_sample), 8, 8) and batch.representation is None
+            assert set(batch.y.unique().tolist()) <= {0.0, 1.0}
             batches.append((batch.groups.tolist(), per_sample.detach().tolist()))
             return loss(per_sample, batch)
 
