@@ -8,6 +8,7 @@ from typing import Any
 
 from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
 from fairmedbench.adapters.clip_zeroshot import PROMPT_HPARAMS, prepare_clip
+from fairmedbench.adapters.volumes import VOLUME_HPARAMS
 
 
 class ClipAdapt(Usage):
@@ -17,7 +18,7 @@ class ClipAdapt(Usage):
     task = "classification"
     requires = ("encode_image", "encode_text")
     about = "CLIP-Adapt: class prototypes initialised from prompt embeddings, trained on cached image features"
-    hparam_names = PROMPT_HPARAMS
+    hparam_names = PROMPT_HPARAMS + VOLUME_HPARAMS
     # Prototypes are unit-norm vectors of ~512 coordinates of ~0.04: the probe's lr of 3e-3 would rotate them
     # away from the text initialisation within a few steps.
     train_defaults = MappingProxyType({"lr": 1e-3})

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.volumes import VOLUME_HPARAMS
 from fairmedbench.errors import InputError
 
 # Where a model has no logit scale of its own (BLIP and BLIP-2 retrieval models in transformers): CLIP's
@@ -169,7 +170,7 @@ class ClipZeroShot(Usage):
     task = "classification"
     requires = ("encode_image", "encode_text")
     about = "CLIP zero-shot: prompt-ensembled class text embeddings vs cached image features"
-    hparam_names = PROMPT_HPARAMS
+    hparam_names = PROMPT_HPARAMS + VOLUME_HPARAMS
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and the fixed zero-shot head."""

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.volumes import VOLUME_HPARAMS
 
 
 def make_linear_head(x_train: np.ndarray, n_outputs: int):  # -> torch.nn.Module
@@ -41,6 +42,7 @@ class LinearProbe(Usage):
     task = "classification"
     requires = ("encode_image",)
     about = "linear probe on cached frozen image features"
+    hparam_names = VOLUME_HPARAMS
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.volumes import VOLUME_HPARAMS
 from fairmedbench.errors import InputError
 
 LORA_DEFAULTS = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.1}
@@ -153,7 +154,7 @@ class LoRAFineTune(Usage):
     task = "classification"
     requires = ("encode_image",)
     about = "peft LoRA on the image tower's attention + a linear head, trained on pixels"
-    hparam_names = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+    hparam_names = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets") + VOLUME_HPARAMS
     # A backbone forward and backward per step: fewer epochs, smaller batches and a LoRA-sized lr than the
     # linear probe's defaults.
     train_defaults = MappingProxyType({"lr": 5e-4, "epochs": 20, "patience": 5, "batch_size": 16})

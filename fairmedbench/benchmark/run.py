@@ -197,7 +197,9 @@ def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split:
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
     views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
-    prepared = adapter.prepare(model, views, ctx)
+    from fairmedbench.adapters.volumes import prepare_classification
+
+    prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = _training_groups(spec, ds)
