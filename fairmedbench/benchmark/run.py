@@ -325,15 +325,18 @@ def _run_segmentation(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: A
         t_train = time.perf_counter() - t1
         step = (lambda d, n: opts.progress("segmenting", d, n)) if opts.progress else None
         out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, opts.prompt, seed,
-                               jitter=jitter, progress=step)
+                               jitter=jitter, progress=step, spacing_of=ds.spacing if ds.card.dim == 3 else None)
         if not out.positions:
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
         p = np.asarray(out.positions)
         t_seg = time.perf_counter() - t1 - t_train
-        res = evaluate_segmentation(out.dsc, _attr_columns(ds, spec, p), iou=out.iou, profile=spec.profile,
+        res = evaluate_segmentation(out.dsc, _attr_columns(ds, spec, p), iou=out.iou, hd95=out.hd95 or None,
+                                    profile=spec.profile,
                                     n_boot=spec.n_boot, seed=seed)
         frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": "test",
                               "seed": seed, "dsc": out.dsc, "iou": out.iou, "empty_gt": False})
+        if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
+            frame["hd95"] = out.hd95
         for a, v in _attr_columns(ds, spec, p).items():
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         pred_name = f"seed{seed}.predictions.parquet"
