@@ -142,6 +142,16 @@ def _strip(key: str) -> str:
     return key[len("module."):] if key.startswith("module.") else key
 
 
+def read_sam3d_state(path: Any) -> dict[str, Any]:
+    """A SAM-Med3D / FastSAM3D checkpoint's tensors: unwraps their 'model_state_dict' container and the
+    `module.` prefix DataParallel training leaves."""
+    from pathlib import Path
+
+    state = read_state_dict(Path(path))
+    inner = state.get("model_state_dict")
+    return {_strip(k): v for k, v in (inner if isinstance(inner, dict) else state).items()}
+
+
 def load_sam3d(card: ModelCard, resolved: ResolvedWeights, *, image_size: int | None = None,
                **_: Any) -> Sam3DSegmenter:
     """Build SAM-Med3D or FastSAM3D (`loader_options['encoder']`) and load a full checkpoint by name.
@@ -156,7 +166,7 @@ def load_sam3d(card: ModelCard, resolved: ResolvedWeights, *, image_size: int | 
         parts = Sam3DParts(enc, size)
     if not resolved.is_random:
         assert resolved.path is not None
-        state = {_strip(k): v for k, v in read_state_dict(resolved.path).items()}
+        state = read_sam3d_state(resolved.path)
         if not any(k.startswith("mask_decoder.") for k in state) and card.loader_options["encoder"] == "fastsam3d":
             raise InputError(f"{resolved.path} holds an image encoder only (FastSAM3D's release): merge it with "
                              "SAM-Med3D-turbo's prompt encoder and mask decoder first, e.g. python -c 'from "
@@ -169,9 +179,7 @@ def load_sam3d(card: ModelCard, resolved: ResolvedWeights, *, image_size: int | 
 def merge_fastsam3d(encoder_path: str, sam_med3d_path: str, out_path: str) -> None:
     """One FastSAM3D checkpoint: the distilled encoder (as image_encoder.*) + SAM-Med3D's prompt encoder and
     mask decoder, saved as a plain tensor state dict."""
-    from pathlib import Path
-
-    enc = {f"image_encoder.{_strip(k)}": v for k, v in read_state_dict(Path(encoder_path)).items()}
-    teacher = {_strip(k): v for k, v in read_state_dict(Path(sam_med3d_path)).items()
-               if _strip(k).startswith(("prompt_encoder.", "mask_decoder."))}
+    enc = {f"image_encoder.{k}": v for k, v in read_sam3d_state(encoder_path).items()}
+    teacher = {k: v for k, v in read_sam3d_state(sam_med3d_path).items()
+               if k.startswith(("prompt_encoder.", "mask_decoder."))}
     torch.save({**enc, **teacher}, out_path)
