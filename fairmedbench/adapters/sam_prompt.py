@@ -37,10 +37,12 @@ class SamPrompt(Usage):
         check_dimensions(model, ctx.dataset_card)
         prepare_module(model.module, ctx.device, ctx.channels_last)
         if getattr(model, "volumetric", False):
+            # the target's name, for models that also take a text prompt (SegVol): the mask class the runner scores
+            target = next(iter(getattr(ctx.dataset_card, "mask_classes", None) or ()), None)
 
             def predict_volume(volume: np.ndarray, prompt: Prompt, spacing: Any = None) -> np.ndarray:
                 with autocast(ctx.device, ctx.precision):
-                    return model.segment_volume(volume, prompt, spacing)
+                    return model.segment_volume(volume, prompt, spacing, text=target)
 
             predict_volume.volumetric = True  # type: ignore[attr-defined]  # the runner prompts it once per volume
             return predict_volume

@@ -139,6 +139,23 @@ register(ModelCard(
 ))
 
 register(ModelCard(
+    name="segvol", family="segvol", kind="segmentation", capabilities=("segment",),
+    preprocessing=Preprocessing(size=256, mean=(0.0,), std=(1.0,), channels=1, resize="squash",
+                                interpolation="bilinear", intensity="minmax", depth=32),
+    embedding_dim=768,
+    weights=WeightSource(hub_id="BAAI/SegVol",
+                         how_to_get="download the SegVol checkpoint from huggingface.co/BAAI/SegVol (or the GitHub "
+                                    "release of BAAI-DCAI/SegVol) and pass --weights PATH"),
+    license="MIT", pretraining_data=("96K unlabeled CTs (pseudo masks)", "6K labeled CTs, 25 public segmentation "
+                                     "datasets (organs and lesions)"),
+    loader=_M + "segvol:load_segvol", loader_options={"spatial_size": (32, 256, 256)},
+    reference="Du et al., SegVol: universal and interactive volumetric medical image segmentation (NeurIPS 2024)",
+    notes="MONAI ViT (patch 4x16x16 on 32x256x256), 3D prompt encoder (points, box, text), text-aligned mask "
+          "decoder, CLIP text tower. Zoom-out inference of the official demo (no zoom-in refinement); the text "
+          "prompt is 'A computerized tomography of a <mask class>.'",
+))
+
+register(ModelCard(
     name="lvm-med-vit", family="sam", kind="vision", capabilities=VISION_CAPS, preprocessing=SAM_PRE,
     embedding_dim=256,
     weights=WeightSource(url="https://github.com/duyhominhnguyen/LVM-Med (lvmmed_vit.pth)"),

@@ -99,8 +99,9 @@ class Sam3DSegmenter(VolumetricSegmenter):
     prompt_kinds = ("points",)  # PromptEncoder3D has two point embeddings and none for box corners
 
     @torch.inference_mode()
-    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None) -> np.ndarray:
-        """uint8 (D, H, W) volume + point prompt (x, y, z) -> boolean (D, H, W) mask."""
+    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
+                       text: str | None = None) -> np.ndarray:
+        """uint8 (D, H, W) volume + point prompt (x, y, z) -> boolean (D, H, W) mask (no text prompt)."""
         self.check_prompt(volume, prompt)
         size = self.card.preprocessing.size
         x0 = torch.as_tensor(np.ascontiguousarray(np.asarray(volume).transpose(2, 1, 0)), dtype=torch.float32)

@@ -29,8 +29,10 @@ class VolumetricSegmenter(FoundationModel):
         raise InputError(f"model {self.card.name!r} segments 3D volumes, not 2D images: use a 3D dataset "
                          "(benchmark list datasets) or a 2D model")
 
-    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None) -> np.ndarray:
-        """uint8 (D, H, W) volume, a 3D prompt, its voxel spacing (D, H, W) in mm -> boolean (D, H, W) mask."""
+    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
+                       text: str | None = None) -> np.ndarray:
+        """uint8 (D, H, W) volume, a 3D prompt, its voxel spacing (D, H, W) in mm and the target's name (for models
+        with text prompts) -> boolean (D, H, W) mask."""
         raise NotImplementedError
 
     def check_prompt(self, volume: np.ndarray, prompt: Any) -> None:
