@@ -131,7 +131,8 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
         def representation(self, x: "torch.Tensor") -> "torch.Tensor":
             rep, valid = self.slices(x)
             if agg == "max":
-                score = self.linear(rep)[..., 0].masked_fill(~valid, float("-inf"))
+                b, s, d = rep.shape  # output layers take (n, d) rows (the prototype head's einsum does)
+                score = self.linear(rep.reshape(b * s, d))[:, 0].reshape(b, s).masked_fill(~valid, float("-inf"))
                 return rep[torch.arange(len(rep)), score.argmax(dim=1)]
             if agg == "mean":
                 w = valid.to(rep.dtype)
