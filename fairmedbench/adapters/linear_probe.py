@@ -42,6 +42,7 @@ class LinearProbe(Usage):
     requires = ("encode_image",)
     about = "linear probe on cached frozen image features"
     learns = True
+    volumes = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""

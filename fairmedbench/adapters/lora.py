@@ -157,6 +157,7 @@ class LoRAFineTune(Usage):
     about = "peft LoRA on the image tower's attention + a linear head, trained on pixels"
     hparams = MappingProxyType({**LORA_DEFAULTS, "lora_targets": None})
     learns = True
+    volumes = True
     # A backbone forward and backward per step: fewer epochs, smaller batches and a LoRA-sized lr than the
     # linear probe's defaults.
     train_defaults = MappingProxyType({"lr": 5e-4, "epochs": 20, "patience": 5, "batch_size": 16})

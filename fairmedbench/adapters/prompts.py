@@ -60,3 +60,36 @@ def make_prompt(mask: np.ndarray, mode: str, rng: np.random.Generator, jitter: f
         pick = rng.choice(len(ys), size=k, replace=len(ys) < k)
         pts = np.stack([xs[pick], ys[pick]], axis=1).astype(np.float64)
     return Prompt(mode, points=pts, labels=np.ones(len(pts), dtype=np.int64))
+
+
+def make_prompt_3d(mask: np.ndarray, mode: str, rng: np.random.Generator, jitter: float = 0.0) -> Prompt:
+    """A prompt of `mode` for a 3D (D, H, W) ground-truth mask, for models that segment whole volumes.
+
+    Points are (k, 3) as (x, y, z) voxel indices (x along W, z along D), the 2D (x, y) convention extended;
+    a box is (x0, y0, z0, x1, y1, z1), inclusive. `jitter` moves each box face by up to that fraction of the
+    box's extent on its axis.
+    """
+    if mode not in PROMPT_MODES:
+        raise InputError(f"unknown prompt mode {mode!r}; choose one of {', '.join(PROMPT_MODES)}")
+    m = np.asarray(mask, dtype=bool)
+    if m.ndim != 3:
+        raise InputError(f"3D prompts are made from a volume mask (D, H, W), got shape {m.shape}")
+    if not m.any():
+        raise InputError("cannot make a prompt from an empty ground-truth mask")
+    zs, ys, xs = np.nonzero(m)
+    if mode == "bbox":
+        box = np.array([xs.min(), ys.min(), zs.min(), xs.max(), ys.max(), zs.max()], dtype=np.float64)
+        if jitter > 0:
+            ext = box[3:] - box[:3] + 1
+            box = box + rng.uniform(-jitter, jitter, 6) * np.concatenate([ext, ext])
+            hi = np.array([m.shape[2] - 1, m.shape[1] - 1, m.shape[0] - 1] * 2, dtype=np.float64)
+            box = np.clip(box, 0, hi)
+        return Prompt(mode, box=box)
+    if mode == "center":
+        i = int(np.argmin((zs - zs.mean()) ** 2 + (ys - ys.mean()) ** 2 + (xs - xs.mean()) ** 2))
+        pick = np.array([i])
+    else:
+        k = 1 if mode == "rand" else 5
+        pick = rng.choice(len(zs), size=k, replace=len(zs) < k)
+    pts = np.stack([xs[pick], ys[pick], zs[pick]], axis=1).astype(np.float64)
+    return Prompt(mode, points=pts, labels=np.ones(len(pts), dtype=np.int64))

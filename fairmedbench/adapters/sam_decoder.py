@@ -19,6 +19,7 @@ import numpy as np
 
 from fairmedbench.adapters.base import USAGES, RunContext, Usage
 from fairmedbench.adapters.prompts import Prompt
+from fairmedbench.errors import InputError
 
 
 def image_key(image: np.ndarray) -> str:
@@ -136,6 +137,9 @@ class SamDecoder(Usage):
 
     def trainable(self, model: Any, ctx: RunContext) -> SamDecoderProblem:
         """The decoder-training problem of this model."""
+        if getattr(model, "volumetric", False):
+            raise InputError(f"usage {self.name!r} trains a 2D mask decoder on image slices; model "
+                             f"{model.card.name!r} segments whole volumes: use --usage sam-prompt")
         return SamDecoderProblem(model, ctx)
 
 

@@ -83,6 +83,7 @@ def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard
 def check_spec(spec: RunSpec) -> Checked:
     """Every name, option and hyperparameter of `spec` validated; cheap (cards and registries only)."""
     from fairmedbench.adapters import USAGES
+    from fairmedbench.adapters.volumes import VOLUME_HPARAMS, volume_settings
     from fairmedbench.metrics.profiles import check_threshold, get_profile
     from fairmedbench.metrics.thresholds import parse_policy
     from fairmedbench.mitigation import MITIGATIONS, make_mitigation
@@ -121,10 +122,19 @@ def check_spec(spec: RunSpec) -> Checked:
         prompt = spec.prompt
     train_defaults = {**task.config_defaults(), **usage.train_defaults}
     mit_defaults = dict(getattr(MITIGATIONS.get(spec.mitigation), "DEFAULTS", {}))
+    usage_defaults = dict(usage.hparams)
+    if usage.volumes and dcard.dim == 3:  # 2.5D: slice policy and aggregation are part of the run
+        usage_defaults.update(VOLUME_HPARAMS)
+    elif set(VOLUME_HPARAMS) & set(spec.hparams):
+        raise InputError(f"hparam {', '.join(sorted(set(VOLUME_HPARAMS) & set(spec.hparams)))} applies to a "
+                         f"classification usage on a 3D dataset; {dcard.name!r} is {dcard.dim}D and usage "
+                         f"{usage.name!r} {'runs on volumes' if usage.volumes else 'does not run slice by slice'}")
     routed = split_by_owner(spec.hparams, {f"{task.name} training": train_defaults,
-                                           f"usage {usage.name!r}": dict(usage.hparams),
+                                           f"usage {usage.name!r}": usage_defaults,
                                            f"mitigation {spec.mitigation!r}": mit_defaults})
     train_h, usage_h, mit_h = routed.values()
+    if "slices" in usage_h:
+        volume_settings(usage_h)  # validates the slice policy and the aggregation
     if train_h["select"] not in task.select_rules:
         raise InputError(f"select={train_h['select']!r} does not apply to {task.name}: choose one of "
                          f"{', '.join(task.select_rules)}")

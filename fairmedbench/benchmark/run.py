@@ -223,7 +223,9 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
     views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
-    prepared = adapter.prepare(model, views, ctx)
+    from fairmedbench.adapters.volumes import prepare_classification
+
+    prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = _training_groups(spec, ds)
@@ -337,15 +339,18 @@ def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, sp
         t_train = time.perf_counter() - t1
         step = (lambda d, n: opts.progress("segmenting", d, n)) if opts.progress else None
         out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, spec.prompt, seed,
-                               jitter=jitter, progress=step)
+                               jitter=jitter, progress=step, spacing_of=ds.spacing if ds.card.dim == 3 else None)
         if not out.positions:
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
         p = np.asarray(out.positions)
         t_seg = time.perf_counter() - t1 - t_train
-        res = evaluate_segmentation(out.dsc, _attr_columns(ds, spec, p), iou=out.iou, profile=spec.profile,
+        res = evaluate_segmentation(out.dsc, _attr_columns(ds, spec, p), iou=out.iou, hd95=out.hd95 or None,
+                                    profile=spec.profile,
                                     n_boot=spec.n_boot, seed=seed)
         frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": "test",
                               "seed": seed, "dsc": out.dsc, "iou": out.iou, "empty_gt": False})
+        if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
+            frame["hd95"] = out.hd95
         for a, v in _attr_columns(ds, spec, p).items():
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         pred_name = f"seed{seed}.predictions.parquet"

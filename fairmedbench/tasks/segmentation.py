@@ -2,9 +2,11 @@
 and the training loop of a prompted mask decoder, with a trainable encoder copy where the usage gives one
 (`fit_decoder`), with a mitigation plugin's hooks.
 
-A 3D sample (D, H, W) is segmented slice by slice: every slice whose ground truth is non-empty gets its
-own prompt; the other slices are predicted empty; DSC and IoU pool all slices of the volume. Samples with
-an empty ground truth get no prompt: they are neither trained on nor evaluated.
+A 3D sample (D, H, W) is segmented slice by slice by a 2D model: every slice whose ground truth is non-empty
+gets its own prompt; the other slices are predicted empty. A volumetric predictor (attribute `volumetric`)
+gets one 3D prompt per volume and returns the whole mask. Either way DSC, IoU and HD95 (mm, with the voxel
+spacing) are per volume. Samples with an empty ground truth get no prompt: they are neither trained on nor
+evaluated.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from fairmedbench.adapters.prompts import Prompt, make_prompt
+from fairmedbench.adapters.prompts import Prompt, make_prompt, make_prompt_3d
 from fairmedbench.errors import InputError
-from fairmedbench.metrics.segmentation import dice_from_counts, iou_from_counts
+from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_counts
 from fairmedbench.mitigation.base import Batch, Mitigation
 
 
@@ -31,6 +33,7 @@ class SegOutcome:
     iou: list[float] = field(default_factory=list)
     skipped: dict[int, str] = field(default_factory=dict)
     prompted_slices: list[int] = field(default_factory=list)
+    hd95: list[float] = field(default_factory=list)  # filled when the runner is given voxel spacings
 
 
 def prompted_slices(image: np.ndarray, gt: np.ndarray) -> Iterator[tuple[int | None, np.ndarray, np.ndarray]]:
@@ -46,8 +49,16 @@ def prompted_slices(image: np.ndarray, gt: np.ndarray) -> Iterator[tuple[int | N
 
 
 def _predict_sample(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], image: np.ndarray, gt: np.ndarray,
-                    mode: str, rng: np.random.Generator, jitter: float) -> tuple[np.ndarray, int]:
-    """The predicted mask of a 2D image, or of a 3D volume slice by slice; and how many slices were prompted."""
+                    mode: str, rng: np.random.Generator, jitter: float, spacing: Any = None) -> tuple[np.ndarray, int]:
+    """The predicted mask of a 2D image, of a 3D volume slice by slice, or of a whole volume by a volumetric
+    predictor (one 3D prompt); and how many prompts were made."""
+    if getattr(predict_mask, "volumetric", False):
+        if gt.ndim != 3:
+            raise InputError(f"a volumetric model needs 3D samples; got a mask of shape {gt.shape}")
+        pred = np.asarray(predict_mask(image, make_prompt_3d(gt, mode, rng, jitter), spacing), dtype=bool)
+        if pred.shape != gt.shape:
+            raise InputError(f"the model returned a mask of shape {pred.shape} for a volume of shape {gt.shape}")
+        return pred, 1
     pred = np.zeros_like(gt, dtype=bool)
     prompted = 0
     for z, image2d, gt2d in prompted_slices(image, gt):
@@ -62,8 +73,11 @@ def _predict_sample(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], im
 
 def run_segmentation(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], load_image: Callable[[int], Any],
                      load_mask: Callable[[int], Any], positions: Sequence[int], mode: str, seed: int,
-                     jitter: float = 0.0, progress: Callable[[int, int], None] | None = None) -> SegOutcome:
-    """Prompt from each ground-truth mask (seeded per sample), predict, score; empty masks are skipped."""
+                     jitter: float = 0.0, progress: Callable[[int, int], None] | None = None,
+                     spacing_of: Callable[[int], Sequence[float]] | None = None) -> SegOutcome:
+    """Prompt from each ground-truth mask (seeded per sample), predict, score; empty masks are skipped.
+
+    With `spacing_of` (position -> voxel spacing, mm) HD95 is computed per sample in mm as well."""
     out = SegOutcome()
     for k, i in enumerate(positions):
         gt = np.asarray(load_mask(int(i)), dtype=bool)
@@ -71,12 +85,15 @@ def run_segmentation(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], l
             out.skipped[int(i)] = "empty ground-truth mask: no prompt can be derived from it"
         else:
             rng = np.random.default_rng([seed, int(i)])
-            pred, prompted = _predict_sample(predict_mask, load_image(int(i)), gt, mode, rng, jitter)
+            spacing = None if spacing_of is None else spacing_of(int(i))
+            pred, prompted = _predict_sample(predict_mask, load_image(int(i)), gt, mode, rng, jitter, spacing)
             inter, p_size, g_size = (pred & gt).sum(), pred.sum(), gt.sum()
             out.positions.append(int(i))
             out.dsc.append(float(dice_from_counts(np.array([inter]), np.array([p_size]), np.array([g_size]))[0]))
             out.iou.append(float(iou_from_counts(np.array([inter]), np.array([p_size]), np.array([g_size]))[0]))
             out.prompted_slices.append(prompted)
+            if spacing_of is not None:
+                out.hd95.append(hd95(pred, gt, spacing=spacing))
         if progress is not None:
             progress(k + 1, len(positions))
     return out

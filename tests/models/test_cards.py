@@ -15,7 +15,8 @@ from fairmedbench.registry.models import MODELS, load_model
 SLOW = {"sam-vit-l", "sam-vit-h", "blip2", "medsiglip"}
 # Smallest input each architecture accepts cheaply (Swin-T needs its 224 window grid).
 SIZES = {"medclip": 224, "blip2": 56}
-AVAILABLE = [n for n in MODELS.names() if MODELS.get(n).available]
+# Volumetric (3D) cards segment whole volumes and have no 2D path: tests/models/test_sam3d.py, test_segvol.py
+AVAILABLE = [n for n in MODELS.names() if MODELS.get(n).available and not MODELS.get(n).preprocessing.depth]
 
 
 def _params() -> list:

@@ -16,7 +16,7 @@ from fairmedbench.registry.models import MODELS
 REQUIRED = {"clip-vit-b32", "clip-vit-b16", "biomedclip", "pubmedclip", "medclip", "plip", "siglip", "blip",
             "blip2", "dinov2", "rad-dino", "medmae", "moco-cxr", "c2l", "lvm-med-vit", "imagenet-resnet50",
             "imagenet-vit-b16", "sam-vit-b", "sam-vit-l", "sam-vit-h", "medsam", "mobilesam", "tinysam",
-            "sam-med2d", "litemedsam", "sam-med3d", "ft-sam", "medsiglip", "medsam2"}
+            "sam-med2d", "litemedsam", "sam-med3d", "ft-sam", "medsiglip", "medsam2", "fastsam3d", "segvol"}
 
 
 def test_listing_does_not_import_torch_and_is_fast() -> None:
@@ -41,7 +41,8 @@ def test_every_required_model_has_a_complete_card() -> None:
         assert d["kind"] in {"vision", "vision-language", "segmentation"}
         assert d["embedding_dim"] > 0 and d["preprocessing"]["size"] > 0
         assert d["license"] and d["pretraining_data"] and d["weight_source"] != "none"
-        assert "encode_image" in d["capabilities"]
+        # 2D models all embed images; volumetric ones (preprocessing.depth > 0) only segment whole volumes
+        assert "encode_image" in d["capabilities"] or d["preprocessing"]["depth"] > 0
         if d["kind"] == "vision-language":
             assert "encode_text" in d["capabilities"]
         if d["kind"] == "segmentation":

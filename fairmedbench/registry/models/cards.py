@@ -124,17 +124,53 @@ register(ModelCard(
           "SAM-Med2D.",
 ))
 
+SAM3D_PRE = Preprocessing(size=128, mean=(0.0,), std=(1.0,), channels=1, resize="squash",
+                          interpolation="bilinear", intensity="minmax", depth=128)
+SAM3D_NOTES = ("3D: one point prompt per volume (rand, rands, center; the official prompt encoder has no box "
+               "embedding), a 128^3 crop centred on the prompt after resampling to 1.5 mm voxels, z-normalised over "
+               "voxels > 0, as SAM-Med3D's utils/infer_utils.py. Modules from the medim package.")
+
 register(ModelCard(
-    name="sam-med3d", family="sam", kind="segmentation", capabilities=SEG_CAPS,
-    preprocessing=Preprocessing(size=128, mean=(0.0,), std=(1.0,), channels=1, resize="squash",
-                                interpolation="bilinear", intensity="minmax", depth=128),
+    name="sam-med3d", family="sam3d", kind="segmentation", capabilities=("segment",), preprocessing=SAM3D_PRE,
     embedding_dim=384,
-    weights=WeightSource(url="https://github.com/uni-medical/SAM-Med3D (sam_med3d_turbo.pth)"),
+    weights=WeightSource(url="https://huggingface.co/blueyo0/SAM-Med3D/blob/main/sam_med3d_turbo.pth",
+                         how_to_get="download sam_med3d_turbo.pth from huggingface.co/blueyo0/SAM-Med3D and "
+                                    "pass --weights PATH"),
     license="Apache-2.0", pretraining_data=("SA-Med3D-140K (22K 3D images, 143K masks)",),
-    loader=_M + "sam:load_sam_family", loader_options={}, available=False,
-    reference="Wang et al., SAM-Med3D (2023)",
-    notes="Not available: a 3D ViT with 3D prompt encoder/decoder that no maintained package provides; "
-          "the harness's segmentation path is 2D. Listed so results tables can say so.",
+    loader=_M + "sam3d:load_sam3d", loader_options={"encoder": "sam-med3d", "target_spacing": 1.5},
+    reference="Wang et al., SAM-Med3D (2023); uni-medical/SAM-Med3D",
+    notes="ViT-B 3D encoder (patch 16, 768 wide, 12 blocks), 3D prompt encoder and mask decoder. " + SAM3D_NOTES,
+))
+
+register(ModelCard(
+    name="fastsam3d", family="sam3d", kind="segmentation", capabilities=("segment",), preprocessing=SAM3D_PRE,
+    embedding_dim=384,
+    weights=WeightSource(url="https://huggingface.co/techlove/FastSAM3D",
+                         how_to_get="download the FastSAM3D encoder (huggingface.co/techlove/FastSAM3D) and "
+                                    "sam_med3d_turbo.pth, merge them with fairmedbench.registry.models.sam3d."
+                                    "merge_fastsam3d and pass --weights PATH of the merged file"),
+    license="Apache-2.0", pretraining_data=("SA-Med3D-140K (distilled from SAM-Med3D-turbo)",),
+    loader=_M + "sam3d:load_sam3d", loader_options={"encoder": "fastsam3d", "target_spacing": 1.5},
+    reference="Shen et al., FastSAM3D (MICCAI 2024); arcadelab/FastSAM3D",
+    notes="Distilled 6-block 3D ViT encoder (first two blocks attention-free) with SAM-Med3D-turbo's prompt "
+          "encoder and mask decoder. " + SAM3D_NOTES,
+))
+
+register(ModelCard(
+    name="segvol", family="segvol", kind="segmentation", capabilities=("segment",),
+    preprocessing=Preprocessing(size=256, mean=(0.0,), std=(1.0,), channels=1, resize="squash",
+                                interpolation="bilinear", intensity="minmax", depth=32),
+    embedding_dim=768,
+    weights=WeightSource(hub_id="BAAI/SegVol",
+                         how_to_get="download the SegVol checkpoint from huggingface.co/BAAI/SegVol (or the GitHub "
+                                    "release of BAAI-DCAI/SegVol) and pass --weights PATH"),
+    license="MIT", pretraining_data=("96K unlabeled CTs (pseudo masks)", "6K labeled CTs, 25 public segmentation "
+                                     "datasets (organs and lesions)"),
+    loader=_M + "segvol:load_segvol", loader_options={"spatial_size": (32, 256, 256)},
+    reference="Du et al., SegVol: universal and interactive volumetric medical image segmentation (NeurIPS 2024)",
+    notes="MONAI ViT (patch 4x16x16 on 32x256x256), 3D prompt encoder (points, box, text), text-aligned mask "
+          "decoder, CLIP text tower. Zoom-out inference of the official demo (no zoom-in refinement); the text "
+          "prompt is 'A computerized tomography of a <mask class>.'",
 ))
 
 register(ModelCard(
