@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def small_clip() -> str:
     """clip-vit-b32 with its input size set to 64 px (4 patches): the real architecture, tokenizer and logit
-    scale with random weights, a few times cheaper per image than at 224 px."""
+    scale with random weights, a few times cheaper per image than at 224 px. Module scope: other test files
+    load clip-vit-b32 at its real size."""
     from fairmedbench.registry.models import MODELS, get_card
 
     card = get_card("clip-vit-b32")
