@@ -60,22 +60,47 @@ class EvaluateOutcome:
     notes: list[str]
 
 
-def read_predictions(path: Path) -> Any:
-    """Read a CSV/TSV/Parquet prediction file with errors that name the file."""
+def _sniff(path: Path) -> str:
+    """How to read a file without an extension: 'parquet' (magic bytes PAR1) or the delimiter of a text table."""
+    import csv
+
+    with path.open("rb") as fh:
+        head = fh.read(64 * 1024)
+    if head[:4] == b"PAR1":
+        return "parquet"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: no extension and neither Parquet nor UTF-8 text; give it a .csv/.tsv/.parquet "
+                         "name") from None
+    lines = text.splitlines()
+    sample = "\n".join(lines[:-1] if len(lines) > 1 and len(head) == 64 * 1024 else lines)  # drop a cut-off line
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",\t;|").delimiter
+    except csv.Error:
+        return ","  # one column: any delimiter reads it the same
+
+
+def read_predictions(path: Path, what: str = "predictions") -> Any:
+    """Read a CSV/TSV/Parquet file with errors that name the file; a file without an extension is sniffed
+    (Parquet magic bytes, else the delimiter of a text table)."""
     import pandas as pd
 
     if not path.exists():
-        raise MissingResourceError(f"predictions file {path} not found")
+        raise MissingResourceError(f"{what} file {path} not found")
     if path.is_dir():
-        raise InputError(f"{path} is a folder; give the prediction file (.csv or .parquet)")
+        raise InputError(f"{path} is a folder; give the {what} file (.csv or .parquet)")
     name = path.name.lower()
     try:
         if name.endswith((".parquet", ".pq")):
             df = pd.read_parquet(path)
         elif name.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
             df = pd.read_csv(path, sep="\t" if name.endswith(".tsv") else ",")
+        elif not path.suffix:
+            kind = _sniff(path)
+            df = pd.read_parquet(path) if kind == "parquet" else pd.read_csv(path, sep=kind)
         else:
-            raise InputError(f"{path}: unknown file type; use .csv, .csv.gz, .tsv or .parquet")
+            raise InputError(f"{path}: unknown file type; use .csv, .csv.gz, .tsv or .parquet (or no extension)")
     except pd.errors.EmptyDataError:
         raise InputError(f"{path} is empty") from None
     except InputError:
