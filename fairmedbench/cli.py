@@ -31,7 +31,10 @@ def _add_evaluate(sub: Any) -> None:
                     "(classification) or mask files (segmentation, --masks). Rows with split=val choose "
                     "the threshold; rows with split=test are evaluated.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--predictions", metavar="FILE", help="CSV/TSV/Parquet with one row per sample")
+    src.add_argument("--predictions", nargs="+", metavar="FILE",
+                     help="CSV/TSV/Parquet with one row per sample (no extension: sniffed); several files or a "
+                          "quoted glob ('runs/*/preds.csv') are evaluated in one process into one tidy table with "
+                          "a `source` column")
     src.add_argument("--demo", action="store_true", help="the built-in demo predictions (injected sex disparity)")
     p.add_argument("--label", action="append", type=_csv_list, metavar="COLS",
                    help="label column(s), 0/1; several = a multi-label task, reported per column")
@@ -41,6 +44,8 @@ def _add_evaluate(sub: Any) -> None:
                    help="sensitive attribute column(s), e.g. sex,age")
     p.add_argument("--bins", action="append", default=[], metavar="NAME=E0,E1,..",
                    help="bin a numeric attribute into [E0,E1),[E1,E2),..., e.g. age=0,40,60,200")
+    p.add_argument("--bins-closed", default="left", choices=["left", "right"],
+                   help="which side of each bin is closed: left [a,b) (default) or right (a,b] as pandas.cut")
     p.add_argument("--intersect", action="store_true", help="also report the attributes crossed (F|>=60)")
     p.add_argument("--threshold", metavar="POLICY",
                    help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X "
@@ -67,18 +72,22 @@ def _add_evaluate(sub: Any) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from fairmedbench.benchmark.evaluate import EvaluateOptions, run_evaluate
+    from fairmedbench.benchmark.evaluate import EvaluateOptions, expand_sources, run_evaluate
     from fairmedbench.metrics.groups import parse_bins
 
+    sources = expand_sources(args.predictions) if args.predictions else []
     opts = EvaluateOptions(
-        predictions=args.predictions, demo=args.demo, labels=_extend(args.label), scores=_extend(args.score),
-        attributes=_extend(args.attribute), bins=dict(parse_bins(b) for b in args.bins), intersect=args.intersect,
+        predictions=sources[0] if len(sources) == 1 else None, demo=args.demo, labels=_extend(args.label), scores=_extend(args.score),
+        attributes=_extend(args.attribute), bins={k: list(v) for k, v in (parse_bins(b) for b in args.bins)},
+        bins_closed=args.bins_closed, intersect=args.intersect,
         threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, seed=args.seed, logits=args.logits,
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
         mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table)
     if opts.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
+    if len(sources) > 1:
+        return _evaluate_batch(sources, opts, args.json)
     with _progress(quiet=args.json) as step:
         outcome = run_evaluate(opts, progress=step)
     if args.json:
@@ -181,6 +190,22 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     render_inspect(outcome.document, Console())
     for what, path in outcome.paths.items():
         print(f"{what}: {path}")
+    return 0
+
+
+def _evaluate_batch(sources: list[str], opts: Any, as_json: bool) -> int:
+    from fairmedbench.benchmark.evaluate import run_evaluate_batch
+
+    with _progress(quiet=as_json) as step:
+        batch = run_evaluate_batch(sources, opts, progress=step)
+    if as_json:
+        print(json.dumps([o.document for o in batch.outcomes], indent=2))
+        return 0
+    from rich.console import Console
+
+    from fairmedbench.report.terminal import render_batch
+
+    render_batch(batch, Console())
     return 0
 
 

@@ -241,3 +241,23 @@ def render_inspect(doc: dict, console: Any) -> None:
             console.print(f"[yellow]skipped[/] {var} = {g}: {why}")
     for note in doc["notes"]:
         console.print(f"[cyan]note[/] {note}")
+
+
+def render_batch(batch: Any, console: Any) -> None:
+    """`benchmark evaluate` on several files: one line per file, task and attribute (headline and its gap)."""
+    from rich.table import Table
+
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    table = Table(title=f"{len(batch.outcomes)} prediction files (95% CI)", title_justify="left")
+    for h in ("source", "task", "attribute", "n", "headline", "gap", "worst group"):
+        table.add_column(h, justify="right" if h == "n" else "left")
+    for o in batch.outcomes:
+        seg = o.result.meta.get("kind") == "segmentation"
+        head, gap = ("dsc", "dsc_gap") if seg else ("auc", "auc_gap")
+        for r in o.result.reports:
+            table.add_row(o.document["inputs"]["predictions"]["path"], r.task, r.attribute,
+                          str(r.counts.get(OVERALL, {}).get("n", 0)), f"{head} {_cell(r, head, OVERALL)}",
+                          f"{gap} {_cell(r, gap, GAP)}", str(r.worst_group.get(head, "—")))
+    console.print(table)
+    console.print(f"table: {batch.table}\nresults: {batch.out_dir}/<file>/result.json")
