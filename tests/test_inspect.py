@@ -175,6 +175,7 @@ def test_inspect_reads_a_list_column_without_extension(tmp_path: Path, capsys: p
     ("one_group", "attribute column 'sex' has 1 distinct value"),
     ("rows", "row counts differ"),
     ("ragged", "rows of different lengths"),
+    ("pair", "--label-pair names unknown class(es) ['7']"),
 ])
 def test_inspect_bad_inputs_fail_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, case: str,
                                             message: str) -> None:
@@ -190,6 +191,8 @@ def test_inspect_bad_inputs_fail_in_one_line(tmp_path: Path, capsys: pytest.Capt
         meta = tmp_path / "meta.csv"
         df[["label", "sex"]].iloc[:50].to_csv(meta, index=False)
         extra = ["--metadata", str(meta)]
+    elif case == "pair":
+        extra = ["--label-pair", "0:7"]
     elif case == "ragged":
         df = pd.DataFrame({"embedding": [[1.0, 2.0]] * 30 + [[1.0]] * 30, "label": df["label"], "sex": df["sex"]})
     src = tmp_path / ("e.parquet" if case == "ragged" else "e.csv")

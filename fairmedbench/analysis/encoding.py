@@ -7,7 +7,6 @@ Torch-free: numpy, scipy and scikit-learn only (sklearn is imported inside the f
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 

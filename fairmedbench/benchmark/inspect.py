@@ -198,6 +198,18 @@ def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -
             [make_target(a, meta[a].to_numpy()) for a in attributes])
 
 
+def _check_variables(label: Any, attributes: list[Any], opts: InspectOptions, notes: list[str]) -> None:
+    """Before any expensive work: --label-pair names real classes; rows without a value are announced."""
+    unknown = sorted({c for pair in opts.label_pairs for c in pair} - set(label.classes))
+    if unknown:
+        raise InputError(f"--label-pair names unknown class(es) {unknown} of {label.name!r}; its classes are "
+                         f"{', '.join(label.classes)}")
+    for t in (label, *attributes):
+        missing = int((t.codes < 0).sum())
+        if missing:
+            notes.append(f"{missing} row(s) have no {t.name!r} value: left out of its probe and KS tests")
+
+
 def load_embeddings(opts: InspectOptions) -> Inputs:
     """Features, label and attributes from an embeddings file (and an optional metadata file, row by row)."""
     from fairmedbench.analysis.encoding import check_rows, holdout_split
@@ -215,6 +227,7 @@ def load_embeddings(opts: InspectOptions) -> Inputs:
         check_rows(len(df), **{f"metadata {mpath.name}": meta.index})
     x, names, projected = _feature_columns(df, opts, str(path), notes)
     label, attributes = _variables(meta, opts, source, notes)
+    _check_variables(label, attributes, opts, notes)
     check_rows(len(x), **{label.name: label.codes}, **{a.name: a.codes for a in attributes})
     patient = opts.patient_column or ("patient_id" if "patient_id" in meta.columns else None)
     if patient and patient not in meta.columns:
@@ -270,6 +283,7 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
     for a in names:
         card.attribute(a)
     attributes = [make_target(a, samples[f"attr:{a}"].to_numpy()) for a in names]
+    _check_variables(label, attributes, opts, notes)
     x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)  # type: ignore[arg-type]
     x = check_features(x, None, f"features of {opts.model}")
     held = np.arange(len(order)) >= n_fit
@@ -311,8 +325,8 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     """Validate, load features, run every analysis, write inspect.json, the tidy table and the figures."""
     import pandas as pd
 
-    from fairmedbench.analysis.encoding import (class_pairs, held_out_aucs, ks_family, logistic_probe,
-                                                multitask_head, pca_modes, tsne_2d, CORRECT_PER)
+    from fairmedbench.analysis.encoding import (CORRECT_PER, Modes, held_out_aucs, ks_family, logistic_probe,
+                                                multitask_head, pca_modes, tsne_2d)
     from fairmedbench.metrics.stats import ADJUST_METHODS
     from fairmedbench.report import figures
 
@@ -353,8 +367,6 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
                      "n": r.n, "n_pos": r.n_pos, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
     # Representation: modes (given or PCA), t-SNE, KS tests on each mode.
     if inp.projected:
-        from fairmedbench.analysis.encoding import Modes
-
         k = min(opts.n_modes, inp.x.shape[1])
         modes = Modes(inp.x[:, :k], tuple(inp.feature_names[:k]), None, True)
     else:
@@ -381,7 +393,7 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     rid = store.run_id({"kind": "inspect", "spec": spec, "inputs": inp.provenance})
     stem = Path(opts.embeddings).stem if opts.embeddings else f"{opts.model}-{opts.dataset}"
     out_dir = Path(opts.out) if opts.out else Path("results") / "inspect" / f"{stem}-{rid}"
-    fig_paths = _figures(figures, out_dir / "figures", opts.figure_format, modes, tsne, inp, split_records)
+    fig_paths = _figures(out_dir / "figures", opts.figure_format, modes, tsne, inp, split_records)
     table = pd.DataFrame(rows, columns=["analysis", "features", "variable", "mode", "group", "group_b", "n", "n_b",
                                         "n_pos", "value", "ci_low", "ci_high", "p_value", "p_adjusted", "reject",
                                         "correction"]).astype({"n": "Int64", "n_b": "Int64", "n_pos": "Int64"})
@@ -412,10 +424,12 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     return InspectOutcome(doc, table, paths, notes)
 
 
-def _figures(figures: Any, folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: Inputs,
+def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: Inputs,
              split_records: list[Any]) -> list[Path]:
     """Joint scatter + marginal densities of modes 1+2, 3+4 and t-SNE for the label and each attribute,
     the explained variance (when known) and the SPLIT AUCs with CIs."""
+    from fairmedbench.report import figures
+
     out: list[Path] = []
     planes = [(modes.values[:, i], modes.values[:, i + 1], modes.names[i], modes.names[i + 1], f"pca-{i + 1}+{i + 2}")
               for i in range(0, len(modes.names) - 1, 2)]
