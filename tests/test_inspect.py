@@ -202,3 +202,28 @@ def test_inspect_bad_inputs_fail_in_one_line(tmp_path: Path, capsys: pytest.Capt
     assert rc == 2
     assert message in err and err.startswith("benchmark: error:") and err.count("\n") == 1
     assert not (tmp_path / "o").exists()  # failed before any work was written
+
+
+def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--model/--dataset: linear-probe features through the feature cache, the random-weight baseline paired
+    with the model, and an ImageNet baseline that says it was not computed when its weights are absent."""
+    cache = tmp_path / "cache"
+    rc, out, err = _run(capsys, "inspect", "--model", "imagenet-resnet50", "--weights", "random", "--dataset",
+                        "synth-contrast", "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu",
+                        "--cache-dir", str(cache), "--n-boot", "50", "--no-tsne", "--imagenet-model", "imagenet-vit-b16",
+                        "--out", str(tmp_path / "o"), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    feats = doc["inputs"]["features"]
+    assert set(feats) == {"train", "val", "test"} and not feats["test"]["from_cache"]
+    assert any(cache.joinpath("imagenet-resnet50").iterdir())  # the cache `benchmark run` reads
+    assert doc["inputs"]["baselines"]["random"]["weights"] == "random:seed=0"
+    imagenet = doc["inputs"]["baselines"]["imagenet"]
+    assert imagenet["computed"] is False and "imagenet-vit-b16" in imagenet["reason"]
+    assert any("ImageNet baseline NOT computed" in n for n in doc["notes"])
+    rows = {(r["features"], r["group"]): r for r in doc["split_probe"]}
+    assert set(rows) == {("model", "male"), ("random", "male"), ("model - random", "male")}
+    # model and baseline are the same random network here: identical AUCs, a zero paired difference
+    assert rows[("model", "male")]["value"] == rows[("random", "male")]["value"]
+    assert rows[("model - random", "male")]["value"] == 0.0
+    assert doc["split"] == {"n_fit": 28, "n_holdout": 12}
