@@ -185,10 +185,12 @@ def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -
         raise InputError(f"{source}: give the label column with --label COL (none of {DEFAULT_LABELS} is present)")
     attributes = list(opts.attributes)
     if not attributes:
-        attributes = [c for c in DEFAULT_ATTRIBUTES if c in cols]
+        attributes = [c for c in DEFAULT_ATTRIBUTES if c in cols and c != label]
         if not attributes:
             raise InputError(f"{source}: give the attribute column(s) with --attribute COLS")
         notes.append(f"attributes: {', '.join(attributes)} (standard column names; choose with --attribute)")
+    if label in attributes:
+        raise InputError(f"{label!r} is both the label and an attribute; give different columns")
     if not opts.label:
         notes.append(f"label: {label!r} (choose with --label)")
     missing = [c for c in [label, *attributes] if c not in cols]
