@@ -266,7 +266,53 @@ def parse_hparams(items: list[str]) -> dict[str, Any]:
     return out
 
 
+#: `benchmark run` options that only choose what is printed or written beside the result (never a number).
+OUTPUT_ONLY = frozenset({"json", "report"})
+
+
+def _compute_parent() -> argparse.ArgumentParser:
+    """Options that say where things live and how to compute; none changes a number (RunOptions)."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("where and how (never changes a number)")
+    g.add_argument("--data-root", help="the dataset's folder (default: $FMB_DATA_<NAME>, $FMB_DATA_ROOT/<name>); "
+                                       "the data read is fingerprinted into the run's identity")
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--batch-size", type=int, default=16, help="encoder batch size")
+    g.add_argument("--num-workers", type=int, default=None, help="data loader workers (default: 0 on CPU)")
+    g.add_argument("--channels-last", action="store_true", help="channels-last memory format for the encoder")
+    g.add_argument("--cache-dir", default=".fmb-cache", help="feature cache folder")
+    g.add_argument("--out", default="results", help="results folder")
+    g.add_argument("--force", action="store_true", help="recompute even if this run's result exists")
+    g.add_argument("--no-verify-weights", dest="verify_weights", action="store_false",
+                   help="accept --weights whose sha256 differs from the card's (your own fine-tuned checkpoint); "
+                        "the sha256 read is recorded and is part of the run's identity")
+    return p
+
+
+def _numbers_parent() -> argparse.ArgumentParser:
+    """Options every training command shares that change numbers (RunSpec fields)."""
+    from fairmedbench.engine.device import REQUESTS
+
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--weights", help="PATH, 'random' (smoke tests) or default: the card's source")
+    p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
+                   help="training, usage or mitigation hyperparameter, e.g. lr=0.01, eta=0.1, box_jitter=0.1; "
+                        "tasks=all adds the card's extra label columns (e.g. the 14 NIH findings)")
+    p.add_argument("--dataset-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="reader option, e.g. n=200 for a smaller synthetic set (part of the run's identity)")
+    p.add_argument("--precision", default="auto", choices=REQUESTS,
+                   help="encoder precision: auto = bf16 on CUDA or a CPU that runs bf16 natively (measured once "
+                        "per machine), else fp32; the choice is printed and recorded")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0 = no CIs)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip samples with unmapped attribute values or missing/undecodable files (counted)")
+    return p
+
+
 def _add_run_options(p: Any) -> None:
+    from fairmedbench.adapters.prompts import PROMPT_MODES
+    from fairmedbench.metrics.classification import PROFILES
+
     p.add_argument("--model", required=True, help="a model card name (benchmark list models)")
     p.add_argument("--dataset", required=True, help="a dataset card name (benchmark list datasets)")
     p.add_argument("--attribute", action="append", type=_csv_list, metavar="NAMES",
@@ -278,53 +324,39 @@ def _add_run_options(p: Any) -> None:
     p.add_argument("--seeds", default="0", help="training seeds: 0,1,2 or 0-4")
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--split-file", help="an exported split (benchmark splits export) to run on")
-    p.add_argument("--weights", help="PATH, 'random' (smoke tests) or default: the card's source")
-    p.add_argument("--profile", default="default", choices=["default", "fairmedfm", "fairseg"])
+    p.add_argument("--profile", default="default", choices=list(PROFILES))
     p.add_argument("--threshold", default="val_youden", metavar="POLICY")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
-                   help="training or mitigation hyperparameter, e.g. lr=0.01, eta=0.1, box_jitter=0.1; "
-                        "tasks=all adds the card's extra label columns (e.g. the 14 NIH findings)")
-    p.add_argument("--dataset-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="reader option, e.g. n=200 for a smaller synthetic set (part of the run's identity)")
-    p.add_argument("--prompt", default="bbox", choices=["bbox", "center", "rand", "rands"],
+    p.add_argument("--prompt", default="bbox", choices=list(PROMPT_MODES),
                    help="segmentation prompt derived from the ground truth")
-    p.add_argument("--data-root", help="the dataset's folder (default: $FMB_DATA_<NAME>, $FMB_DATA_ROOT/<name>)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                   help="encoder precision (bf16: about 2x faster on CPU, embeddings within cosine 0.999)")
-    p.add_argument("--channels-last", action="store_true", help="channels-last memory format for the encoder")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--num-workers", type=int, default=None, help="data loader workers (default: 0 on CPU)")
-    p.add_argument("--cache-dir", default=".fmb-cache", help="feature cache folder")
-    p.add_argument("--out", default="results", help="results folder")
-    p.add_argument("--force", action="store_true", help="recompute even if this run's result exists")
-    p.add_argument("--skip-bad", action="store_true",
-                   help="skip samples with unmapped attribute values or undecodable files (counted in the result)")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
 
 
-def _spec_and_options(args: argparse.Namespace) -> tuple[Any, Any]:
+def run_options(args: argparse.Namespace, progress: Callable[[str, int, int], None] | None = None) -> Any:
+    """RunOptions from the compute options (the parent parser's)."""
     from fairmedbench.benchmark.run import RunOptions
+
+    return RunOptions(data_root=args.data_root, out_root=args.out, cache_dir=args.cache_dir, device=args.device,
+                      batch_size=args.batch_size, num_workers=args.num_workers, channels_last=args.channels_last,
+                      force=args.force, verify_weights=args.verify_weights, progress=progress)
+
+
+def run_spec(args: argparse.Namespace) -> Any:
+    """The RunSpec of `benchmark run` arguments (checked later, in one place, before any work)."""
     from fairmedbench.spec import RunSpec
 
-    if args.n_boot < 0:
-        raise InputError(f"--n-boot must be >= 0, got {args.n_boot}")
-    spec = RunSpec(model=args.model, dataset=args.dataset, attributes=tuple(_extend(args.attribute)),
+    return RunSpec(model=args.model, dataset=args.dataset, attributes=tuple(_extend(args.attribute)),
                    usage=args.usage or "", mitigation=args.mitigation, seeds=parse_seeds(args.seeds),
-                   split_seed=args.split_seed, weights=args.weights, profile=args.profile, threshold=args.threshold,
-                   n_boot=args.n_boot, hparams=parse_hparams(args.hparam),
-                   dataset_options=parse_hparams(args.dataset_option), precision=args.precision)
-    opts = RunOptions(data_root=args.data_root, out_root=args.out, cache_dir=args.cache_dir, device=args.device,
-                      channels_last=args.channels_last, batch_size=args.batch_size, num_workers=args.num_workers,
-                      force=args.force, split_file=args.split_file, prompt=args.prompt, skip_bad=args.skip_bad)
-    return spec, opts
+                   split_seed=args.split_seed, split_file=args.split_file, weights=args.weights, profile=args.profile,
+                   threshold=args.threshold, n_boot=args.n_boot, precision=args.precision, prompt=args.prompt,
+                   skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
+                   dataset_options=parse_hparams(args.dataset_option))
 
 
 def _add_run(sub: Any) -> None:
     p = sub.add_parser(
         "run", help="benchmark a model on a dataset (default command: benchmark --model X --dataset Y)",
+        parents=[_numbers_parent(), _compute_parent()],
         description="Split the dataset, load the model, apply the usage (lp, sam-prompt, ...), train with the "
                     "mitigation, select checkpoint and threshold on validation, and report utility and fairness "
                     "metrics with CIs on test.")
@@ -335,10 +367,9 @@ def _add_run(sub: Any) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from fairmedbench.benchmark.run import run
 
-    spec, opts = _spec_and_options(args)
+    spec = run_spec(args)
     with _stage_progress(quiet=args.json) as step:
-        opts.progress = step
-        outcome = run(spec, opts)
+        outcome = run(spec, run_options(args, step))
     report = None
     if args.report:
         from fairmedbench.report.html import write_run_report
@@ -388,58 +419,39 @@ class _stage_progress:
 
 
 def _add_compare(sub: Any) -> None:
+    from fairmedbench.adapters import USAGES
+
+    learning = [n for n in USAGES.names() if USAGES.get(n).learns]
     p = sub.add_parser(
         "compare", help="mitigation methods on one harness (same splits, features, seeds)",
+        parents=[_numbers_parent(), _compute_parent()],
         description="Run each mitigation with the same splits, cached features and seeds; report mean and "
                     "95%% CI across seeds, paired differences and Welch's t-test against ERM, and with several "
                     "datasets Friedman ranks with the Nemenyi critical difference.")
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True, type=_csv_list, help="one or more datasets, comma-separated")
     p.add_argument("--attribute", required=True, help="the sensitive attribute methods train and report with")
-    p.add_argument("--usage", default="lp", choices=["lp", "lora", "sam-decoder"],
-                   help="lp or lora (classification) or sam-decoder (segmentation: a fine-tuned mask decoder)")
+    p.add_argument("--usage", default="lp", choices=learning, help="a usage that learns from the train split")
     p.add_argument("--mitigations", default="erm,resampling,groupdro", type=_csv_list)
     p.add_argument("--seeds", default="0-4")
-    p.add_argument("--select", choices=["val_loss", "overall_auc", "worst_group_auc", "dto", "val_dsc",
-                                        "worst_group_dsc"],
-                   help="checkpoint selection on validation (default: val_loss for classification, val_dsc for "
-                        "segmentation; val_dsc and worst_group_dsc are the segmentation rules)")
-    p.add_argument("--weights")
-    p.add_argument("--n-boot", type=int, default=500)
-    p.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--dataset-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    for flag, default in (("--out", "results"), ("--cache-dir", ".fmb-cache"), ("--device", "auto"),
-                          ("--data-root", None)):
-        p.add_argument(flag, default=default)
+    p.add_argument("--split-file", help="an exported split (benchmark splits export) to run every method on")
+    p.add_argument("--select", help="checkpoint selection on validation (default: the task's first rule: val_loss "
+                                    "for classification, val_dsc for segmentation)")
     p.add_argument("--report", action="store_true", help="also write a utility-fairness Pareto page")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=_cmd_compare)
+    p.set_defaults(handler=_cmd_compare, n_boot=500)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from fairmedbench.benchmark.compare import compare, save_compare
 
-    from fairmedbench.benchmark.compare import compare
-    from fairmedbench.benchmark.run import RunOptions
-    from fairmedbench.engine import store
-
-    opts = RunOptions(data_root=args.data_root, out_root=args.out, cache_dir=args.cache_dir, device=args.device,
-                      channels_last=args.precision == "bf16")
     with _stage_progress(quiet=args.json) as step:
-        opts.progress = step
         outcome = compare(args.model, args.dataset, args.attribute, args.usage, args.mitigations,
-                          parse_seeds(args.seeds), opts, select=args.select, weights=args.weights,
+                          parse_seeds(args.seeds), run_options(args, step), select=args.select, weights=args.weights,
                           n_boot=args.n_boot, dataset_options=parse_hparams(args.dataset_option),
-                          hparams=parse_hparams(args.hparam), precision=args.precision)
-    doc = outcome.to_dict()
-    path = Path(args.out) / "compare" / f"{args.model}-{'+'.join(args.dataset)}-{store.run_id(doc['per_seed'])}.json"
-    store.write_json(path, doc)
-    report = None
-    if args.report:
-        from fairmedbench.report.html import write_compare_report
-
-        report = write_compare_report(path.with_suffix(".html"), doc)
+                          hparams=parse_hparams(args.hparam), precision=args.precision, skip_bad=args.skip_bad,
+                          split_file=args.split_file)
+    doc, path, report = save_compare(outcome, args.model, args.dataset, args.out, report=args.report)
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -454,12 +466,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _add_controls(sub: Any) -> None:
+    from fairmedbench.engine.device import REQUESTS
+
     p = sub.add_parser(
         "controls", help="the main job: find an injected bias and find none in its unbiased twin",
+        parents=[_compute_parent()],
         description="Run a model (default LiteMedSAM, real weights) with a linear probe and box-prompted "
                     "segmentation on the built-in biased synthetic dataset and on its control twin, and check "
                     "that the injected disparity is found (signed difference's CI excludes 0) while the "
-                    "control shows none.")
+                    "control shows none. Exits 1 when a control does not behave as declared.")
     p.add_argument("--model", default="litemedsam")
     p.add_argument("--weights")
     p.add_argument("--datasets", default="synth-contrast,synth-control", type=_csv_list)
@@ -469,67 +484,46 @@ def _add_controls(sub: Any) -> None:
                    help="share of each synthetic dataset in its test split (train gets the rest minus 0.1 val)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--n-boot", type=int, default=2000)
-    for flag, default in (("--out", "results"), ("--cache-dir", ".fmb-cache"), ("--device", "auto"),
-                          ("--precision", "bf16")):
-        p.add_argument(flag, default=default)
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--precision", default="auto", choices=REQUESTS)
     p.set_defaults(handler=_cmd_controls)
-
-
-def controls_options(n: int, test_share: float) -> dict[str, Any]:
-    """Synthetic reader options for the controls: size and the official split's fractions."""
-    if not 0.1 <= test_share <= 0.8:
-        raise InputError(f"--test-share must be in [0.1, 0.8], got {test_share}")
-    return {"n": n, "config": {"split_fractions": [round(0.9 - test_share, 6), 0.1, test_share]}}
 
 
 def _cmd_controls(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from fairmedbench.benchmark.controls import run_controls
-    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.benchmark.controls import controls_options, run_controls
     from fairmedbench.report.terminal import render_controls
 
-    opts = RunOptions(out_root=args.out, cache_dir=args.cache_dir, device=args.device, force=args.force,
-                      channels_last=args.precision == "bf16")
     with _stage_progress(quiet=False) as step:
-        opts.progress = step
-        outcome = run_controls(args.model, tuple(args.datasets), tuple(args.usages), opts, weights=args.weights,
-                               dataset_options=controls_options(args.n, args.test_share),
+        outcome = run_controls(args.model, tuple(args.datasets), tuple(args.usages), run_options(args, step),
+                               weights=args.weights, dataset_options=controls_options(args.n, args.test_share),
                                seeds=parse_seeds(args.seeds), n_boot=args.n_boot, precision=args.precision)
     render_controls(outcome, Console())
-    return 0
+    return 0 if outcome.passed else 1
 
 
 def _add_suite(sub: Any) -> None:
     p = sub.add_parser("run-suite", help="run a board suite for a model and write a submission bundle",
+                       parents=[_compute_parent()],
                        description="Run every entry of a leaderboard suite (each dataset, usage and seed) for "
                                    "one model and write a bundle to submit with `benchmark submit`.")
-    p.add_argument("suite", help="a board suite (synthetic, synthetic-seg, nih-cxr14, ham10000, chexpert)")
+    p.add_argument("suite", help="a board suite (benchmark list suites)")
     p.add_argument("--model", required=True)
     p.add_argument("--weights")
     p.add_argument("--revision", help="the model revision shown on the board (default: weights sha256 prefix)")
     p.add_argument("--bundle", required=True, help="folder to write the bundle into")
     p.add_argument("--n-boot", type=int, default=2000)
-    for flag, default in (("--data-root", None), ("--out", "results"), ("--cache-dir", ".fmb-cache"),
-                          ("--device", "auto")):
-        p.add_argument(flag, default=default)
-    p.add_argument("--batch-size", type=int, default=16)
     p.set_defaults(handler=_cmd_suite)
 
 
 def _cmd_suite(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fairmedbench.benchmark.run import RunOptions
     from fairmedbench.benchmark.suite import run_suite
 
-    opts = RunOptions(data_root=args.data_root, out_root=args.out, cache_dir=args.cache_dir, device=args.device,
-                      batch_size=args.batch_size)
     with _stage_progress(quiet=False) as step:
-        opts.progress = step
-        path = run_suite(args.suite, args.model, Path(args.bundle), opts, weights=args.weights, n_boot=args.n_boot,
-                         revision=args.revision)
+        path = run_suite(args.suite, args.model, Path(args.bundle), run_options(args, step), weights=args.weights,
+                         n_boot=args.n_boot, revision=args.revision)
     print(f"bundle written: {path}; submit it with: benchmark submit {path} --board {args.suite}")
     return 0
 

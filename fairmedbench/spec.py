@@ -1,4 +1,5 @@
-"""RunSpec: everything that defines a benchmark run, and the run id derived from it."""
+"""RunSpec (what a user asks for) and RunConfig (every input that can change a number, resolved before any
+work); the run id is the hash of the RunConfig."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: model x dataset x usage x mitigation over seeds, with its metric profile.
-
-    The run id hashes every field that can change a number (not the device or where data lives).
-    """
+    """One requested run: model x dataset x usage x mitigation over seeds. Empty or 'auto' fields are resolved
+    (usage from the model and dataset, attributes from the card, precision from the machine)."""
 
     model: str
     dataset: str
@@ -22,24 +21,68 @@ class RunSpec:
     mitigation: str = "erm"
     seeds: tuple[int, ...] = (0,)
     split_seed: int = 0
+    split_file: str | None = None
     weights: str | None = None
     profile: str = "default"
     threshold: str = "val_youden"
     n_boot: int = 2000
-    precision: str = "fp32"
-    split_sha256: str | None = None
+    precision: str = "auto"
+    prompt: str = "bbox"
+    skip_bad: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)
 
+
+def _canonical(value: Any) -> Any:
+    """Tuples and dicts as sorted, JSON-ready structures (the run id must not depend on key order)."""
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A resolved run. Every field can change a number; nothing else (paths, device, batch size, workers,
+    cache location) is here. Built only by `fairmedbench.benchmark.resolve.resolve_run`."""
+
+    engine: str  # fairmedbench version: the metric engine and runners that compute the numbers
+    model: str
+    weights: str  # 'random:seed=N' or the sha256 of the weights read
+    dataset: str
+    dataset_version: str
+    data_fingerprint: str  # sample table (ids, patients, labels, groups), generator settings, files read
+    dataset_options: dict[str, Any]
+    skip_bad: bool
+    attributes: tuple[str, ...]
+    task: str
+    usage: str
+    usage_hparams: dict[str, Any]  # the usage's own hyperparameters, defaults filled in
+    prompt: str | None  # segmentation prompt mode; None for classification
+    train_hparams: dict[str, Any]  # the task's training config, defaults filled in
+    mitigation: str
+    mitigation_hparams: dict[str, Any]
+    split_policy: str
+    split_seed: int
+    split_fingerprint: str  # the split actually used (seeded, official or imported)
+    threshold: str
+    profile: str
+    precision: str  # resolved: fp32 or bf16
+    n_boot: int
+    seeds: tuple[int, ...]
+
     def identity(self) -> dict[str, Any]:
-        """The fields that define the run's numbers."""
-        d = asdict(self)
-        d["attributes"] = list(self.attributes)
-        d["seeds"] = list(self.seeds)
-        return d
+        """The canonical JSON-ready identity (sorted keys, lists for tuples)."""
+        return _canonical(asdict(self))
 
     @property
     def run_id(self) -> str:
         """16 hex digits of sha256 over the canonical JSON identity."""
         text = json.dumps(self.identity(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """All hyperparameters in one mapping (train, usage, mitigation)."""
+        return {**self.train_hparams, **self.usage_hparams, **self.mitigation_hparams}

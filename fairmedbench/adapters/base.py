@@ -42,10 +42,11 @@ class Usage:
     task = "classification"
     requires: tuple[str, ...] = ()
     about = ""
-    hparam_names: tuple[str, ...] = ()  # this usage's own hyperparameters (read from ctx.hparams)
+    # this usage's own hyperparameters with their defaults (typed by engine.hparams; read from ctx.hparams)
+    hparams: Mapping[str, Any] = MappingProxyType({})
     train_defaults: Mapping[str, Any] = MappingProxyType({})  # TrainConfig defaults for this usage's head
     prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
-    trains = False  # segmentation: whether it learns from the train split (mitigations need one that does)
+    learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
@@ -61,7 +62,8 @@ class Usage:
 
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""
-        return {"name": self.name, "task": self.task, "requires": list(self.requires), "about": self.about}
+        return {"name": self.name, "task": self.task, "requires": list(self.requires), "learns": self.learns,
+                "hparams": dict(self.hparams), "about": self.about}
 
 
 USAGES: Registry[Usage] = Registry("usage")

@@ -17,7 +17,8 @@ class ClipAdapt(Usage):
     task = "classification"
     requires = ("encode_image", "encode_text")
     about = "CLIP-Adapt: class prototypes initialised from prompt embeddings, trained on cached image features"
-    hparam_names = PROMPT_HPARAMS
+    hparams = PROMPT_HPARAMS
+    learns = True
     # Prototypes are unit-norm vectors of ~512 coordinates of ~0.04: the probe's lr of 3e-3 would rotate them
     # away from the text initialisation within a few steps.
     train_defaults = MappingProxyType({"lr": 1e-3})

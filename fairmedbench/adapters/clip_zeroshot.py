@@ -8,6 +8,7 @@ softmax over the two classes' scaled cosine similarities, i.e. sigmoid(scale * (
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,8 @@ from fairmedbench.errors import InputError
 # Where a model has no logit scale of its own (BLIP and BLIP-2 retrieval models in transformers): CLIP's
 # maximum, 1 / 0.01, as FairMedFM's CLIP wrappers use.
 DEFAULT_LOGIT_SCALE = 100.0
-PROMPT_HPARAMS = ("prompt_templates", "class_prompts", "logit_scale")
+# None: the card's templates and class prompts, the model's own logit scale
+PROMPT_HPARAMS = MappingProxyType({"prompt_templates": None, "class_prompts": None, "logit_scale": None})
 
 
 def label_prompts(card: Any, hparams: dict[str, Any] | None) -> dict[str, list[list[str]]]:
@@ -169,7 +171,7 @@ class ClipZeroShot(Usage):
     task = "classification"
     requires = ("encode_image", "encode_text")
     about = "CLIP zero-shot: prompt-ensembled class text embeddings vs cached image features"
-    hparam_names = PROMPT_HPARAMS
+    hparams = PROMPT_HPARAMS
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and the fixed zero-shot head."""

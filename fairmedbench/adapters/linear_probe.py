@@ -41,6 +41,7 @@ class LinearProbe(Usage):
     task = "classification"
     requires = ("encode_image",)
     about = "linear probe on cached frozen image features"
+    learns = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""

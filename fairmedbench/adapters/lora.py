@@ -153,7 +153,8 @@ class LoRAFineTune(Usage):
     task = "classification"
     requires = ("encode_image",)
     about = "peft LoRA on the image tower's attention + a linear head, trained on pixels"
-    hparam_names = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+    hparams = MappingProxyType({**LORA_DEFAULTS, "lora_targets": None})
+    learns = True
     # A backbone forward and backward per step: fewer epochs, smaller batches and a LoRA-sized lr than the
     # linear probe's defaults.
     train_defaults = MappingProxyType({"lr": 5e-4, "epochs": 20, "patience": 5, "batch_size": 16})

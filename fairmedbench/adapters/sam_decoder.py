@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -121,9 +122,9 @@ class SamDecoder(Usage):
     task = "segmentation"
     requires = ("segment",)
     about = "mask decoder fine-tuned with box prompts (Dice + BCE), encoders frozen; mitigations apply"
-    hparam_names = ("box_jitter",)
+    hparams = MappingProxyType({"box_jitter": 0.0})
     prompt_modes = ("bbox",)
-    trains = True
+    learns = True
 
     def trainable(self, model: Any, ctx: RunContext) -> SamDecoderProblem:
         """The decoder-training problem of this model."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Callable
 
 import numpy as np
@@ -17,7 +18,7 @@ class SamPrompt(Usage):
     task = "segmentation"
     requires = ("segment",)
     about = "prompted segmentation (prompts from ground-truth masks: center, rand, rands, bbox)"
-    hparam_names = ("box_jitter",)
+    hparams = MappingProxyType({"box_jitter": 0.0})
     prompt_modes = PROMPT_MODES
 
     def predictor(self, model: Any, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:

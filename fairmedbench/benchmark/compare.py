@@ -19,6 +19,7 @@ import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,29 +29,6 @@ from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
 
-COMPARE_METRICS = ("auc", "worst_group_auc", "auc_gap", "auc_diff", "ece_gap", "auc_es", "eqodds_diff")
-SEG_COMPARE_METRICS = ("dsc", "worst_group_dsc", "dsc_gap", "dsc_diff", "dsc_es", "dsc_skew_ratio", "iou")
-HIGHER_IS_BETTER = {"auc": True, "worst_group_auc": True, "auc_es": True, "auc_gap": False, "ece_gap": False,
-                    "eqodds_diff": False, "dsc": True, "worst_group_dsc": True, "dsc_es": True, "dsc_gap": False,
-                    "dsc_skew_ratio": False, "iou": True}
-
-
-@dataclass(frozen=True)
-class CompareTask:
-    """What a comparison of one task reports: its metrics, those tested against ERM, the default checkpoint
-    rule, the metric ranked across datasets."""
-
-    metrics: tuple[str, ...]
-    versus_erm: tuple[str, ...]
-    select: str
-    rank: str
-
-
-COMPARE_TASKS = {"classification": CompareTask(COMPARE_METRICS, ("worst_group_auc", "auc_gap", "auc"), "val_loss",
-                                               "worst_group_auc"),
-                 "segmentation": CompareTask(SEG_COMPARE_METRICS, ("worst_group_dsc", "dsc_gap", "dsc"), "val_dsc",
-                                             "worst_group_dsc")}
-TRAINED_USAGES = ("lp", "lora", "sam-decoder")  # usages that train, so a mitigation changes something
 SEG_BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC (classification) only; the "
                       "segmentation intervals are across seeds on one test set and leave out its sampling error")
 
@@ -63,7 +41,7 @@ class CompareOutcome:
     methods: list[str]
     datasets: list[str]
     task: str = "classification"
-    metrics: tuple[str, ...] = COMPARE_METRICS
+    metrics: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
     runs: dict[tuple[str, str], RunOutcome] = field(default_factory=dict)
     values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
@@ -83,55 +61,51 @@ class CompareOutcome:
                 "runs": {"|".join(k): str(r.out_dir) for k, r in self.runs.items()}})
 
 
-def _value(doc: dict[str, Any], attribute: str, metric: str) -> float:
-    rep = next(r for r in doc["result"]["reports"] if r["attribute"] == attribute)
-    cells = rep["metrics"].get(metric, {})
-    cell = cells.get("__overall__") or cells.get("__gap__") or {}
-    v = cell.get("value")
-    return float("nan") if v is None else float(v)
-
-
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
             opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = 2000,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
-            precision: str = "fp32") -> CompareOutcome:
+            precision: str = "auto", skip_bad: bool = False, split_file: str | None = None) -> CompareOutcome:
     """Run every method on every dataset with the same seeds; summarise and test against ERM.
 
-    `select` is the checkpoint rule (default: val_loss for classification, val_dsc for segmentation).
+    `select` is the checkpoint rule (default: the task's first rule, val_loss or val_dsc). Every run is checked
+    before the first one starts, so a mistyped name or hyperparameter fails at once.
     """
-    from fairmedbench.adapters import USAGES
+    from fairmedbench.benchmark.resolve import check_spec
     from fairmedbench.metrics.stats import seed_summary, welch_test
-    from fairmedbench.mitigation import MITIGATIONS, make_mitigation
+    from fairmedbench.tasks.base import get_task
 
-    if usage not in TRAINED_USAGES:
-        raise InputError(f"compare trains: usage must be one of {', '.join(TRAINED_USAGES)}, got {usage!r}")
-    task = USAGES.get(usage).task
-    setting = COMPARE_TASKS[task]
-    for m in methods:
-        MITIGATIONS.get(m)
-        make_mitigation(m).check_task(task)
     if len(seeds) < 2:
         raise InputError("compare needs at least two seeds for across-seed intervals, e.g. --seeds 0-4")
     methods = ["erm", *[m for m in methods if m != "erm"]]
-    t0 = time.perf_counter()
-    out = CompareOutcome(attribute, methods, list(datasets), task, setting.metrics)
+    specs = {}
     for ds in datasets:
         for m in methods:
             spec = RunSpec(model=model, dataset=ds, attributes=(attribute,), usage=usage, mitigation=m, seeds=seeds,
-                           weights=weights, n_boot=n_boot,
-                           hparams={**(hparams or {}), "select": select or setting.select},
-                           dataset_options=dict(dataset_options or {}), precision=precision)
-            r = run(spec, replace(opts))
+                           weights=weights, n_boot=n_boot, hparams=dict(hparams or {}),
+                           dataset_options=dict(dataset_options or {}), precision=precision, skip_bad=skip_bad,
+                           split_file=split_file)
+            checked = check_spec(spec)
+            if not checked.usage.learns:
+                raise InputError(f"compare trains: usage {usage!r} learns nothing from the train split")
+            rule = select or checked.task.select_rules[0]
+            specs[(ds, m)] = dataclasses.replace(spec, hparams={**spec.hparams, "select": rule})
+            check_spec(specs[(ds, m)])
+    task = get_task(checked.task.name)
+    t0 = time.perf_counter()
+    out = CompareOutcome(attribute, methods, list(datasets), task.name, task.compare_metrics)
+    for ds in datasets:
+        for m in methods:
+            r = run(specs[(ds, m)], replace(opts))
             out.runs[(ds, m)] = r
-            for metric in setting.metrics:
-                out.values[(ds, m, metric)] = [_value(d, attribute, metric) for d in r.seed_docs]
+            for metric in task.compare_metrics:
+                out.values[(ds, m, metric)] = [res.value(metric, attribute) for res in r.seeds]
             s = {metric: seed_summary(out.values[(ds, m, metric)]) if np.isfinite(out.values[(ds, m, metric)]).all()
-                 else None for metric in setting.metrics}
+                 else None for metric in task.compare_metrics}
             out.table.append({"dataset": ds, "method": m, "n_seeds": len(seeds), **{
                 k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
                 for k, v in s.items()}})
         for m in methods[1:]:
-            for metric in setting.versus_erm:
+            for metric in task.versus_erm:
                 a, b = np.array(out.values[(ds, m, metric)]), np.array(out.values[(ds, "erm", metric)])
                 if not (np.isfinite(a).all() and np.isfinite(b).all()):
                     continue
@@ -141,25 +115,36 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
                                        "welch_p": w.p_value,
                                        "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
-        if task == "classification":
+        if task.sample_labels:
             out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
-    if task != "classification":
+    if not task.sample_labels:
         out.notes.append(SEG_BOOTSTRAP_NOTE)
     if len(datasets) > 1:
-        out.ranks = _ranks(out, setting.rank)
+        out.ranks = _ranks(out, task.rank_metric)
     out.seconds = time.perf_counter() - t0
     return out
 
 
+def save_compare(outcome: CompareOutcome, model: str, datasets: list[str], out_root: str,
+                 report: bool = False) -> tuple[dict[str, Any], Path, Path | None]:
+    """Write the comparison JSON (and with `report` its HTML page) under <out_root>/compare/."""
+    doc = outcome.to_dict()
+    path = Path(out_root) / "compare" / f"{model}-{'+'.join(datasets)}-{store.run_id(doc['per_seed'])}.json"
+    store.write_json(path, doc)
+    page = None
+    if report:
+        from fairmedbench.report.html import write_compare_report
+
+        page = write_compare_report(path.with_suffix(".html"), doc)
+    return doc, path, page
+
+
 def _test_predictions(r: RunOutcome, attribute: str) -> list[Any]:
     """Each seed's test rows (sorted by sample id): the first task's label and score, and the attribute."""
-    import pandas as pd
-
     frames = []
-    for doc in r.seed_docs:
-        block = doc["predictions"]
-        df = pd.read_parquet(r.out_dir / block["file"])
-        task = block["tasks"][0]
+    for res in r.seeds:
+        df = res.predictions()
+        task = res.doc["predictions"]["tasks"][0]
         df = df[df["split"] == "test"].sort_values("sample_id")
         frames.append(df[["sample_id", f"label:{task}", f"score:{task}", f"attr:{attribute}"]]
                       .set_axis(["id", "y", "s", "g"], axis=1).reset_index(drop=True))
@@ -211,8 +196,9 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
 
 
 def _ranks(out: CompareOutcome, metric: str) -> dict[str, Any]:
+    from fairmedbench.metrics.specs import metric_spec
     from fairmedbench.metrics.stats import friedman_nemenyi
 
     scores = np.array([[np.nanmean(out.values[(d, m, metric)]) for m in out.methods] for d in out.datasets])
-    res = friedman_nemenyi(scores, out.methods, higher_is_better=HIGHER_IS_BETTER[metric])
+    res = friedman_nemenyi(scores, out.methods, higher_is_better=metric_spec(metric).higher_is_better)
     return store.jsonable({"metric": metric, **dataclasses.asdict(res)})

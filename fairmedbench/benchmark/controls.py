@@ -8,15 +8,14 @@ show none (its CI includes 0).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
+from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
-
-USAGE_METRIC = {"lp": "auc", "sam-prompt": "dsc"}
-
 
 @dataclass
 class Check:
@@ -46,6 +45,13 @@ class ControlsOutcome:
         return bool(self.checks) and all(c.passed for c in self.checks)
 
 
+def controls_options(n: int, test_share: float) -> dict[str, Any]:
+    """Synthetic reader options for the controls: size and the official split's fractions."""
+    if not 0.1 <= test_share <= 0.8:
+        raise InputError(f"--test-share must be in [0.1, 0.8], got {test_share}")
+    return {"n": n, "config": {"split_fractions": [round(0.9 - test_share, 6), 0.1, test_share]}}
+
+
 def _verdict(expectation: dict[str, Any], diff: tuple, order: tuple[str, str]) -> tuple[str, bool]:
     value, lo, hi = diff
     if value is None or lo is None or hi is None:
@@ -61,9 +67,11 @@ def _verdict(expectation: dict[str, Any], diff: tuple, order: tuple[str, str]) -
 def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...], opts: RunOptions, *,
                  weights: str | None = None, dataset_options: dict[str, Any] | None = None,
                  seeds: tuple[int, ...] = (0,),
-                 n_boot: int = 2000, precision: str = "fp32") -> ControlsOutcome:
+                 n_boot: int = 2000, precision: str = "auto") -> ControlsOutcome:
     """Run `model` with each usage on each control dataset and check every declared expectation."""
+    from fairmedbench.adapters import USAGES
     from fairmedbench.registry.datasets import get_card
+    from fairmedbench.tasks.base import get_task
 
     t0 = time.perf_counter()
     dataset_options = dataset_options or {}
@@ -71,7 +79,7 @@ def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...],
     for dataset in datasets:
         card = get_card(dataset)
         for usage in usages:
-            metric = USAGE_METRIC[usage]
+            metric = get_task(USAGES.get(usage).task).headline
             wanted = [e for e in card.expected_disparities if e["metric"] == metric]
             attrs = tuple(dict.fromkeys(e["attribute"] for e in wanted)) or ("sex",)
             spec = RunSpec(model=model, dataset=dataset, attributes=attrs, usage=usage, seeds=seeds,
@@ -79,12 +87,10 @@ def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...],
                            precision=precision)
             outcome = run(spec, replace(opts))
             out.runs.append(outcome)
-            reports = outcome.seed_docs[0]["result"]["reports"]
+            first = outcome.seeds[0]
             for e in wanted:
-                rep = next(r for r in reports if r["attribute"] == e["attribute"])
-                cell = rep["metrics"].get(f"{metric}_diff", {}).get("__gap__", {})
-                diff = (cell.get("value"), cell.get("ci_low"), cell.get("ci_high"))
-                order = tuple(rep["groups"])
+                diff = tuple(None if math.isnan(v) else v for v in first.cell(f"{metric}_diff", e["attribute"]))
+                order = tuple(first.fairness().report(None, e["attribute"]).groups)
                 expected, ok = _verdict(e, diff, order)
                 out.checks.append(Check(dataset, usage, e["attribute"], metric, expected, diff, order, ok))
     out.seconds = time.perf_counter() - t0

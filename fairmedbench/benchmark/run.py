@@ -7,24 +7,32 @@ reused unless forced; seeds already written are reused when an interrupted run i
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from fairmedbench.errors import InputError, MissingResourceError
+from fairmedbench.benchmark.resolve import Resolved, resolve_run
 from fairmedbench.engine import store
+from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
-from fairmedbench.spec import RunSpec
+from fairmedbench.errors import InputError
+from fairmedbench.spec import RunConfig, RunSpec
+from fairmedbench.tasks.base import Task
 
-USAGE_PREFERENCE = {"classification": ("lp", "clip-zs", "clip-adapt", "lora"), "segmentation": ("sam-prompt",)}
+CONFIG_FILE = "config.json"
 
 
 @dataclass
 class RunOptions:
-    """Where data, caches and results live and how to compute (none of it changes the numbers)."""
+    """Where data, caches and results live and how to compute: none of it changes a number, so none of it is
+    in the run's identity (data_root changes the data read, which is: through the data fingerprint)."""
 
     data_root: str | None = None
     out_root: str = "results"
@@ -34,45 +42,31 @@ class RunOptions:
     num_workers: int | None = None
     channels_last: bool = False
     force: bool = False
-    split_file: str | None = None
-    skip_bad: bool = False
-    prompt: str = "bbox"
+    verify_weights: bool = True
     progress: Callable[[str, int, int], None] | None = None
+    log: Callable[[str], None] | None = None
+
+    def say(self, message: str) -> None:
+        """Tell the user (stderr by default)."""
+        (self.log or (lambda m: print(m, file=sys.stderr)))(message)
 
 
 @dataclass
 class RunOutcome:
-    """A finished run: its folder, the per-seed documents, the summary, whether it was reused."""
+    """A finished run: its config, folder, the per-seed documents, the summary, whether it was reused."""
 
-    spec: RunSpec
+    config: RunConfig
     out_dir: Path
     seed_docs: list[dict[str, Any]]
     summary: dict[str, Any]
     reused: bool
     results: list[Any] = field(default_factory=list)
+    reused_seeds: list[int] = field(default_factory=list)
 
-
-def choose_usage(spec: RunSpec, model_card: Any, dataset_card: Any) -> str:
-    """The usage to run: the one asked for if the model and dataset allow it, else a sensible default."""
-    from fairmedbench.adapters import USAGES, compatible_usages
-
-    possible = compatible_usages(model_card.capabilities, dataset_card.tasks)
-    if spec.usage:
-        usage = USAGES.get(spec.usage)
-        if spec.usage not in possible:
-            why = (f"dataset {dataset_card.name!r} offers {', '.join(dataset_card.tasks)}, not {usage.task}"
-                   if usage.task not in dataset_card.tasks else
-                   f"model {model_card.name!r} can {', '.join(model_card.capabilities)}; {spec.usage!r} needs "
-                   f"{', '.join(usage.requires)}")
-            raise InputError(f"usage {spec.usage!r} cannot run here: {why}. Possible usages for this model "
-                             f"and dataset: {', '.join(possible) or 'none'}")
-        return spec.usage
-    for task in dataset_card.tasks:
-        for name in USAGE_PREFERENCE.get(task, ()):
-            if name in possible:
-                return name
-    raise InputError(f"model {model_card.name!r} ({', '.join(model_card.capabilities)}) has no usage for dataset "
-                     f"{dataset_card.name!r} ({', '.join(dataset_card.tasks)})")
+    @property
+    def seeds(self) -> list[RunResult]:
+        """The per-seed results, typed."""
+        return [RunResult(d, self.out_dir) for d in self.seed_docs]
 
 
 class SplitView:
@@ -89,68 +83,99 @@ class SplitView:
         return self.dataset.load_image(int(self.positions[k]))
 
 
-def _out_dir(spec: RunSpec, usage: str, opts: RunOptions) -> Path:
-    return Path(opts.out_root) / "runs" / spec.model / spec.dataset / usage / spec.run_id
+def run_dir(config: RunConfig, out_root: str | Path) -> Path:
+    """<out_root>/runs/<model>/<dataset>/<usage>/<run id>."""
+    return Path(out_root) / "runs" / config.model / config.dataset / config.usage / config.run_id
+
+
+@contextlib.contextmanager
+def run_lock(out_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """An exclusive lock on the run folder: a second identical run waits for the first, then reuses it."""
+    import fcntl
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"another process is computing run {out_dir.name}; waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock (also when the process is killed)
+
+
+def _stored_identity(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / CONFIG_FILE
+    return store.read_json(path) if path.is_file() else None
 
 
 def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
-    """Run `spec`: reuse a complete result unless forced, resume finished seeds, save everything atomically."""
-    from fairmedbench.benchmark.datasets import load_with_split
-    from fairmedbench.registry.datasets import get_card as dataset_card
-    from fairmedbench.registry.models import get_card as model_card
+    """Run `spec`: everything checked and resolved first, then a complete result with the same stored config is
+    reused unless forced, finished seeds are resumed, and everything is saved atomically under a lock."""
+    resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
+    config = resolved.config
+    if spec.precision == "auto":
+        opts.say(f"precision auto -> {config.precision} on {resolved.device}")
+    out_dir = run_dir(config, opts.out_root)
+    with run_lock(out_dir, opts.say):
+        stored, identity = _stored_identity(out_dir), json.loads(json.dumps(config.identity()))
+        if stored is not None and stored != identity:
+            opts.say(f"run folder {out_dir} holds another config under the same id; recomputing it")
+            opts = _forced(opts)
+        if stored == identity and (out_dir / "summary.json").exists() and not opts.force:
+            summary = store.read_json(out_dir / "summary.json")
+            docs = [store.read_json(out_dir / f"seed{s}.json") for s in config.seeds]
+            opts.say(f"reused the finished run {config.run_id} ({out_dir}); --force recomputes it")
+            return RunOutcome(config, out_dir, docs, summary, reused=True, reused_seeds=list(config.seeds))
+        store.write_json(out_dir / CONFIG_FILE, config.identity())
+        return _compute(resolved, opts, out_dir)
 
-    mcard, dcard = model_card(spec.model), dataset_card(spec.dataset)
-    usage = choose_usage(spec, mcard, dcard)
-    spec = RunSpec(**{**spec.identity(), "usage": usage, "attributes": tuple(spec.attributes) or tuple(
-        a.name for a in dcard.attributes if not a.name.endswith("_bins")), "seeds": tuple(spec.seeds)})
-    for a in spec.attributes:
-        dcard.attribute(a)
-    if opts.split_file:  # an imported split changes the numbers, so it is part of the run's identity
-        if not Path(opts.split_file).is_file():
-            raise MissingResourceError(f"split file {opts.split_file} not found")
-        spec = RunSpec(**{**spec.identity(), "attributes": tuple(spec.attributes), "seeds": tuple(spec.seeds),
-                          "split_sha256": store.sha256_file(opts.split_file)})
-    out_dir = _out_dir(spec, usage, opts)
-    summary_path = out_dir / "summary.json"
-    if summary_path.exists() and not opts.force:
-        summary = store.read_json(summary_path)
-        docs = [store.read_json(out_dir / f"seed{s}.json") for s in spec.seeds]
-        return RunOutcome(spec, out_dir, docs, summary, reused=True)
+
+def _forced(opts: RunOptions) -> RunOptions:
+    from dataclasses import replace
+
+    return replace(opts, force=True)
+
+
+def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
+    """Load the model, apply the usage, run the task's runner per seed, write the summary last."""
+    from fairmedbench.adapters import RunContext
+    from fairmedbench.registry.models import load_model, seen_in_pretraining
+
+    config, checked, ds, split = resolved.config, resolved.checked, resolved.dataset, resolved.split
     t0 = time.perf_counter()
-    ds, split = load_with_split(spec.dataset, opts.data_root, seed=spec.split_seed, split_file=opts.split_file,
-                                skip_bad=opts.skip_bad, **spec.dataset_options)
-    from fairmedbench.engine.device import select_device
-    from fairmedbench.registry.models import load_model
-
-    device = select_device(opts.device)
-    model = load_model(spec.model, spec.weights, device=device)
+    model = load_model(config.model, checked.spec.weights, device=resolved.device, verify=opts.verify_weights)
     info = {
-        "dataset": {"name": dcard.name, "version": dcard.version, "fingerprint": ds.fingerprint,
+        "dataset": {"name": checked.dataset_card.name, "version": checked.dataset_card.version,
+                    "fingerprint": ds.fingerprint, "data_fingerprint": config.data_fingerprint,
                     "split_fingerprint": split.fingerprint, "split_policy": split.policy,
                     "test_fingerprint": test_fingerprint(split.ids["test"]), "n_test": len(split.test),
                     "load_report": store.jsonable(ds.report)},
-        "model": {"name": mcard.name, "weights": model.weights.identity, "weights_source": model.weights.source,
-                  "seen_in_pretraining": mcard.has_seen(dcard.name)},
+        "model": {"name": checked.model_card.name, "weights": model.weights.identity,
+                  "weights_source": model.weights.source,
+                  "seen_in_pretraining": seen_in_pretraining(checked.model_card.name, checked.dataset_card.name)},
+        "precision": config.precision,
     }
     t_load = time.perf_counter() - t0
-    from fairmedbench.adapters import USAGES, RunContext
-
-    ctx = RunContext(device=device, precision=spec.precision, cache_dir=opts.cache_dir, batch_size=opts.batch_size,
-                     num_workers=opts.num_workers, channels_last=opts.channels_last, dataset_card=dcard,
-                     hparams=dict(spec.hparams),
-                     progress=opts.progress)
-    adapter = USAGES.get(usage)
-    runner = _run_classification if adapter.task == "classification" else _run_segmentation
-    docs, results = runner(spec, adapter, model, ds, split, ctx, opts, out_dir, info, t_load)
-    summary = _summary(spec, docs, info, time.perf_counter() - t0)
-    store.write_json(summary_path, summary)
-    return RunOutcome(spec, out_dir, docs, summary, reused=False, results=results)
+    ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
+                     batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
+                     dataset_card=checked.dataset_card, hparams=config.hparams, progress=opts.progress)
+    runner = checked.task.run()
+    docs, results, reused = runner(config, checked.usage, model, ds, split, ctx, opts, out_dir, info, t_load)
+    for s in reused:
+        opts.say(f"seed {s}: reused its finished result from an earlier, interrupted run")
+    summary = _summary(config, checked.task, docs, info, time.perf_counter() - t0)
+    store.write_json(out_dir / "summary.json", summary)
+    return RunOutcome(config, out_dir, docs, summary, reused=False, results=results, reused_seeds=reused)
 
 
-def _reuse(path: Path, opts: RunOptions, docs: list[dict[str, Any]]) -> bool:
-    """Append a seed's finished result (from an interrupted or earlier run) unless forced."""
+def _reuse(path: Path, opts: RunOptions, docs: list[dict[str, Any]], reused: list[int], seed: int) -> bool:
+    """Append a seed's finished result (from an interrupted earlier run of this config) unless forced."""
     if path.exists() and not opts.force:
         docs.append(store.read_json(path))
+        reused.append(seed)
         return True
     return False
 
@@ -159,11 +184,11 @@ def _finite(v: float) -> float | None:
     return float(v) if np.isfinite(v) else None
 
 
-def _attr_columns(ds: Any, spec: RunSpec, positions: np.ndarray) -> dict[str, np.ndarray]:
+def _attr_columns(ds: Any, spec: RunConfig, positions: np.ndarray) -> dict[str, np.ndarray]:
     return {a: ds.samples[f"attr:{a}"].to_numpy()[positions] for a in spec.attributes}
 
 
-def _training_groups(spec: RunSpec, ds: Any) -> tuple[np.ndarray | None, int]:
+def _training_groups(spec: RunConfig, ds: Any) -> tuple[np.ndarray | None, int]:
     """Group codes of every sample for the attribute mitigations train with (the run's first; -1 = missing)."""
     if not spec.attributes:
         return None, 0
@@ -173,7 +198,7 @@ def _training_groups(spec: RunSpec, ds: Any) -> tuple[np.ndarray | None, int]:
     return np.array([lookup.get(v, -1) for v in values]), len(names)
 
 
-def _seed_doc(kind: str, spec: RunSpec, seed: int, result: Any, info: dict[str, Any], pred_name: str,
+def _seed_doc(kind: str, spec: RunConfig, seed: int, result: Any, info: dict[str, Any], pred_name: str,
               tasks: list[str], extra: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
     doc = store.result_document(kind, {**spec.identity(), "seed": seed}, result.to_dict(), info, timings)
     doc["predictions"] = store.predictions_block(pred_name, kind.split("-")[1], tasks, list(spec.attributes))
@@ -181,19 +206,19 @@ def _seed_doc(kind: str, spec: RunSpec, seed: int, result: Any, info: dict[str, 
     return doc
 
 
-def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: RunOptions,
-                        out_dir: Path, info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any]]:
+def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: RunOptions,
+                            out_dir: Path, info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+    """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics."""
     import pandas as pd
 
     from fairmedbench.metrics import evaluate_classification
     from fairmedbench.mitigation import make_mitigation
-    from fairmedbench.tasks.classification import SplitArrays, TrainConfig, describe_config, run_classification
+    from fairmedbench.tasks.base import get_task
+    from fairmedbench.tasks.classification import SplitArrays, describe_config, run_classification
 
     t0 = time.perf_counter()
     card = ds.card
-    tasks = spec.hparams.get("tasks", "main")
-    if tasks not in ("main", "all"):
-        raise InputError(f"hparam tasks={tasks!r}: 'main' (the card's label) or 'all' (plus {card.extra_label_columns})")
+    tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
     views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
@@ -203,15 +228,13 @@ def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split:
     codes, n_groups = _training_groups(spec, ds)
     arrays = {k: SplitArrays(prepared.inputs[k], y[p], None if codes is None else codes[p], n_groups)
               for k, p in pos.items()}
-    cfg_keys = set(TrainConfig.__dataclass_fields__)
-    cfg = TrainConfig(**{**adapter.train_defaults, **{k: v for k, v in spec.hparams.items() if k in cfg_keys}})
-    mit_h = {k: v for k, v in spec.hparams.items()
-             if k not in cfg_keys and k != "tasks" and k not in adapter.hparam_names}
-    make_mitigation(spec.mitigation, **mit_h).check_task("classification")
-    docs, results = [], []
+    task = get_task(spec.task)
+    cfg = task.make_config(spec.train_hparams)
+    mit_h = spec.mitigation_hparams
+    docs, results, reused = [], [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
-        if _reuse(path, opts, docs):
+        if _reuse(path, opts, docs, reused, seed):
             continue
         t1 = time.perf_counter()
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
@@ -240,44 +263,30 @@ def _run_classification(spec: RunSpec, adapter: Any, model: Any, ds: Any, split:
                               "select": sr.fit.select, "best_select_score": _finite(sr.fit.best_score),
                               "val_losses": sr.fit.val_losses, "threshold_policy": policy},
                  "usage": {"name": adapter.name, **prepared.notes}}
-        doc = _seed_doc("run-classification", spec, seed, res, info, pred_name, label_cols, extra,
+        doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
                         {"load": t_load, "prepare": t_prep, "train": t_train,
                          "metrics": time.perf_counter() - t1 - t_train})
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
-    return docs, results
-
-
-def _check_segmentation(spec: RunSpec, adapter: Any, opts: RunOptions) -> None:
-    """InputError for a prompt the usage does not take, or a mitigation a zero-shot usage cannot apply."""
-    from fairmedbench.adapters import USAGES
-
-    if opts.prompt not in adapter.prompt_modes:
-        raise InputError(f"usage {adapter.name!r} prompts with {', '.join(adapter.prompt_modes)}, not "
-                         f"{opts.prompt!r}; give --prompt {adapter.prompt_modes[0]}")
-    if spec.mitigation != "erm" and not adapter.trains:
-        trained = [n for n in USAGES.names() if USAGES.get(n).task == "segmentation" and USAGES.get(n).trains]
-        raise InputError(f"mitigation {spec.mitigation!r} needs a trained usage: {adapter.name!r} is zero-shot and "
-                         f"learns nothing from the train split; use --usage {' or '.join(trained)}")
+    return docs, results, reused
 
 
 def _stage(ctx: Any, name: str) -> Callable[[int, int], None] | None:
     return (lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None
 
 
-def _decoder_trainer(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
+def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
                      jitter: float) -> tuple[Callable[[int], tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """For a usage that trains: encoder maps of every split computed once, and a function seed -> (predictor,
     the result's training block); plus the usage notes."""
     from fairmedbench.mitigation import make_mitigation
-    from fairmedbench.tasks.segmentation import (DecoderConfig, check_decoder_config, describe_decoder_config,
-                                                 fit_decoder, prepare_split)
+    from fairmedbench.tasks.base import get_task
+    from fairmedbench.tasks.segmentation import (check_decoder_config, describe_decoder_config, fit_decoder,
+                                                 prepare_split)
 
-    cfg_keys = set(DecoderConfig.__dataclass_fields__)
-    cfg = check_decoder_config(DecoderConfig(**{k: v for k, v in spec.hparams.items() if k in cfg_keys}))
-    mit_h = {k: v for k, v in spec.hparams.items() if k not in cfg_keys and k not in adapter.hparam_names}
-    make_mitigation(spec.mitigation, **mit_h).check_task("segmentation")
+    cfg = check_decoder_config(get_task(spec.task).make_config(spec.train_hparams))
+    mit_h = spec.mitigation_hparams
     codes, n_groups = _training_groups(spec, ds)
     problem = adapter.trainable(model, ctx)
     train, val, test = (prepare_split(problem, ds.load_image, ds.load_mask, p, keep=name == "val",
@@ -297,32 +306,35 @@ def _decoder_trainer(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: An
     return fit, notes
 
 
-def _run_segmentation(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: RunOptions,
-                      out_dir: Path, info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any]]:
+def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
+                          opts: RunOptions, out_dir: Path, info: dict[str, Any],
+                          t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+    """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
+    when the usage learns), DSC per test sample, metrics by group."""
     import pandas as pd
 
     from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+    from fairmedbench.tasks.base import get_task
     from fairmedbench.tasks.segmentation import run_segmentation
 
-    _check_segmentation(spec, adapter, opts)
-    jitter = float(spec.hparams.get("box_jitter", 0.0))
+    jitter = float(spec.usage_hparams["box_jitter"])
     t0 = time.perf_counter()
-    if adapter.trains:
+    if adapter.learns:
         fit, notes = _decoder_trainer(spec, adapter, model, ds, split, ctx, jitter)
     else:
         zero_shot = adapter.predictor(model, ctx)
         fit, notes = (lambda seed: (zero_shot, None)), {}
     t_prep = time.perf_counter() - t0
-    docs, results = [], []
+    docs, results, reused = [], [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
-        if _reuse(path, opts, docs):
+        if _reuse(path, opts, docs, reused, seed):
             continue
         t1 = time.perf_counter()
         predict, training = fit(seed)
         t_train = time.perf_counter() - t1
         step = (lambda d, n: opts.progress("segmenting", d, n)) if opts.progress else None
-        out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, opts.prompt, seed,
+        out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, spec.prompt, seed,
                                jitter=jitter, progress=step)
         if not out.positions:
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
@@ -336,43 +348,35 @@ def _run_segmentation(spec: RunSpec, adapter: Any, model: Any, ds: Any, split: A
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, frame)
-        extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": opts.prompt, "mask_threshold": "logit > 0",
+        extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
                                            "prompted_slices": int(sum(out.prompted_slices)),
                                            "skipped": {str(k): v for k, v in out.skipped.items()}, **notes}}
         timings = {"load": t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
         if training is not None:
             extra["training"] = training
             timings.update(prepare=t_prep, train=t_train)
-        doc = _seed_doc("run-segmentation", spec, seed, res, info, pred_name, ["segmentation"], extra, timings)
+        doc = _seed_doc(get_task(spec.task).run_kind, spec, seed, res, info, pred_name, ["segmentation"], extra,
+                        timings)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
-    return docs, results
+    return docs, results, reused
 
 
-SUMMARY_METRICS = {"run-classification": ("auc", "worst_group_auc", "auc_gap", "auc_es", "eqodds_diff", "ece_gap"),
-                   "run-segmentation": ("dsc", "worst_group_dsc", "dsc_gap", "dsc_es", "dsc_skew_ratio")}
-
-
-def _summary(spec: RunSpec, docs: list[dict[str, Any]], info: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """Across seeds: mean, std and normal 95% CI of the headline metrics per (task, attribute)."""
+def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict[str, Any],
+             seconds: float) -> dict[str, Any]:
+    """Across seeds: mean, std and 95% CI of the task's summary metrics per (task column, attribute)."""
     from fairmedbench.metrics.stats import seed_summary
 
     kind = docs[0]["kind"]
+    results = [RunResult(d, Path()) for d in docs]
     table: dict[str, Any] = {}
-    for rep0 in docs[0]["result"]["reports"]:
-        key = f"{rep0['task']}/{rep0['attribute']}"
+    for rep0 in results[0].fairness().reports:
+        key = f"{rep0.task}/{rep0.attribute}"
         table[key] = {}
-        for m in SUMMARY_METRICS[kind]:
-            vals = []
-            for d in docs:
-                rep = next(r for r in d["result"]["reports"]
-                           if r["task"] == rep0["task"] and r["attribute"] == rep0["attribute"])
-                cells = rep["metrics"].get(m, {})
-                cell = cells.get("__overall__") or cells.get("__gap__") or {}
-                if cell.get("value") is not None:
-                    vals.append(cell["value"])
-            if len(vals) == len(docs):
+        for m in task.summary_metrics:
+            vals = [res.value(m, rep0.attribute, rep0.task) for res in results]
+            if all(np.isfinite(vals)):
                 s = seed_summary(vals)
                 table[key][m] = {"mean": s.mean, "std": s.std if len(vals) > 1 else None,
                                  "ci_low": s.ci_low if len(vals) > 1 else None,

@@ -26,7 +26,7 @@ def model_header(model_name: str, weights_identity: str, revision: str | None = 
     sha = weights_identity if _SHA.match(weights_identity or "") else None
     return {"name": card.name, "revision": revision or (sha[:12] if sha else weights_identity or "default"),
             "weights_sha256": sha, "license": card.license, "family": card.family, "kind": card.kind,
-            "pretraining_data": list(card.pretraining_data)}
+            "pretraining_data": list(card.pretraining_data), "training_datasets": list(card.training_datasets)}
 
 
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,

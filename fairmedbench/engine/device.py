@@ -8,6 +8,7 @@ from typing import Any, Iterator
 from fairmedbench.errors import InputError
 
 PRECISIONS = ("fp32", "bf16")
+REQUESTS = ("auto", *PRECISIONS)
 # bf16 autocast is accepted where embeddings stay within this cosine similarity of fp32 ones
 # (measured per model by benchmarks/encoder_throughput.py); otherwise use fp32.
 BF16_MIN_COSINE = 0.99
@@ -24,6 +25,15 @@ def select_device(device: str = "auto") -> str:
     if device.split(":")[0] not in {"cpu", "cuda", "mps"}:
         raise InputError(f"--device {device!r}: expected auto, cpu, cuda or cuda:N")
     return device
+
+
+def resolve_precision(requested: str, device: str) -> str:
+    """'auto' -> bf16 on CUDA, fp32 elsewhere; an explicit fp32 or bf16 is kept."""
+    if requested not in REQUESTS:
+        raise InputError(f"--precision {requested!r}: expected one of {', '.join(REQUESTS)}")
+    if requested != "auto":
+        return requested
+    return "bf16" if device.startswith("cuda") else "fp32"
 
 
 def check_precision(precision: str) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 from fairmedbench.engine import store
 from fairmedbench.leaderboards.suites import Entry, Suite
 
-MODEL_FIELDS = ("name", "revision", "weights_sha256", "license", "family", "kind", "pretraining_data")
+MODEL_FIELDS = ("name", "revision", "weights_sha256", "license", "family", "kind", "pretraining_data",
+                "training_datasets")
 
 
 def write_header(bundle: Path | str, model: dict[str, Any], suite: Suite) -> None:

@@ -31,6 +31,7 @@ from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+from fairmedbench.registry.models import seen_in_pretraining
 
 TOLERANCE = 1e-9
 MAX_LINES_PER_FILE = 6
@@ -50,6 +51,8 @@ MODEL_SCHEMA: dict[str, Any] = {
         "family": {"type": "string", "maxLength": 200},
         "kind": {"enum": ["vision", "vision-language", "segmentation"]},
         "pretraining_data": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
+        "training_datasets": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
+                              "maxItems": 200},
     },
 }
 SUITE_SCHEMA: dict[str, Any] = {
@@ -518,11 +521,6 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values))
 
 
-def _same_dataset(dataset: str, pretraining: list[str]) -> bool:
-    norm = lambda s: re.sub(r"[^a-z0-9]", "", s.lower())  # noqa: E731
-    return norm(dataset) in {norm(p) for p in pretraining}
-
-
 def validate_bundle(bundle: Path | str, suite: Suite, limits: Limits | None = None
                     ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
     """(reasons, submission summary, files): reasons is empty when the bundle is acceptable."""
@@ -631,7 +629,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
         if lines or not per_seed:
             continue
         row_flags = []
-        if _same_dataset(entry.dataset, model["pretraining_data"]):
+        if seen_in_pretraining(model["name"], entry.dataset, model.get("training_datasets")):
             row_flags.append(f"not zero-shot: {entry.dataset} is in the model's pretraining data")
         if entry.pending:
             row_flags.append("fingerprints pending: test set checked for consistency only")

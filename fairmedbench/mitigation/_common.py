@@ -2,48 +2,19 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Mapping
 
 import numpy as np
 
+from fairmedbench.engine.hparams import merge
 from fairmedbench.errors import InputError
 
 BALANCE_UNITS = ("group", "class", "group_class")
 
 
-def _coerce(method: str, key: str, value: Any, default: Any) -> Any:
-    """Convert a user value (maybe a CLI string) to the type of the paper default."""
-    try:
-        if isinstance(default, bool):
-            if isinstance(value, str):
-                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(value)
-                return value.lower() in ("true", "1", "yes")
-            return bool(value)
-        if isinstance(default, int):
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise InputError(f"mitigation {method!r}: hyperparameter {key}={value!r} is not a valid "
-                         f"{type(default).__name__} (default {default!r})") from None
-
-
 def merge_hparams(method: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """Paper defaults overridden by `given`; an unknown key is an InputError naming close keys."""
-    out = dict(defaults)
-    for key, value in given.items():
-        if key not in defaults:
-            close = difflib.get_close_matches(key, list(defaults), n=3, cutoff=0.5)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            known = ", ".join(sorted(defaults)) or "none"
-            raise InputError(f"mitigation {method!r} has no hyperparameter {key!r}.{hint} Known: {known}")
-        out[key] = _coerce(method, key, value, defaults[key])
-    return out
+    """Paper defaults overridden by `given` (typed in engine.hparams); an unknown key is an InputError."""
+    return merge(f"mitigation {method!r}", defaults, given)
 
 
 def check_choice(method: str, key: str, value: str, choices: tuple[str, ...]) -> None:

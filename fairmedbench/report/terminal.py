@@ -80,26 +80,17 @@ def render_run(outcome: Any, console: Any) -> None:
     """A run's tables: the first seed's per-group and gap tables, then the across-seed summary."""
     from rich.table import Table
 
-    from fairmedbench.metrics.result import AttributeReport, FairnessResult
-
     if not console.is_terminal:
         console.width = max(console.width, 150)
-    spec = outcome.spec
+    spec = outcome.config
     console.print(f"[bold]{spec.model}[/] on [bold]{spec.dataset}[/] · usage {spec.usage} · mitigation "
-                  f"{spec.mitigation} · seeds {','.join(map(str, spec.seeds))}"
-                  + (" · [cyan]reused existing result[/]" if outcome.reused else ""))
-    first = outcome.seed_docs[0]
-    reports = []
-    for r in first["result"]["reports"]:
-        values = {m: {g: tuple(math.nan if c[k] is None else c[k] for k in ("value", "ci_low", "ci_high"))
-                      for g, c in per.items()} for m, per in r["metrics"].items()}
-        reports.append(AttributeReport(r["task"], r["attribute"], r["groups"], r["counts"], values, r["skipped"],
-                                       r.get("gap_notes", {}), r.get("small_groups", []), r.get("worst_group", {}),
-                                       r["thresholds"], r.get("n_missing_attribute", 0)))
-    console.print(f"seed {first['spec']['seed']}:")
-    render(FairnessResult(reports, first["result"]["meta"]), console)
+                  f"{spec.mitigation} · seeds {','.join(map(str, spec.seeds))} · precision {spec.precision} · "
+                  f"run {spec.run_id}" + (" · [cyan]reused existing result[/]" if outcome.reused else ""))
+    first = outcome.seeds[0]
+    console.print(f"seed {first.seed}:")
+    render(first.fairness(), console)
     if len(outcome.seed_docs) > 1:
-        table = Table(title="across seeds: mean ± std \\[normal 95% CI]", title_justify="left")
+        table = Table(title="across seeds: mean ± std \\[t 95% CI]", title_justify="left")
         table.add_column("task / attribute")
         names = sorted({m for row in outcome.summary["across_seeds"].values() for m in row})
         for m in names:
@@ -112,7 +103,7 @@ def render_run(outcome: Any, console: Any) -> None:
                              f"{c['ci_high']:.3f}]")
             table.add_row(key, *cells)
         console.print(table)
-    if first["inputs"]["model"].get("seen_in_pretraining"):
+    if first.inputs["model"].get("seen_in_pretraining"):
         console.print("[yellow]flag[/] the model's pretraining data includes this dataset: not zero-shot")
     console.print(f"results: {outcome.out_dir}")
 
@@ -123,12 +114,13 @@ def render_controls(outcome: Any, console: Any) -> None:
 
     if not console.is_terminal:
         console.width = max(console.width, 150)
+    from fairmedbench.tasks.base import get_task
+
     for r in outcome.runs:
-        doc = r.seed_docs[0]
-        for rep in doc["result"]["reports"]:
-            m = "auc" if doc["kind"] == "run-classification" else "dsc"
-            per = "  ".join(f"{g} {fmt(*_triple(rep['metrics'][m][g]))}" for g in rep["groups"])
-            console.print(f"{r.spec.dataset:<16} {r.spec.usage:<11} {rep['attribute']}: {m.upper()} {per}"
+        m = get_task(r.config.task).headline
+        for rep in r.seeds[0].fairness().reports:
+            per = "  ".join(f"{g} {fmt(*rep.values[m][g])}" for g in rep.groups)
+            console.print(f"{r.config.dataset:<16} {r.config.usage:<11} {rep.attribute}: {m.upper()} {per}"
                           + ("  (reused)" if r.reused else ""))
     table = Table(title="controls: signed difference (second group − first) with 95% CI", title_justify="left")
     for h in ("dataset", "usage", "attribute", "difference", "value [95% CI]", "declared", "verdict"):

@@ -122,7 +122,8 @@ def test_run_with_groupdro_writes_results_with_the_training_block(small_sam: str
 
 
 @pytest.mark.parametrize("usage, mitigation, extra, pattern", [
-    ("sam-prompt", "groupdro", {}, "needs a trained usage: 'sam-prompt' is zero-shot .* use --usage sam-decoder"),
+    ("sam-prompt", "groupdro", {}, "needs a usage that learns from the train split: 'sam-prompt' learns nothing; "
+                                   "use --usage sam-decoder"),
     ("sam-decoder", "adversarial", {}, "does not apply to segmentation: its adversary"),
     ("sam-decoder", "group_thresholds", {}, "does not apply to segmentation"),
     ("sam-decoder", "resampling", {"hparams": {"by": "class"}}, "use by=group"),
@@ -131,9 +132,10 @@ def test_run_with_groupdro_writes_results_with_the_training_block(small_sam: str
 ])
 def test_what_segmentation_cannot_do_is_an_input_error(small_sam: str, tmp_path: Path, usage: str,
                                                        mitigation: str, extra: dict, pattern: str) -> None:
-    spec = tiny_spec(small_sam, usage, mitigation=mitigation, attributes=("sex",), hparams=extra.get("hparams", {}))
+    spec = tiny_spec(small_sam, usage, mitigation=mitigation, attributes=("sex",), hparams=extra.get("hparams", {}),
+                     prompt=extra.get("prompt", "bbox"))
     with pytest.raises(InputError, match=pattern):
-        run(spec, tiny_opts(tmp_path, prompt=extra.get("prompt", "bbox")))
+        run(spec, tiny_opts(tmp_path))
 
 
 def test_compare_erm_and_groupdro_with_segmentation_metrics(small_sam: str, run_dirs: Path,

@@ -14,16 +14,16 @@ from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
-from fairmedbench.spec import RunSpec
 
 N_VAL, N_TEST, N_BOOT = 40, 60, 30
 
 
-def model_card(name: str, quality: float = 1.5, pretraining: tuple[str, ...] = ()) -> dict[str, Any]:
+def model_card(name: str, quality: float = 1.5, pretraining: tuple[str, ...] = (),
+               training_datasets: tuple[str, ...] = ()) -> dict[str, Any]:
     """A random-weight style model card; `quality` sets how well its scores separate the classes."""
     return {"name": name, "revision": "r1", "weights_sha256": hashlib.sha256(name.encode()).hexdigest(),
             "license": "Apache-2.0", "family": "test", "kind": "vision", "pretraining_data": list(pretraining),
-            "quality": quality}
+            "training_datasets": list(training_datasets), "quality": quality}
 
 
 def _rng(*keys: Any) -> np.random.Generator:
@@ -88,8 +88,8 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
                                        n_boot=N_BOOT, seed=seed, min_group_size=10, profile=entry.profile,
                                        intersect=intersect)
         tasks, kind = ("segmentation",), "segmentation"
-    spec = {**RunSpec(model=model["name"], dataset=entry.dataset, attributes=entry.attributes, usage=entry.usage,
-                      seeds=entry.seeds, profile=entry.profile, n_boot=N_BOOT).identity(), "seed": seed}
+    spec = {"model": model["name"], "dataset": entry.dataset, "attributes": list(entry.attributes),
+            "usage": entry.usage, "seeds": list(entry.seeds), "profile": entry.profile, "n_boot": N_BOOT, "seed": seed}
     inputs = {"dataset": {"name": entry.dataset, "fingerprint": f"synthetic:{entry.dataset}",
                           "split_fingerprint": split_fingerprint(entry.dataset),
                           "test_fingerprint": test_fingerprint(test["sample_id"]), "n_test": N_TEST},

@@ -252,7 +252,8 @@ def test_missing_seed_and_model_mismatch(bundle: Path, tmp_path: Path) -> None:
 
 
 def test_pretraining_overlap_is_flagged(tmp_path: Path) -> None:
-    card = model_card("seen-it", pretraining=("Synth_Contrast",))
+    """The flag reads the dataset-card names of training_datasets (free-text pretraining_data is not parsed)."""
+    card = model_card("seen-it", pretraining=("a synthetic contrast set",), training_datasets=("synth-contrast",))
     out = submit_bundle(write_bundle(tmp_path / "b", pinned_suite(), card), BOARD, tmp_path / "lb")
     assert out.accepted, out.reasons
     assert out.flags == ["synth-contrast__sam_prompt__sex: not zero-shot: synth-contrast is in the model's "

@@ -61,8 +61,18 @@ def test_describe_is_json_serialisable() -> None:
     assert time.perf_counter() - t < 0.5
 
 
-def test_pretraining_tags_flag_seen_datasets() -> None:
-    assert MODELS.get("rad-dino").has_seen("nih-cxr14")
-    assert MODELS.get("c2l").has_seen("NIH-CXR14")
-    assert not MODELS.get("clip-vit-b32").has_seen("nih-cxr14")
-    assert "nih-cxr14" in describe_model("medmae")["pretraining_tags"]
+def test_training_datasets_are_registered_cards_and_flag_seen_data() -> None:
+    """One fact per model: `training_datasets` names registered dataset cards; seen_in_pretraining reads it."""
+    from fairmedbench.registry.datasets import DATASETS
+    from fairmedbench.registry.models import seen_in_pretraining
+
+    for name in MODELS.names():
+        for ds in MODELS.get(name).training_datasets:
+            assert ds in DATASETS, f"model {name!r} lists {ds!r}, which is not a registered dataset card"
+            assert seen_in_pretraining(name, ds)
+    assert seen_in_pretraining("rad-dino", "nih-cxr14") and seen_in_pretraining("c2l", "nih-cxr14")
+    assert seen_in_pretraining("medmae", "nih-cxr14") and seen_in_pretraining("litemedsam", "ham10000")
+    assert seen_in_pretraining("medsam", "ham10000")
+    assert not seen_in_pretraining("clip-vit-b32", "nih-cxr14")
+    assert "nih-cxr14" in describe_model("medmae")["training_datasets"]
+    assert seen_in_pretraining("my-model", "ham10000", ["ham10000"]) and not seen_in_pretraining("my-model", "ham10000")

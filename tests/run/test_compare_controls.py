@@ -53,7 +53,7 @@ def test_compare_same_seeds_paired_against_erm(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kw, needle", [
     ({"methods": ["erm", "magic"]}, "unknown mitigation"),
     ({"seeds": (0,)}, "at least two seeds"),
-    ({"usage": "sam-prompt"}, "usage must be one of lp, lora, sam-decoder"),
+    ({"usage": "sam-prompt"}, "usage 'sam-prompt' cannot run here"),
 ])
 def test_compare_bad_input(tmp_path: Path, kw: dict, needle: str) -> None:
     args = {"methods": ["erm"], "seeds": (0, 1), "usage": "lp", **kw}
@@ -75,9 +75,9 @@ def test_compare_refuses_a_missing_attribute_and_an_empty_validation_split(tmp_p
     split.pop("fingerprint")
     path = tmp_path / "noval.json"
     path.write_text(json.dumps(split))
-    opts = replace(_opts(tmp_path), split_file=str(path))
     with pytest.raises(InputError, match="empty val"):
-        compare(*args, "sex", "lp", ["groupdro"], (0, 1), opts, weights="random", dataset_options={"n": 40},
+        compare(*args, "sex", "lp", ["groupdro"], (0, 1), _opts(tmp_path), weights="random", dataset_options={"n": 40},
+                split_file=str(path),
                 select="worst_group_auc")
 
 

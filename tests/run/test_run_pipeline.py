@@ -110,7 +110,8 @@ def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, mon
         run(_spec(), _opts(tmp_path))
     folder = next((tmp_path / "results").rglob("seed0.json")).parent
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["seed0.json", "seed0.predictions.parquet"]  # no summary, no seed1, no temp files
+    # the config and the lock, then seed 0: no summary, no seed 1, no temporary files
+    assert names == [".lock", "config.json", "seed0.json", "seed0.predictions.parquet"]
     monkeypatch.setattr(metrics, "evaluate_classification", original)
     resumed = run(_spec(), _opts(tmp_path))
     assert calls["n"] == 2 and (folder / "summary.json").exists() and len(resumed.seed_docs) == 2
@@ -162,6 +163,6 @@ def test_an_imported_split_is_part_of_the_run_identity(lp_run, tmp_path: Path) -
     tmp, first = lp_run
     path = tmp_path / "split.json"
     export_split("synth-contrast", None, 1, str(path), n=60)
-    other = run(_spec(), _opts(tmp, split_file=str(path)))
+    other = run(_spec(split_file=str(path)), _opts(tmp))
     assert not other.reused and other.out_dir != first.out_dir
-    assert other.spec.split_sha256 == store.sha256_file(path)
+    assert other.config.split_fingerprint.endswith(f"file:{store.sha256_file(path)}")

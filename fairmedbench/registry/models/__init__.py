@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from fairmedbench.errors import MissingResourceError
 from fairmedbench.registry.models import cards as _cards  # noqa: F401  (registers the cards)
 from fairmedbench.registry.models.card import MODELS, ModelCard, Preprocessing, WeightSource, loader_function
 from fairmedbench.registry.models.weights import resolve_weights
 
-__all__ = ["MODELS", "ModelCard", "Preprocessing", "WeightSource", "get_card", "load_model"]
+__all__ = ["MODELS", "ModelCard", "Preprocessing", "WeightSource", "get_card", "load_model", "seen_in_pretraining"]
 
 
 def get_card(name: str) -> ModelCard:
     """The card named `name` (InputError with close names when unknown)."""
     return MODELS.get(name)
+
+
+def seen_in_pretraining(model: str, dataset: str, training_datasets: Sequence[str] | None = None) -> bool:
+    """Whether dataset card `dataset` is in model `model`'s pretraining data: the registered card's
+    `training_datasets`, or for a model not in the registry the list given (a submitted card's)."""
+    if model in MODELS:
+        return dataset in get_card(model).training_datasets
+    return dataset in (training_datasets or ())
 
 
 def load_model(name: str, weights: str | None = None, *, seed: int = 0, device: str = "cpu",

@@ -73,25 +73,21 @@ class ModelCard:
     text_context_length: int = 0
     notes: str = ""
     available: bool = True  # False where the model cannot be built here; `notes` says why
-    # Short dataset ids (as dataset cards name them) known to be in the pretraining data: a result on
-    # one of these is not zero-shot.
-    pretraining_tags: tuple[str, ...] = ()
+    # Registered dataset cards (by name) whose data is in the pretraining data: a result on one of these is
+    # not zero-shot (MTEB's `training_datasets`). `pretraining_data` is the free-text description.
+    training_datasets: tuple[str, ...] = ()
     loader_options: dict[str, Any] = field(default_factory=dict)
 
     def can(self, capability: str) -> bool:
         """Whether the model offers `capability` (encode_image, encode_text, segment)."""
         return capability in self.capabilities
 
-    def has_seen(self, dataset: str) -> bool:
-        """Whether `dataset` (a dataset card name) is in this model's pretraining data."""
-        return dataset.lower() in self.pretraining_tags
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description."""
         d = dataclasses.asdict(self)
         d["capabilities"] = list(self.capabilities)
         d["pretraining_data"] = list(self.pretraining_data)
-        d["pretraining_tags"] = list(self.pretraining_tags)
+        d["training_datasets"] = list(self.training_datasets)
         d["weight_source"] = self.weights.describe()
         return d
 

@@ -18,7 +18,7 @@ SAM_PRE = Preprocessing(size=1024, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize=
 CLIP224 = Preprocessing(size=224, mean=CLIP_MEAN, std=CLIP_STD)
 SEG_CAPS = ("encode_image", "segment")
 # MedSAM's training set includes the ISIC 2018 lesion-segmentation images, which come from HAM10000.
-MEDSAM_TAGS = ("isic2018", "ham10000")
+MEDSAM_SEEN = ("ham10000",)
 VL_CAPS = ("encode_image", "encode_text")
 VISION_CAPS = ("encode_image",)
 
@@ -35,7 +35,7 @@ register(ModelCard(
     pretraining_data=("MedSAM training set (1.57M image-mask pairs: CT, MRI, X-ray, ultrasound, "
                       "mammography, OCT, endoscopy, fundus, dermoscopy, microscopy)",
                       "CVPR 2024 'MedSAM on Laptop' challenge data") + SA1B,
-    pretraining_tags=MEDSAM_TAGS, loader=_M + "sam:load_sam_family",
+    training_datasets=MEDSAM_SEEN, loader=_M + "sam:load_sam_family",
     loader_options={"encoder": "tinyvit", "full_resolution_stem": True},
     reference="Ma et al., MedSAM (Nat. Commun. 2024); LiteMedSAM branch of bowang-lab/MedSAM",
     notes="Embedded default FM. TinyViT encoder (1x1 stem, 256 px input, 64x64x256 map); embedding = "
@@ -65,7 +65,7 @@ register(ModelCard(
                                     "link and pass --weights PATH"),
     license="Apache-2.0",
     pretraining_data=("MedSAM training set (1.57M image-mask pairs across 10 modalities)",) + SA1B,
-    pretraining_tags=MEDSAM_TAGS, loader=_M + "sam:load_sam_family", loader_options={"encoder": "vit_b"},
+    training_datasets=MEDSAM_SEEN, loader=_M + "sam:load_sam_family", loader_options={"encoder": "vit_b"},
     reference="Ma et al., Segment anything in medical images (Nat. Commun. 2024)",
     notes="SAM ViT-B with MedSAM's checkpoint; preprocessing as MedSAM_Inference.py (1024 squash, "
           "min-max, no mean/std).",
@@ -158,7 +158,7 @@ register(ModelCard(
     name="pubmedclip", family="clip", kind="vision-language", capabilities=VL_CAPS, preprocessing=CLIP224,
     embedding_dim=512, weights=WeightSource(hub_id="flaviagiammarino/pubmed-clip-vit-base-patch32"),
     license="MIT", pretraining_data=WIT + ("ROCO (radiology figure-caption pairs)",),
-    pretraining_tags=("roco",), loader=_M + "hf:load_hf_clip", text_context_length=77,
+    loader=_M + "hf:load_hf_clip", text_context_length=77,
     reference="Eslami et al., PubMedCLIP (EACL Findings 2023)",
     notes="CLIP ViT-B/32 fine-tuned on ROCO (transformers CLIPModel format). Text uses the CLIP BPE "
           "tokenizer shipped in open_clip (same vocabulary as the model's own).",
@@ -184,7 +184,7 @@ register(ModelCard(
                          how_to_get="download medclip-vit-pretrained.zip (MedCLIP README), unzip, and "
                                     "pass --weights PATH/pytorch_model.bin"),
     license="see https://github.com/RyanWangZf/MedCLIP",
-    pretraining_data=("CheXpert", "MIMIC-CXR"), pretraining_tags=("chexpert", "mimic-cxr"),
+    pretraining_data=("CheXpert", "MIMIC-CXR"), training_datasets=("chexpert", "mimic-cxr"),
     loader=_M + "hf:load_medclip", text_context_length=77,
     reference="Wang et al., MedCLIP (EMNLP 2022)",
     notes="Swin-T image tower + Bio_ClinicalBERT text tower with linear projections to 512, built from "
@@ -235,7 +235,7 @@ register(ModelCard(
     embedding_dim=768, weights=WeightSource(hub_id="microsoft/rad-dino"),
     license="MSRLA (Microsoft Research License)",
     pretraining_data=("MIMIC-CXR", "CheXpert", "NIH ChestX-ray14", "PadChest", "BRAX"),
-    pretraining_tags=("mimic-cxr", "chexpert", "nih-cxr14", "padchest", "brax"), loader=_M + "hf:load_dinov2",
+    training_datasets=("mimic-cxr", "chexpert", "nih-cxr14"), loader=_M + "hf:load_dinov2",
     reference="Perez-Garcia et al., RAD-DINO (Nat. Mach. Intell. 2025)",
     notes="DINOv2 ViT-B/14 trained on chest X-rays; embedding = final [CLS] token.",
 ))
@@ -247,7 +247,7 @@ register(ModelCard(
     weights=WeightSource(url="https://github.com/lambert-x/medical_mae (vit-b_CXR_0.5M_mae.pth)"),
     license="see https://github.com/lambert-x/medical_mae",
     pretraining_data=("MIMIC-CXR", "CheXpert", "NIH ChestX-ray14"),
-    pretraining_tags=("mimic-cxr", "chexpert", "nih-cxr14"), loader=_M + "vision:load_medmae",
+    training_datasets=("mimic-cxr", "chexpert", "nih-cxr14"), loader=_M + "vision:load_medmae",
     reference="Xiao et al., Delving into MAE for CXR (WACV 2023)",
     notes="timm ViT-B/16; the MAE decoder in the checkpoint is dropped; embedding = final [CLS].",
 ))
@@ -263,7 +263,7 @@ for _name, _data, _tags, _ref, _url in (
         preprocessing=Preprocessing(size=224, resize_size=256, mean=IMAGENET_MEAN, std=IMAGENET_STD,
                                     interpolation="bilinear"),
         embedding_dim=512, weights=WeightSource(url=_url), license=f"see {_url}", pretraining_data=_data,
-        pretraining_tags=_tags,
+        training_datasets=_tags,
         loader=_M + "vision:load_moco_resnet", loader_options={"arch": "resnet18"}, reference=_ref,
         notes="torchvision ResNet-18, MoCo query encoder; the MLP projection head is dropped and the "
               "pooled 512-d backbone feature is the embedding.",

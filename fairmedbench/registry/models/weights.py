@@ -96,7 +96,7 @@ def verify_sha256(path: Path, expected: str, what: str) -> str:
         raise InputError(
             f"weights file {path} for {what} has SHA-256 {actual}, expected {expected}: the file is "
             "corrupt, truncated or not the published checkpoint. Re-install or re-download it "
-            "(or, for your own fine-tuned weights, pass verify=False / --no-verify-weights)."
+            "For your own fine-tuned weights, pass --no-verify-weights (its sha256 is recorded)."
         )
     return actual
 

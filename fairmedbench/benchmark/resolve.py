@@ -1,0 +1,203 @@
+"""From a RunSpec to a RunConfig: every name and hyperparameter checked, then every input that can change a
+number resolved (data fingerprint, weights sha256, usage, defaults, split, precision), before any weights load
+or features are extracted. The run id is the hash of the RunConfig."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fairmedbench import __version__
+from fairmedbench.engine.hparams import split_by_owner
+from fairmedbench.errors import InputError, MissingResourceError
+from fairmedbench.spec import RunConfig, RunSpec
+
+if TYPE_CHECKING:
+    from fairmedbench.adapters.base import Usage
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.datasets.card import DatasetCard
+    from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.registry.models.card import ModelCard
+    from fairmedbench.registry.models.weights import ResolvedWeights
+    from fairmedbench.tasks.base import Task
+
+# The usage chosen when none is asked for: the first of these the model and dataset allow, per task.
+USAGE_PREFERENCE = {"classification": ("lp", "clip-zs", "clip-adapt", "lora"), "segmentation": ("sam-prompt",)}
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A RunSpec whose names and hyperparameters are valid (no data read, no weights loaded)."""
+
+    spec: RunSpec
+    model_card: ModelCard
+    dataset_card: DatasetCard
+    usage: Usage
+    task: Task
+    attributes: tuple[str, ...]
+    prompt: str | None
+    train_hparams: dict[str, Any]
+    usage_hparams: dict[str, Any]
+    mitigation_hparams: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A checked run with its data, split and weights located, and its RunConfig."""
+
+    checked: Checked
+    config: RunConfig
+    dataset: Dataset
+    split: Split
+    weights: ResolvedWeights
+    device: str
+
+
+def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard) -> str:
+    """The usage to run: the one asked for if the model and dataset allow it, else a sensible default."""
+    from fairmedbench.adapters import USAGES, compatible_usages
+
+    possible = compatible_usages(model_card.capabilities, dataset_card.tasks)
+    if spec.usage:
+        usage = USAGES.get(spec.usage)
+        if spec.usage not in possible:
+            why = (f"dataset {dataset_card.name!r} offers {', '.join(dataset_card.tasks)}, not {usage.task}"
+                   if usage.task not in dataset_card.tasks else
+                   f"model {model_card.name!r} can {', '.join(model_card.capabilities)}; {spec.usage!r} needs "
+                   f"{', '.join(usage.requires)}")
+            raise InputError(f"usage {spec.usage!r} cannot run here: {why}. Possible usages for this model "
+                             f"and dataset: {', '.join(possible) or 'none'}")
+        return spec.usage
+    for task in dataset_card.tasks:
+        for name in USAGE_PREFERENCE.get(task, ()):
+            if name in possible:
+                return name
+    raise InputError(f"model {model_card.name!r} ({', '.join(model_card.capabilities)}) has no usage for dataset "
+                     f"{dataset_card.name!r} ({', '.join(dataset_card.tasks)})")
+
+
+def check_spec(spec: RunSpec) -> Checked:
+    """Every name, option and hyperparameter of `spec` validated; cheap (cards and registries only)."""
+    from fairmedbench.adapters import USAGES
+    from fairmedbench.metrics.classification import PROFILES
+    from fairmedbench.metrics.thresholds import parse_policy
+    from fairmedbench.mitigation import MITIGATIONS, make_mitigation
+    from fairmedbench.registry.datasets import get_card as dataset_card
+    from fairmedbench.registry.models import get_card as model_card
+    from fairmedbench.tasks.base import get_task
+
+    mcard, dcard = model_card(spec.model), dataset_card(spec.dataset)
+    if not mcard.available:
+        raise MissingResourceError(f"model {mcard.name!r} cannot be built in this version: {mcard.notes}")
+    usage = USAGES.get(choose_usage(spec, mcard, dcard))
+    task = get_task(usage.task)
+    attributes = tuple(spec.attributes) or tuple(a.name for a in dcard.attributes if not a.name.endswith("_bins"))
+    for a in attributes:
+        dcard.attribute(a)
+    if len(set(attributes)) != len(attributes):
+        raise InputError(f"--attribute lists {', '.join(attributes)}: give each attribute once")
+    MITIGATIONS.get(spec.mitigation)
+    if spec.mitigation != "erm" and not usage.learns:
+        learning = [n for n in USAGES.names() if USAGES.get(n).task == task.name and USAGES.get(n).learns]
+        raise InputError(f"mitigation {spec.mitigation!r} needs a usage that learns from the train split: "
+                         f"{usage.name!r} learns nothing; use --usage {' or '.join(learning)}, or --mitigation erm")
+    if spec.profile not in PROFILES:
+        raise InputError(f"unknown metric profile {spec.profile!r}; choose one of {', '.join(PROFILES)}")
+    parse_policy(spec.threshold)
+    if spec.n_boot < 0:
+        raise InputError(f"--n-boot must be >= 0, got {spec.n_boot}")
+    if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
+        raise InputError(f"--seeds {spec.seeds}: give distinct seeds")
+    prompt = None
+    if usage.prompt_modes:
+        if spec.prompt not in usage.prompt_modes:
+            raise InputError(f"usage {usage.name!r} prompts with {', '.join(usage.prompt_modes)}, not "
+                             f"{spec.prompt!r}; give --prompt {usage.prompt_modes[0]}")
+        prompt = spec.prompt
+    train_defaults = {**task.config_defaults(), **usage.train_defaults}
+    mit_defaults = dict(getattr(MITIGATIONS.get(spec.mitigation), "DEFAULTS", {}))
+    routed = split_by_owner(spec.hparams, {f"{task.name} training": train_defaults,
+                                           f"usage {usage.name!r}": dict(usage.hparams),
+                                           f"mitigation {spec.mitigation!r}": mit_defaults})
+    train_h, usage_h, mit_h = routed.values()
+    if train_h["select"] not in task.select_rules:
+        raise InputError(f"select={train_h['select']!r} does not apply to {task.name}: choose one of "
+                         f"{', '.join(task.select_rules)}")
+    plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
+    plugin.check_task(task.name)
+    _check_config(task, train_h)
+    return Checked(spec, mcard, dcard, usage, task, attributes, prompt, train_h, usage_h, dict(plugin.hparams))
+
+
+def _check_config(task: Task, values: dict[str, Any]) -> None:
+    """Ranges of the training config: sizes >= 1 (epochs >= 0), rates >= 0 (lr > 0), task hparams' choices."""
+    for name in ("epochs", "patience", "batch_size"):
+        v = values.get(name)
+        if v is not None and v < (0 if name == "epochs" else 1):
+            raise InputError(f"{task.name} training: {name}={v!r} must be an integer >= {0 if name == 'epochs' else 1}")
+    for name in ("lr", "weight_decay"):
+        v = values.get(name)
+        if v is not None and not (v >= 0 and (name != "lr" or v > 0) and v != float("inf")):
+            raise InputError(f"{task.name} training: {name}={v!r} must be a number {'> 0' if name == 'lr' else '>= 0'}")
+    if "tasks" in values and values["tasks"] not in ("main", "all"):
+        raise InputError(f"hparam tasks={values['tasks']!r}: 'main' (the card's label) or 'all' (its extra labels)")
+
+
+def files_fingerprint(ds: Dataset) -> str:
+    """sha256 over every file a sample reads (path relative to the data root, size, mtime), or '' when the
+    samples are generated (synthetic: the generator settings are in the dataset fingerprint)."""
+    cols = [c for c in ("image", "mask") if c in ds.samples.columns]
+    if not cols:
+        return ""
+    h = hashlib.sha256()
+    root = str(ds.root) if ds.root else ""
+    for col in cols:
+        for value in ds.samples[col].tolist():
+            if not isinstance(value, (str, os.PathLike)):
+                h.update(b"-\n")
+                continue
+            path = str(value)
+            try:
+                st = os.stat(path)
+                stat = f"{st.st_size}:{st.st_mtime_ns}"
+            except OSError:
+                stat = "absent"
+            rel = os.path.relpath(path, root) if root and path.startswith(root) else path
+            h.update(f"{col}|{rel}|{stat}\n".encode())
+    return h.hexdigest()
+
+
+def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",
+                verify_weights: bool = True) -> Resolved:
+    """Check `spec`, read the dataset's table and split, locate the weights and resolve the precision: the
+    RunConfig whose hash is the run id. Loads no model and extracts nothing."""
+    from fairmedbench.benchmark.datasets import load_with_split
+    from fairmedbench.engine.device import resolve_precision, select_device
+    from fairmedbench.engine.store import sha256_file
+    from fairmedbench.registry.models.weights import resolve_weights
+
+    checked = check_spec(spec)
+    if spec.split_file and not Path(spec.split_file).is_file():
+        raise MissingResourceError(f"split file {spec.split_file} not found; write one with benchmark splits export")
+    weights = resolve_weights(checked.model_card, spec.weights, verify=verify_weights)
+    ds, split = load_with_split(spec.dataset, data_root, seed=spec.split_seed, split_file=spec.split_file,
+                                skip_bad=spec.skip_bad, **spec.dataset_options)
+    device = select_device(device)
+    precision = resolve_precision(spec.precision, device)
+    files = files_fingerprint(ds)
+    data_fp = hashlib.sha256(f"{ds.fingerprint}|{files}".encode()).hexdigest()
+    split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
+    config = RunConfig(
+        engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,
+        dataset_version=checked.dataset_card.version, data_fingerprint=data_fp,
+        dataset_options=dict(spec.dataset_options), skip_bad=spec.skip_bad, attributes=checked.attributes,
+        task=checked.task.name, usage=checked.usage.name, usage_hparams=checked.usage_hparams, prompt=checked.prompt,
+        train_hparams=checked.train_hparams, mitigation=spec.mitigation,
+        mitigation_hparams=checked.mitigation_hparams, split_policy=split.policy,
+        split_seed=spec.split_seed if not spec.split_file else -1, split_fingerprint=split_fp,
+        threshold=spec.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
+        seeds=tuple(spec.seeds))
+    return Resolved(checked, config, ds, split, weights, device)

@@ -1,0 +1,70 @@
+"""Typed hyperparameters, validated in one place: a value given on the command line (a string or JSON) is
+converted to the type of its owner's default, and an unknown key names the close known ones.
+
+Owners are a task's training config, a usage and a mitigation; each declares its keys by their defaults.
+A default of None accepts any JSON value (e.g. a list of prompt templates)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Mapping
+
+from fairmedbench.errors import InputError
+
+
+def coerce(owner: str, key: str, value: Any, default: Any) -> Any:
+    """`value` converted to the type of `default` (bool, int, float, str; None: unchanged)."""
+    try:
+        if default is None:
+            return value
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1", "yes")
+            if not isinstance(value, (bool, int)) or value not in (0, 1):
+                raise ValueError(value)
+            return bool(value)
+        if isinstance(default, int):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float):
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if isinstance(value, (dict, list)):
+            raise ValueError(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{owner}: hyperparameter {key}={value!r} is not a valid {type(default).__name__} "
+                         f"(default {default!r})") from None
+
+
+def merge(owner: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults overridden by `given` (typed); an unknown key is an InputError naming close keys."""
+    out = dict(defaults)
+    for key, value in given.items():
+        if key not in defaults:
+            close = difflib.get_close_matches(key, list(defaults), n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise InputError(f"{owner} has no hyperparameter {key!r}.{hint} "
+                             f"Known: {', '.join(sorted(defaults)) or 'none'}")
+        out[key] = coerce(owner, key, value, defaults[key])
+    return out
+
+
+def split_by_owner(given: Mapping[str, Any], owners: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Route each given key to the owner that declares it (owners in priority order), typed and merged with
+    that owner's defaults; a key no owner declares is an InputError listing every known key."""
+    routed: dict[str, dict[str, Any]] = {name: {} for name in owners}
+    for key, value in given.items():
+        owner = next((name for name, defaults in owners.items() if key in defaults), None)
+        if owner is None:
+            known = sorted({k for d in owners.values() for k in d})
+            close = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise InputError(f"unknown hyperparameter {key!r} for {' + '.join(owners)}.{hint} "
+                             f"Known: {', '.join(known) or 'none'}")
+        routed[owner][key] = value
+    return {name: merge(name, owners[name], routed[name]) for name in owners}
