@@ -448,7 +448,7 @@ def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: I
     multi = {r.target for r in split_records if r.group == "__macro__"}
     shown = [r for r in split_records if " - " not in r.features and (r.group == "__macro__" or r.target not in multi)]
     if shown:
-        out.append(figures.auc_intervals([f"{r.target} ({r.features})" for r in shown], [r.value for r in shown],
+        out.append(figures.auc_intervals([f"{r.target} ({r.features}{', macro' if r.group == '__macro__' else ''})" for r in shown], [r.value for r in shown],
                                          [r.ci_low for r in shown], [r.ci_high for r in shown],
                                          title="SPLIT: attribute predicted from frozen features (held-out AUC)",
                                          path=folder / f"split-auc.{fmt}"))
