@@ -31,7 +31,10 @@ def _add_evaluate(sub: Any) -> None:
                     "(classification) or mask files (segmentation, --masks). Rows with split=val choose "
                     "the threshold; rows with split=test are evaluated.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--predictions", metavar="FILE", help="CSV/TSV/Parquet with one row per sample")
+    src.add_argument("--predictions", nargs="+", metavar="FILE",
+                     help="CSV/TSV/Parquet with one row per sample (no extension: sniffed); several files or a "
+                          "quoted glob ('runs/*/preds.csv') are evaluated in one process into one tidy table with "
+                          "a `source` column")
     src.add_argument("--demo", action="store_true", help="the built-in demo predictions (injected sex disparity)")
     p.add_argument("--label", action="append", type=_csv_list, metavar="COLS",
                    help="label column(s), 0/1; several = a multi-label task, reported per column")
@@ -41,6 +44,8 @@ def _add_evaluate(sub: Any) -> None:
                    help="sensitive attribute column(s), e.g. sex,age")
     p.add_argument("--bins", action="append", default=[], metavar="NAME=E0,E1,..",
                    help="bin a numeric attribute into [E0,E1),[E1,E2),..., e.g. age=0,40,60,200")
+    p.add_argument("--bins-closed", default="left", choices=["left", "right"],
+                   help="which side of each bin is closed: left [a,b) (default) or right (a,b] as pandas.cut")
     p.add_argument("--intersect", action="store_true", help="also report the attributes crossed (F|>=60)")
     p.add_argument("--threshold", metavar="POLICY",
                    help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X "
@@ -67,18 +72,22 @@ def _add_evaluate(sub: Any) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from fairmedbench.benchmark.evaluate import EvaluateOptions, run_evaluate
+    from fairmedbench.benchmark.evaluate import EvaluateOptions, expand_sources, run_evaluate
     from fairmedbench.metrics.groups import parse_bins
 
+    sources = expand_sources(args.predictions) if args.predictions else []
     opts = EvaluateOptions(
-        predictions=args.predictions, demo=args.demo, labels=_extend(args.label), scores=_extend(args.score),
-        attributes=_extend(args.attribute), bins=dict(parse_bins(b) for b in args.bins), intersect=args.intersect,
+        predictions=sources[0] if len(sources) == 1 else None, demo=args.demo, labels=_extend(args.label), scores=_extend(args.score),
+        attributes=_extend(args.attribute), bins={k: list(v) for k, v in (parse_bins(b) for b in args.bins)},
+        bins_closed=args.bins_closed, intersect=args.intersect,
         threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, seed=args.seed, logits=args.logits,
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
         mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table)
     if opts.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
+    if len(sources) > 1:
+        return _evaluate_batch(sources, opts, args.json)
     with _progress(quiet=args.json) as step:
         outcome = run_evaluate(opts, progress=step)
     if args.json:
@@ -101,6 +110,104 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         break
     for what, path in outcome.paths.items():
         console.print(f"{what}: {path}")
+    return 0
+
+
+def _add_inspect(sub: Any) -> None:
+    p = sub.add_parser(
+        "inspect", help="what frozen features encode: SPLIT probe, multitask head, PCA/t-SNE, KS tests",
+        description="Encoding inspection (Glocker et al.) of an embeddings file or of a model's cached features on "
+                    "a dataset: SPLIT probe AUC per attribute (against random-weight and ImageNet baselines for a "
+                    "model), a multitask head, PCA and t-SNE plots coloured by group, and two-sample KS tests on "
+                    "each mode for the label and each pair of groups, corrected over the whole family.")
+    src = p.add_argument_group("input: --embeddings FILE, or --model M --dataset D")
+    src.add_argument("--embeddings", metavar="FILE", help="CSV/Parquet (or .npy with --metadata), one row per sample")
+    src.add_argument("--metadata", metavar="FILE", help="label and attribute columns, row by row with --embeddings")
+    src.add_argument("--features", type=_csv_list, default=[], metavar="COLS", help="embedding columns by name")
+    src.add_argument("--feature-prefix", metavar="PREFIX", help="embedding columns: those starting with PREFIX")
+    src.add_argument("--list-column", metavar="COL", help="embedding as one list per row in COL")
+    src.add_argument("--projected", action="store_true",
+                     help="the features are already-projected modes: analysed as given, no PCA (automatic for "
+                          "'PCA Mode N' columns)")
+    src.add_argument("--model", help="a model card; its linear-probe features come from the feature cache")
+    src.add_argument("--dataset", help="a dataset card (with --model)")
+    src.add_argument("--weights", help="PATH, 'random', or default: the card's source")
+    src.add_argument("--dataset-option", action="append", default=[], metavar="KEY=VALUE", help="e.g. n=100")
+    src.add_argument("--data-root")
+    src.add_argument("--split-seed", type=int, default=0)
+    src.add_argument("--baselines", type=_csv_list, default=["random", "imagenet"], metavar="LIST",
+                     help="with --model: random (same architecture, --weights random) and/or imagenet")
+    src.add_argument("--imagenet-model", default="imagenet-resnet50", help="the ImageNet baseline's model card")
+    p.add_argument("--label", metavar="COL", help="disease label column (default: label or disease)")
+    p.add_argument("--label-pair", action="append", default=[], metavar="A:B",
+                   help="test only these label classes against each other, e.g. 'Pleural Effusion:No Finding' "
+                        "(default: every pair)")
+    p.add_argument("--attribute", action="append", type=_csv_list, metavar="COLS",
+                   help="attribute column(s) (default: sex, gender, race where present; the card's with --model)")
+    p.add_argument("--patient-column", metavar="COL", help="keep a patient's rows on one side of the probe split "
+                                                           "(default: patient_id when present)")
+    p.add_argument("--correction", default="by", help="by (Benjamini-Yekutieli) | bh | holm | bonferroni | none")
+    p.add_argument("--correct-per", default="family", choices=["family", "attribute"],
+                   help="correct over every test (family) or within each label/attribute")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--holdout", type=float, default=0.3, help="held-out share for the probes (embeddings file)")
+    p.add_argument("--modes", type=int, default=4, help="PCA modes to test and plot")
+    p.add_argument("--no-tsne", action="store_true", help="skip t-SNE (when the file has none of its own)")
+    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--figure-format", default="png", choices=["png", "svg"])
+    for flag, default in (("--device", "auto"), ("--precision", "fp32"), ("--cache-dir", ".fmb-cache")):
+        p.add_argument(flag, default=default)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--out", metavar="DIR", help="output folder (default results/inspect/<name>-<id>/)")
+    p.add_argument("--out-table", metavar="FILE", help="also write the tidy table here (.csv or .parquet)")
+    p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
+    p.set_defaults(handler=_cmd_inspect)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from fairmedbench.analysis.encoding import class_pairs
+    from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
+
+    opts = InspectOptions(
+        embeddings=args.embeddings, metadata=args.metadata, features=args.features,
+        feature_prefix=args.feature_prefix, list_column=args.list_column, projected=args.projected,
+        model=args.model, dataset=args.dataset, weights=args.weights,
+        dataset_options=parse_hparams(args.dataset_option), data_root=args.data_root, split_seed=args.split_seed,
+        baselines=args.baselines, imagenet_model=args.imagenet_model, label=args.label,
+        label_pairs=[p for spec in args.label_pair for p in class_pairs(spec)], attributes=_extend(args.attribute),
+        patient_column=args.patient_column, correction=args.correction, correct_per=args.correct_per,
+        alpha=args.alpha, holdout=args.holdout, seed=args.seed, n_boot=args.n_boot, n_modes=args.modes,
+        tsne=not args.no_tsne, figure_format=args.figure_format, device=args.device, precision=args.precision,
+        batch_size=args.batch_size, cache_dir=args.cache_dir, out=args.out, out_table=args.out_table)
+    with _stage_progress(quiet=args.json) as step:
+        outcome = run_inspect(opts, progress=step)
+    if args.json:
+        print(json.dumps(outcome.document, indent=2))
+        return 0
+    from rich.console import Console
+
+    from fairmedbench.report.terminal import render_inspect
+
+    render_inspect(outcome.document, Console())
+    for what, path in outcome.paths.items():
+        print(f"{what}: {path}")
+    return 0
+
+
+def _evaluate_batch(sources: list[str], opts: Any, as_json: bool) -> int:
+    from fairmedbench.benchmark.evaluate import run_evaluate_batch
+
+    with _progress(quiet=as_json) as step:
+        batch = run_evaluate_batch(sources, opts, progress=step)
+    if as_json:
+        print(json.dumps([o.document for o in batch.outcomes], indent=2))
+        return 0
+    from rich.console import Console
+
+    from fairmedbench.report.terminal import render_batch
+
+    render_batch(batch, Console())
     return 0
 
 
@@ -621,7 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_suite, _add_submit, _add_leaderboard, _add_list, _add_describe,
+    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit, _add_leaderboard, _add_list, _add_describe,
                 _add_splits):
         add(sub)
     return parser

@@ -32,6 +32,7 @@ class EvaluateOptions:
     scores: list[str] = field(default_factory=list)
     attributes: list[str] = field(default_factory=list)
     bins: dict[str, list[float]] = field(default_factory=dict)
+    bins_closed: str = "left"
     intersect: bool = False
     threshold: str | None = None
     profile: str = "default"
@@ -61,31 +62,94 @@ class EvaluateOutcome:
     notes: list[str]
 
 
-def read_predictions(path: Path) -> Any:
-    """Read a CSV/TSV/Parquet prediction file with errors that name the file."""
-    import pandas as pd
+def _sniff(path: Path) -> str:
+    """How to read a file without an extension: 'parquet' (magic bytes PAR1) or the delimiter of a text table."""
+    import csv
 
-    if not path.exists():
-        raise MissingResourceError(f"predictions file {path} not found")
-    if path.is_dir():
-        raise InputError(f"{path} is a folder; give the prediction file (.csv or .parquet)")
-    name = path.name.lower()
+    with path.open("rb") as fh:
+        head = fh.read(64 * 1024)
+    if head[:4] == b"PAR1":
+        return "parquet"
     try:
-        if name.endswith((".parquet", ".pq")):
-            df = pd.read_parquet(path)
-        elif name.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
-            df = pd.read_csv(path, sep="\t" if name.endswith(".tsv") else ",")
-        else:
-            raise InputError(f"{path}: unknown file type; use .csv, .csv.gz, .tsv or .parquet")
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path} is empty") from None
-    except InputError:
-        raise
-    except Exception as exc:  # parser, encoding and Arrow errors all mean: not a readable table
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: no extension and neither Parquet nor UTF-8 text; give it a .csv/.tsv/.parquet "
+                         "name") from None
+    lines = text.splitlines()
+    sample = "\n".join(lines[:-1] if len(lines) > 1 and len(head) == 64 * 1024 else lines)  # drop a cut-off line
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",\t;|").delimiter
+    except csv.Error:
+        return ","  # one column: any delimiter reads it the same
+
+
+class Columns:
+    """A table as named numpy columns (engine.columns reads it without pandas, whose import costs more
+    start-up time than all the metrics of a small file)."""
+
+    def __init__(self, data: dict[str, np.ndarray]) -> None:
+        self.data = data
+        self.columns = list(data)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.data.values()))) if self.data else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.data[name]
+
+    def rows(self, mask: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+        """The named columns restricted to the rows of `mask`."""
+        return {c: self.data[c][mask] for c in names}
+
+    def to_pandas(self) -> Any:
+        """The same table as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.data, columns=self.columns)
+
+    @classmethod
+    def from_pandas(cls, df: Any) -> "Columns":
+        """Columns of a pandas DataFrame."""
+        return cls({str(c): df[c].to_numpy() for c in df.columns})
+
+
+def read_table(path: Path, what: str = "predictions") -> Columns:
+    """Read a CSV/TSV/Parquet file (pyarrow) with errors that name the file; a file without an extension
+    is sniffed (Parquet magic bytes, else the delimiter of a text table)."""
+    if not path.exists():
+        raise MissingResourceError(f"{what} file {path} not found")
+    if path.is_dir():
+        raise InputError(f"{path} is a folder; give the {what} file (.csv or .parquet)")
+    name = path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        kind = "parquet"
+    elif name.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+        kind = "\t" if name.endswith(".tsv") else ","
+    elif not path.suffix:
+        kind = _sniff(path)
+    else:
+        raise InputError(f"{path}: unknown file type; use .csv, .csv.gz, .tsv or .parquet (or no extension)")
+    import pyarrow as pa
+
+    from fairmedbench.engine.columns import read_columns
+
+    try:
+        data = read_columns(path, kind)
+    except pa.ArrowInvalid as exc:
+        if "Empty CSV file" in str(exc):
+            raise InputError(f"{path} is empty") from None
+        raise InputError(f"cannot read {path} as a table: {exc}") from None
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # not a readable table
         raise InputError(f"cannot read {path} as a table: {type(exc).__name__}: {exc}") from None
-    if len(df) == 0:
+    table = Columns(data)
+    if len(table) == 0:
         raise InputError(f"{path} has no rows")
-    return df
+    return table
+
+
+def read_predictions(path: Path, what: str = "predictions") -> Any:
+    """`read_table` as a pandas DataFrame."""
+    return read_table(path, what).to_pandas()
 
 
 def _columns(df: Any, wanted: list[str], what: str, source: str) -> None:
@@ -100,7 +164,7 @@ def _split_rows(df: Any, col: str, notes: list[str]) -> tuple[np.ndarray, np.nda
     if col not in df.columns:
         notes.append(f"no '{col}' column: every row is evaluated")
         return np.zeros(len(df), dtype=bool), np.ones(len(df), dtype=bool)
-    split = df[col].astype(str).str.strip().str.lower().to_numpy()
+    split = np.char.lower(np.char.strip(np.asarray(df[col]).astype(str)))
     val, test = np.isin(split, SPLIT_VAL), np.isin(split, SPLIT_TEST)
     if not test.any():
         raise InputError(f"column '{col}' has no 'test' rows (values: {sorted(set(split))[:10]}); "
@@ -108,17 +172,17 @@ def _split_rows(df: Any, col: str, notes: list[str]) -> tuple[np.ndarray, np.nda
     return val, test
 
 
-def _load(opts: EvaluateOptions) -> tuple[Any, dict[str, Any], str]:
+def _load(opts: EvaluateOptions) -> tuple[Columns, dict[str, Any], str]:
     if opts.demo:
         from fairmedbench.benchmark.demo import demo_predictions
 
-        df = demo_predictions(seed=opts.seed)
+        df = Columns.from_pandas(demo_predictions(seed=opts.seed))
         return df, {"demo": {"generator": "fairmedbench.benchmark.demo.demo_predictions", "seed": opts.seed,
                              "rows": len(df)}}, "demo"
     if not opts.predictions:
         raise InputError("give --predictions FILE (or --demo)")
     path = Path(opts.predictions)
-    df = read_predictions(path)
+    df = read_table(path)
     return df, {"predictions": {"path": str(path), "sha256": store.sha256_file(path), "rows": len(df)}}, str(path)
 
 
@@ -137,11 +201,14 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     _columns(df, opts.attributes, "attribute", source)
     _columns(df, list(opts.bins), "binned attribute", source)
     val, test = _split_rows(df, opts.split_column, notes)
+    from fairmedbench.metrics.groups import Bins
+
+    bins = {k: Bins(v, opts.bins_closed) for k, v in opts.bins.items()}
     t_read = time.perf_counter() - t0
     if opts.masks:
-        result, per_sample = _segmentation(df, test, opts, source)
+        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins)
     else:
-        result, per_sample = _classification(df, val, test, opts, source, notes, progress)
+        result, per_sample = _classification(df, val, test, opts, source, notes, progress, bins)
     t_metrics = time.perf_counter() - t0 - t_read
     spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in ("out", "out_table")}}
     doc = store.result_document("evaluate-segmentation" if opts.masks else "evaluate-classification", spec,
@@ -151,7 +218,10 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         "result.json"
     paths = {"result": str(out)}
     pred_path = out.with_name(out.stem + ".predictions.parquet") if opts.out else out.with_name("predictions.parquet")
-    store.write_parquet(pred_path, per_sample)
+    if isinstance(per_sample, dict):
+        store.write_columns(pred_path, per_sample)
+    else:
+        store.write_parquet(pred_path, per_sample)
     paths["predictions"] = str(pred_path)
     if opts.out_table:
         store.write_table(opts.out_table, result.to_frame())
@@ -161,8 +231,9 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     return EvaluateOutcome(doc, result, paths, notes)
 
 
-def _classification(df: Any, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
-                    notes: list[str], progress: Callable[[int, int, str], None] | None) -> tuple[FairnessResult, Any]:
+def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
+                    notes: list[str], progress: Callable[[int, int, str], None] | None,
+                    bins: dict[str, Any]) -> tuple[FairnessResult, dict[str, np.ndarray]]:
     if not opts.labels or not opts.scores:
         raise InputError("give --label and --score columns (several, comma-separated, for a multi-label task)")
     if len(opts.labels) != len(opts.scores):
@@ -170,8 +241,8 @@ def _classification(df: Any, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
                          "give one score column per label column, in the same order")
     _columns(df, opts.labels, "label", source)
     _columns(df, opts.scores, "score", source)
-    y = np.column_stack([as_labels(df[c].to_numpy(), f"label column {c!r} in {source}") for c in opts.labels])
-    s = np.column_stack([as_scores(df[c].to_numpy(), f"score column {c!r} in {source}", logits=opts.logits)
+    y = np.column_stack([as_labels(df[c], f"label column {c!r} in {source}") for c in opts.labels])
+    s = np.column_stack([as_scores(df[c], f"score column {c!r} in {source}", logits=opts.logits)
                          for c in opts.scores])
     policy = opts.threshold
     if policy is None and get_profile(opts.profile).accepts_threshold:
@@ -179,22 +250,23 @@ def _classification(df: Any, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
         if not val.any():
             notes.append("no validation rows: operating threshold fixed:0.5 (give split=val rows to use val_youden)")
     task_names = list(opts.labels)
-    attrs = {a: df[a].to_numpy()[test] for a in opts.attributes}
+    attrs = {a: df[a][test] for a in opts.attributes}
     result = evaluate_classification(
-        y[test], s[test], attrs, task_names=task_names, bins=opts.bins, intersect=opts.intersect,
+        y[test], s[test], attrs, task_names=task_names, bins=bins, intersect=opts.intersect,
         threshold=policy, val_y_true=y[val] if val.any() else None, val_y_score=s[val] if val.any() else None,
         profile=opts.profile, n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
         logits=False, on_step=progress)
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, *opts.labels, *opts.scores,
                                       *opts.attributes]) if c and c in df.columns]
-    per_sample = df.loc[test, keep].reset_index(drop=True)
+    per_sample = df.rows(test, keep)
     if opts.logits:
         for c, k in zip(opts.scores, range(s.shape[1])):
             per_sample[f"{c}__prob"] = s[test, k]
     return result, per_sample
 
 
-def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str) -> tuple[FairnessResult, Any]:
+def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
+                  bins: dict[str, Any]) -> tuple[FairnessResult, Any]:
     from fairmedbench.engine.masks import read_mask_pairs
     from fairmedbench.metrics.segmentation import dice_batch, dice_per_volume, hd95_batch
 
@@ -218,7 +290,7 @@ def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str)
             raise InputError(f"attribute(s) {varying} change within a volume ({opts.volume!r}); "
                              "a volume must belong to one group")
         attrs = {a: first.loc[list(vol.volume_ids), a].to_numpy() for a in opts.attributes}
-        result = evaluate_segmentation(vol.dsc, attrs, empty_gt=vol.empty_gt, bins=opts.bins,
+        result = evaluate_segmentation(vol.dsc, attrs, empty_gt=vol.empty_gt, bins=bins,
                                        intersect=opts.intersect, profile=opts.profile, n_boot=opts.n_boot,
                                        seed=opts.seed, min_group_size=opts.min_group_size)
         import pandas as pd
@@ -228,6 +300,65 @@ def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str)
         return result, per
     attrs = {a: rows[a].to_numpy() for a in opts.attributes}
     result = evaluate_segmentation(batch.dsc, attrs, iou=batch.iou, hd95=hd, empty_gt=batch.empty_gt,
-                                   bins=opts.bins, intersect=opts.intersect, profile=opts.profile,
+                                   bins=bins, intersect=opts.intersect, profile=opts.profile,
                                    n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size)
     return result, per
+
+
+def expand_sources(items: list[str]) -> list[str]:
+    """Prediction files from paths and glob patterns (sorted matches), each once, in the order given."""
+    import glob
+
+    out: list[str] = []
+    for item in items:
+        if Path(item).exists() or not glob.has_magic(item):
+            found = [item]
+        else:
+            found = sorted(glob.glob(item, recursive=True))
+            if not found:
+                raise MissingResourceError(f"--predictions {item!r}: no file matches this pattern")
+        out += [f for f in found if f not in out]
+    return out
+
+
+@dataclass
+class BatchOutcome:
+    """Every file's outcome and the combined tidy table (one row per metric cell, with a `source` column)."""
+
+    outcomes: list[EvaluateOutcome]
+    table: str
+    out_dir: str
+
+
+def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
+                       progress: Callable[[int, int, str], None] | None = None) -> BatchOutcome:
+    """Evaluate several prediction files in one process with the same options: one result folder per file
+    under the output folder, and one tidy table of all of them with a `source` column."""
+    from dataclasses import replace
+
+    if opts.demo:
+        raise InputError("--demo takes no --predictions files")
+    for s in sources:  # every file is checked before any is evaluated
+        p = Path(s)
+        if not p.is_file():
+            raise MissingResourceError(f"predictions file {p} not found" if not p.exists() else f"{p} is a folder")
+    batch_id = store.run_id({"kind": "evaluate-batch", "sources": sources,
+                             "spec": {k: v for k, v in asdict(opts).items() if k not in ("out", "out_table")}})
+    out_dir = Path(opts.out) if opts.out else Path("results") / "evaluate" / f"batch-{batch_id}"
+    stems = [Path(s).stem for s in sources]
+    names = stems if len(set(stems)) == len(stems) else [f"{i:04d}-{st}" for i, st in enumerate(stems)]
+    outcomes, rows = [], []
+    for i, (src, name) in enumerate(zip(sources, names)):
+        one = replace(opts, predictions=src, out=str(out_dir / name / "result.json"), out_table=None,
+                      labels=list(opts.labels), scores=list(opts.scores), attributes=list(opts.attributes))
+        outcome = run_evaluate(one)
+        outcomes.append(outcome)
+        rows += [{"source": src, **r} for r in outcome.result.records()]
+        if progress:
+            progress(i + 1, len(sources), f"evaluated {name}")
+    import pandas as pd
+
+    table = opts.out_table or str(out_dir / "table.csv")
+    store.write_table(table, pd.DataFrame(rows, columns=["source", "task", "attribute", "group", "metric", "value",
+                                                         "ci_low", "ci_high", "n"]))
+    return BatchOutcome(outcomes, table, str(out_dir))

@@ -12,6 +12,7 @@ in `result.meta` (profile, threshold policy, n_boot, seed, ci_level, min_group_s
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import math
@@ -73,6 +74,13 @@ def write_parquet(path: Path | str, frame: Any) -> Path:
     return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
 
 
+def write_columns(path: Path | str, columns: dict[str, Any]) -> Path:
+    """Atomically write named numpy columns as Parquet without importing pandas (engine.columns)."""
+    from fairmedbench.engine.columns import write_parquet_columns
+
+    return _atomic(Path(path), lambda tmp: write_parquet_columns(tmp, columns))
+
+
 def write_table(path: Path | str, frame: Any) -> Path:
     """Atomically write a DataFrame as CSV, or Parquet when the name ends in .parquet."""
     path = Path(path)
@@ -95,6 +103,7 @@ def run_id(spec: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
     """The commit of the fairmedbench source checkout, when it is one and git is available."""
     src = Path(__file__).resolve().parents[2]
@@ -115,6 +124,12 @@ def _version(pkg: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
+    """Versions and machine facts for provenance, looked up once per process (a batch evaluates many files)."""
+    return dict(_env_facts())
+
+
+@functools.lru_cache(maxsize=1)
+def _env_facts() -> dict[str, Any]:
     """Versions and machine facts for provenance (reads package metadata; imports no heavy library)."""
     return {
         "python": platform.python_version(),

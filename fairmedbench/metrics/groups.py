@@ -26,17 +26,36 @@ class Attribute:
         return int((self.codes < 0).sum())
 
 
-def bin_labels(edges: Sequence[float]) -> list[str]:
-    """Readable names for half-open bins [e_i, e_i+1): '<40', '40-60', '>=60'."""
+CLOSED = ("left", "right")
+
+
+class Bins(list):
+    """Bin edges (a list of floats) and the side each bin includes: 'left' = [e_i, e_i+1) (default),
+    'right' = (e_i, e_i+1] (pandas.cut's default)."""
+
+    def __init__(self, edges: Sequence[float], closed: str = "left") -> None:
+        if closed not in CLOSED:
+            raise InputError(f"bins closed={closed!r}: choose 'left' ([a, b)) or 'right' ((a, b])")
+        super().__init__(float(e) for e in edges)
+        self.closed = closed
+
+
+def bin_labels(edges: Sequence[float], closed: str = "left") -> list[str]:
+    """Readable names: left-closed [e_i, e_i+1) -> '<40', '40-60', '>=60'; right-closed (e_i, e_i+1] ->
+    '<=40', '(40,60]', '>60' (distinct names, so a table says which rule made it)."""
     fmt = [f"{e:g}" for e in edges]
     k = len(edges) - 1
+    if closed == "right":
+        if k == 1:
+            return [f"({fmt[0]},{fmt[1]}]"]
+        return [f"<={fmt[1]}"] + [f"({fmt[i]},{fmt[i + 1]}]" for i in range(1, k - 1)] + [f">{fmt[k - 1]}"]
     if k == 1:
         return [f"{fmt[0]}-{fmt[1]}"]
     return [f"<{fmt[1]}"] + [f"{fmt[i]}-{fmt[i + 1]}" for i in range(1, k - 1)] + [f">={fmt[k - 1]}"]
 
 
-def parse_bins(spec: str) -> tuple[str, list[float]]:
-    """Parse 'age=0,40,60,200' into ('age', [0, 40, 60, 200]); edges must increase."""
+def parse_bins(spec: str, closed: str = "left") -> tuple[str, Bins]:
+    """Parse 'age=0,40,60,200' into ('age', Bins([0, 40, 60, 200], closed)); edges must increase."""
     name, sep, rest = spec.partition("=")
     try:
         edges = [float(x) for x in rest.split(",")] if sep else []
@@ -44,7 +63,7 @@ def parse_bins(spec: str) -> tuple[str, list[float]]:
         edges = []
     if not name or len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])):
         raise InputError(f"--bins {spec!r}: expected NAME=E0,E1,...,Ek with increasing edges, e.g. age=0,40,60,200")
-    return name, edges
+    return name, Bins(edges, closed)
 
 
 def _is_missing_value(v: Any) -> bool:
@@ -82,7 +101,8 @@ def _factorize(values: Any) -> tuple[np.ndarray, list[Any]]:
 def make_attribute(
     name: str, values: Any, bins: Sequence[float] | None = None, max_groups: int = MAX_GROUPS
 ) -> Attribute:
-    """Encode raw values (strings or numbers) as groups; numeric values are binned when `bins` is given."""
+    """Encode raw values (strings or numbers) as groups; numeric values are binned when `bins` is given
+    (edges, left-closed, or a `Bins` that says which side is closed)."""
     codes, raw = _factorize(values)
     if bins is not None:
         edges = np.asarray(bins, dtype=np.float64)
@@ -90,16 +110,18 @@ def make_attribute(
             num = np.array([float(v) for v in raw], dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError(f"attribute {name!r}: bins need numeric values, found {raw[0]!r}") from None
-        out = (num < edges[0]) | (num >= edges[-1])
+        right = getattr(bins, "closed", "left") == "right"
+        out = ((num <= edges[0]) | (num > edges[-1])) if right else ((num < edges[0]) | (num >= edges[-1]))
         if out.any():
             n_out = int(np.isin(codes, np.nonzero(out)[0]).sum())
+            span = f"({edges[0]:g}, {edges[-1]:g}]" if right else f"[{edges[0]:g}, {edges[-1]:g})"
             raise InputError(
-                f"attribute {name!r}: {n_out} value(s) outside the bins [{edges[0]:g}, {edges[-1]:g}), "
+                f"attribute {name!r}: {n_out} value(s) outside the bins {span}, "
                 f"e.g. {num[out][0]:g}; widen the outer edges"
             )
-        bin_of = np.searchsorted(edges, num, side="right") - 1
+        bin_of = np.searchsorted(edges, num, side="left" if right else "right") - 1
         binned = np.where(codes >= 0, bin_of[np.maximum(codes, 0)] if len(raw) else -1, -1)
-        return Attribute(name, binned.astype(np.int64), tuple(bin_labels(edges)))
+        return Attribute(name, binned.astype(np.int64), tuple(bin_labels(edges, "right" if right else "left")))
     labels = [_label(v) for v in raw]
     uniq = sorted(set(labels), key=_sort_key)
     if len(uniq) > max_groups:

@@ -198,3 +198,63 @@ def render_compare(doc: dict, console: Any) -> None:
         order = sorted(rk["avg_ranks"].items(), key=lambda kv: kv[1])
         console.print(f"Friedman on {rk['metric']}: chi2 {rk['chi2']}, p {rk['p_value']}; average ranks "
                       + ", ".join(f"{m} {r:.2f}" for m, r in order) + f"; Nemenyi CD {rk['cd']:.2f}")
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
+def render_inspect(doc: dict, console: Any) -> None:
+    """`benchmark inspect`: SPLIT and multitask AUCs with CIs, then the KS tests with raw and adjusted p."""
+    from rich.table import Table
+
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    for key, title in (("split_probe", "SPLIT: attribute predicted from frozen features (held-out AUC, 95% CI)"),
+                       ("multitask", "multitask head: held-out AUC per task (95% CI)")):
+        table = Table(title=title, title_justify="left")
+        for h in ("target", "features", "group (one-vs-rest)", "n", "n+", "AUC"):
+            table.add_column(h, justify="right" if h in ("n", "n+", "AUC") else "left")
+        for r in doc[key]:
+            table.add_row(r["target"], r["features"], r["group"], str(r["n"]), str(r["n_pos"]),
+                          fmt(_num(r["value"]), _num(r["ci_low"]), _num(r["ci_high"])))
+        console.print(table)
+    ks = doc["ks"]
+    modes = doc["modes"]
+    ev = modes["explained_variance_ratio"]
+    if ev:
+        console.print("explained variance: " + ", ".join(f"{n} {v:.3f}" for n, v in zip(modes["names"], ev)))
+    table = Table(title=f"KS tests per mode ({ks['n_tests']} tests, {ks['correction']} corrected per {ks['per']}, "
+                        f"alpha {ks['alpha']})", title_justify="left")
+    for h in ("mode", "variable", "groups", "n", "KS D", "p", "p adjusted", "reject"):
+        table.add_column(h, justify="left" if h in ("mode", "variable", "groups") else "right")
+    for r in ks["tests"]:
+        table.add_row(r["mode"], r["variable"], f"{r['group_a']} vs {r['group_b']}", f"{r['n_a']}/{r['n_b']}",
+                      f"{r['statistic']:.3f}", f"{r['p_value']:.2e}", f"{r['p_adjusted']:.2e}",
+                      "yes" if r["reject"] else "no")
+    console.print(table)
+    for var, groups in ks["skipped"].items():
+        for g, why in groups.items():
+            console.print(f"[yellow]skipped[/] {var} = {g}: {why}")
+    for note in doc["notes"]:
+        console.print(f"[cyan]note[/] {note}")
+
+
+def render_batch(batch: Any, console: Any) -> None:
+    """`benchmark evaluate` on several files: one line per file, task and attribute (headline and its gap)."""
+    from rich.table import Table
+
+    if not console.is_terminal:
+        console.width = max(console.width, 150)
+    table = Table(title=f"{len(batch.outcomes)} prediction files (95% CI)", title_justify="left")
+    for h in ("source", "task", "attribute", "n", "headline", "gap", "worst group"):
+        table.add_column(h, justify="right" if h == "n" else "left")
+    for o in batch.outcomes:
+        seg = o.result.meta.get("kind") == "segmentation"
+        head, gap = ("dsc", "dsc_gap") if seg else ("auc", "auc_gap")
+        for r in o.result.reports:
+            table.add_row(o.document["inputs"]["predictions"]["path"], r.task, r.attribute,
+                          str(r.counts.get(OVERALL, {}).get("n", 0)), f"{head} {_cell(r, head, OVERALL)}",
+                          f"{gap} {_cell(r, gap, GAP)}", str(r.worst_group.get(head, "—")))
+    console.print(table)
+    console.print(f"table: {batch.table}\nresults: {batch.out_dir}/<file>/result.json")

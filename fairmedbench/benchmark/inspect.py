@@ -1,0 +1,455 @@
+"""`benchmark inspect`: encoding inspection of frozen features (an embeddings file, or a model's cached
+linear-probe features on a dataset): SPLIT probe AUC per attribute against random-weight and ImageNet
+baselines, a multitask head, PCA / t-SNE figures coloured by group, and KS tests on each mode corrected
+over the whole family. Writes inspect.json, a tidy table and figures."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from fairmedbench.errors import InputError, MissingResourceError
+from fairmedbench.engine import store
+
+PROJECTED = re.compile(r"^PCA Mode \d+$")
+NUMBERED = re.compile(r"^(emb|embedding|feat|feature)[_ ]?\d+$", re.IGNORECASE)
+LIST_COLUMNS = ("embedding", "embeddings", "features", "feature")
+TSNE_COLUMNS = ("t-SNE Dimension 1", "t-SNE Dimension 2")
+DEFAULT_LABELS = ("label", "disease")
+DEFAULT_ATTRIBUTES = ("sex", "gender", "race")
+
+
+@dataclass
+class InspectOptions:
+    """Everything `benchmark inspect` takes; recorded as the result's spec."""
+
+    embeddings: str | None = None
+    metadata: str | None = None
+    features: list[str] = field(default_factory=list)
+    feature_prefix: str | None = None
+    list_column: str | None = None
+    projected: bool = False
+    model: str | None = None
+    dataset: str | None = None
+    weights: str | None = None
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    data_root: str | None = None
+    split_seed: int = 0
+    baselines: list[str] = field(default_factory=lambda: ["random", "imagenet"])
+    imagenet_model: str = "imagenet-resnet50"
+    label: str | None = None
+    label_pairs: list[tuple[str, str]] = field(default_factory=list)
+    attributes: list[str] = field(default_factory=list)
+    patient_column: str | None = None
+    correction: str = "by"
+    correct_per: str = "family"
+    alpha: float = 0.05
+    holdout: float = 0.3
+    seed: int = 0
+    n_boot: int = 2000
+    n_modes: int = 4
+    tsne: bool = True
+    figure_format: str = "png"
+    device: str = "auto"
+    precision: str = "fp32"
+    batch_size: int = 16
+    cache_dir: str | None = ".fmb-cache"
+    out: str | None = None
+    out_table: str | None = None
+
+
+@dataclass
+class Inputs:
+    """Features and variables ready for the analyses, plus where they came from."""
+
+    x: np.ndarray
+    feature_names: list[str]
+    label: Any
+    attributes: list[Any]
+    train: np.ndarray
+    holdout: np.ndarray
+    projected: bool
+    tsne: np.ndarray | None
+    baselines: dict[str, np.ndarray]
+    provenance: dict[str, Any]
+    notes: list[str]
+
+
+@dataclass
+class InspectOutcome:
+    """The saved document, the tidy table and where files went."""
+
+    document: dict[str, Any]
+    table: Any
+    paths: dict[str, str]
+    notes: list[str]
+
+
+def read_table(path: Path, what: str) -> Any:
+    """A CSV/TSV/Parquet (or, for embeddings, .npy) table with errors that name the file."""
+    from fairmedbench.benchmark.evaluate import read_predictions
+
+    if path.suffix.lower() == ".npy":
+        import pandas as pd
+
+        if not path.is_file():
+            raise MissingResourceError(f"{what} file {path} not found")
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"cannot read {path} as a numeric .npy array: {exc}") from None
+        if arr.ndim != 2:
+            raise InputError(f"{path}: expected a (samples, features) array, got shape {arr.shape}")
+        return pd.DataFrame(arr, columns=[f"emb_{j}" for j in range(arr.shape[1])])
+    return read_predictions(path, what=what)
+
+
+def _feature_columns(df: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
+    """The feature matrix, its column names and whether they are already-projected modes."""
+    from fairmedbench.analysis.encoding import check_features
+
+    cols = [str(c) for c in df.columns]
+    if opts.list_column or (not opts.features and not opts.feature_prefix and
+                            not any(PROJECTED.match(c) or NUMBERED.match(c) for c in cols)):
+        name = opts.list_column or next((c for c in LIST_COLUMNS if c in cols), None)
+        if name is None:
+            raise InputError(f"{source}: no embedding columns found; name them with --features COLS, "
+                             "--feature-prefix PREFIX or --list-column COL (one list per row)")
+        if name not in cols:
+            raise InputError(f"--list-column {name!r} not in {source}; its columns are: {', '.join(cols[:30])}")
+        return _list_column(df[name], name, source) + (opts.projected,)
+    if opts.features:
+        missing = [c for c in opts.features if c not in cols]
+        if missing:
+            raise InputError(f"feature column(s) {missing} not in {source}; its columns are: {', '.join(cols[:30])}")
+        chosen, projected = list(opts.features), opts.projected
+    elif opts.feature_prefix:
+        chosen = [c for c in cols if c.startswith(opts.feature_prefix)]
+        if not chosen:
+            raise InputError(f"no column of {source} starts with --feature-prefix {opts.feature_prefix!r}")
+        projected = opts.projected
+    else:
+        chosen = [c for c in cols if PROJECTED.match(c)]
+        projected = bool(chosen) or opts.projected
+        if chosen:
+            notes.append(f"features: the file's already-projected modes ({', '.join(chosen)}), analysed as given "
+                         "(no PCA refit; explained variance is not in the file)")
+        else:
+            chosen = [c for c in cols if NUMBERED.match(c)]
+            notes.append(f"features: {len(chosen)} numbered embedding columns ({chosen[0]} ... {chosen[-1]})")
+    try:
+        x = df[chosen].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{source}: feature columns must be numeric") from None
+    return check_features(x, chosen, f"embeddings in {source}"), chosen, projected
+
+
+def _list_column(col: Any, name: str, source: str) -> tuple[np.ndarray, list[str]]:
+    """Rows of a list column (Parquet lists, or strings like '[0.1, 0.2]') as one matrix."""
+    import json
+
+    from fairmedbench.analysis.encoding import check_features
+
+    rows = []
+    for i, v in enumerate(col.tolist()):
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError:
+                raise InputError(f"{source}: row {i} of list column {name!r} is not a list of numbers") from None
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            raise InputError(f"embeddings in {source}: row {i} of {name!r} has no embedding (missing); drop it")
+        rows.append(np.asarray(v, dtype=np.float64).ravel())
+    lengths = {r.size for r in rows}
+    if len(lengths) > 1:
+        first_bad = next(i for i, r in enumerate(rows) if r.size != rows[0].size)
+        raise InputError(f"embeddings in {source}: list column {name!r} has rows of different lengths "
+                         f"({sorted(lengths)[:5]}; row {first_bad} differs from row 0); every row needs the same size")
+    x = np.vstack(rows)
+    return check_features(x, [f"{name}[{j}]" for j in range(x.shape[1])], f"embeddings in {source}"), \
+        [f"{name}[{j}]" for j in range(x.shape[1])]
+
+
+def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[Any, list[Any]]:
+    from fairmedbench.analysis.encoding import make_target
+
+    cols = [str(c) for c in meta.columns]
+    label = opts.label or next((c for c in DEFAULT_LABELS if c in cols), None)
+    if label is None:
+        raise InputError(f"{source}: give the label column with --label COL (none of {DEFAULT_LABELS} is present)")
+    attributes = list(opts.attributes)
+    if not attributes:
+        attributes = [c for c in DEFAULT_ATTRIBUTES if c in cols and c != label]
+        if not attributes:
+            raise InputError(f"{source}: give the attribute column(s) with --attribute COLS")
+        notes.append(f"attributes: {', '.join(attributes)} (standard column names; choose with --attribute)")
+    if label in attributes:
+        raise InputError(f"{label!r} is both the label and an attribute; give different columns")
+    if not opts.label:
+        notes.append(f"label: {label!r} (choose with --label)")
+    missing = [c for c in [label, *attributes] if c not in cols]
+    if missing:
+        raise InputError(f"column(s) {missing} not in {source}; its columns are: {', '.join(cols[:40])}")
+    return (make_target(label, meta[label].to_numpy(), what="label"),
+            [make_target(a, meta[a].to_numpy()) for a in attributes])
+
+
+def _check_variables(label: Any, attributes: list[Any], opts: InspectOptions, notes: list[str]) -> None:
+    """Before any expensive work: --label-pair names real classes; rows without a value are announced."""
+    unknown = sorted({c for pair in opts.label_pairs for c in pair} - set(label.classes))
+    if unknown:
+        raise InputError(f"--label-pair names unknown class(es) {unknown} of {label.name!r}; its classes are "
+                         f"{', '.join(label.classes)}")
+    for t in (label, *attributes):
+        missing = int((t.codes < 0).sum())
+        if missing:
+            notes.append(f"{missing} row(s) have no {t.name!r} value: left out of its probe and KS tests")
+
+
+def load_embeddings(opts: InspectOptions) -> Inputs:
+    """Features, label and attributes from an embeddings file (and an optional metadata file, row by row)."""
+    from fairmedbench.analysis.encoding import check_rows, holdout_split
+
+    notes: list[str] = []
+    path = Path(opts.embeddings)  # type: ignore[arg-type]
+    df = read_table(path, "embeddings")
+    provenance: dict[str, Any] = {"embeddings": {"path": str(path), "sha256": store.sha256_file(path), "rows": len(df)}}
+    meta, source = df, str(path)
+    if opts.metadata:
+        mpath = Path(opts.metadata)
+        meta = read_table(mpath, "metadata")
+        provenance["metadata"] = {"path": str(mpath), "sha256": store.sha256_file(mpath), "rows": len(meta)}
+        source = f"{path} + {mpath}"
+        check_rows(len(df), **{f"metadata {mpath.name}": meta.index})
+    x, names, projected = _feature_columns(df, opts, str(path), notes)
+    label, attributes = _variables(meta, opts, source, notes)
+    _check_variables(label, attributes, opts, notes)
+    check_rows(len(x), **{label.name: label.codes}, **{a.name: a.codes for a in attributes})
+    patient = opts.patient_column or ("patient_id" if "patient_id" in meta.columns else None)
+    if patient and patient not in meta.columns:
+        raise InputError(f"--patient-column {patient!r} not in {source}")
+    held = holdout_split(len(x), label.codes, opts.holdout, opts.seed,
+                         None if patient is None else meta[patient].to_numpy())
+    notes.append(f"SPLIT probe and multitask head: fitted on {int((~held).sum())} rows, AUC on {int(held.sum())} "
+                 f"held-out rows (seeded, stratified by {label.name!r}"
+                 + (f", no {patient!r} on both sides)" if patient else ")"))
+    tsne = None
+    if all(c in meta.columns for c in TSNE_COLUMNS) and projected:
+        tsne = meta[list(TSNE_COLUMNS)].to_numpy(dtype=np.float64)
+        notes.append("t-SNE: the file's own t-SNE columns (the published embedding), not recomputed")
+    notes.append("baselines: none (an embeddings file has no model to re-run with random or ImageNet weights)")
+    return Inputs(x, names, label, attributes, ~held, held, projected, tsne, {}, provenance, notes)
+
+
+def _lp_features(model_name: str, weights: str | None, ds: Any, split: Any, opts: InspectOptions,
+                 progress: Callable[[str, int, int], None] | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """Frozen features of every split (train, val, test rows in that order) through the linear-probe usage,
+    so they come from (and go to) the same feature cache as `benchmark run`."""
+    from fairmedbench.adapters import USAGES, RunContext
+    from fairmedbench.benchmark.run import SplitView
+    from fairmedbench.engine.device import select_device
+    from fairmedbench.registry.models import load_model
+
+    device = select_device(opts.device)
+    model = load_model(model_name, weights, device=device)
+    views = {k: SplitView(ds, getattr(split, k), f"{ds.fingerprint}:{split.fingerprint}")
+             for k in ("train", "val", "test")}
+    ctx = RunContext(device=device, precision=opts.precision, cache_dir=opts.cache_dir, batch_size=opts.batch_size,
+                     dataset_card=ds.card, progress=progress)
+    prepared = USAGES.get("lp").prepare(model, views, ctx)
+    x = np.vstack([prepared.inputs[k] for k in ("train", "val", "test")]).astype(np.float64)
+    return x, {"model": model_name, "weights": model.weights.identity, "weights_source": model.weights.source,
+               "features": prepared.notes["features"]}
+
+
+def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int], None] | None = None) -> Inputs:
+    """Features of `opts.model` on `opts.dataset` (train+val fit the probes, test is held out), with the
+    random-weight and ImageNet baselines' features on the same samples."""
+    from fairmedbench.analysis.encoding import check_features, make_target
+    from fairmedbench.benchmark.datasets import load_with_split
+
+    notes: list[str] = []
+    ds, split = load_with_split(opts.dataset, opts.data_root, seed=opts.split_seed, **opts.dataset_options)  # type: ignore[arg-type]
+    card = ds.card
+    order = np.concatenate([split.train, split.val, split.test])
+    n_fit = len(split.train) + len(split.val)
+    samples = ds.samples.iloc[order]
+    label = make_target(card.label_column, samples[card.label_column].to_numpy(), what="label")
+    names = opts.attributes or [a.name for a in card.attributes if not a.name.endswith("_bins")]
+    for a in names:
+        card.attribute(a)
+    attributes = [make_target(a, samples[f"attr:{a}"].to_numpy()) for a in names]
+    _check_variables(label, attributes, opts, notes)
+    x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)  # type: ignore[arg-type]
+    x = check_features(x, None, f"features of {opts.model}")
+    held = np.arange(len(order)) >= n_fit
+    provenance = {"dataset": {"name": card.name, "fingerprint": ds.fingerprint, "split_fingerprint": split.fingerprint,
+                              "n_fit": n_fit, "n_test": len(split.test), "options": opts.dataset_options},
+                  **prov, "baselines": {}}
+    notes.append(f"SPLIT probe and multitask head: fitted on train+val ({n_fit}), AUC on test ({len(split.test)}); "
+                 "PCA, t-SNE and KS use every sample")
+    baselines: dict[str, np.ndarray] = {}
+    for b in opts.baselines:
+        if b == "random":
+            bx, bprov = _lp_features(opts.model, "random", ds, split, opts, progress)
+            baselines["random"] = check_features(bx, None, "random-weight features")
+            provenance["baselines"]["random"] = bprov
+        elif b == "imagenet":
+            try:
+                bx, bprov = _lp_features(opts.imagenet_model, None, ds, split, opts, progress)
+            except MissingResourceError as exc:
+                provenance["baselines"]["imagenet"] = {"model": opts.imagenet_model, "computed": False,
+                                                       "reason": str(exc)}
+                notes.append(f"ImageNet baseline NOT computed: no local ImageNet weights for {opts.imagenet_model!r} "
+                             f"({exc})")
+                continue
+            baselines["imagenet"] = check_features(bx, None, "ImageNet features")
+            provenance["baselines"]["imagenet"] = bprov
+        else:
+            raise InputError(f"--baselines {b!r}: choose from random, imagenet")
+    return Inputs(x, [f"{opts.model}[{j}]" for j in range(x.shape[1])], label, attributes, ~held, held, False, None,
+                  baselines, provenance, notes)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] | None = None) -> InspectOutcome:
+    """Validate, load features, run every analysis, write inspect.json, the tidy table and the figures."""
+    import pandas as pd
+
+    from fairmedbench.analysis.encoding import (CORRECT_PER, Modes, held_out_aucs, ks_family, logistic_probe,
+                                                multitask_head, pca_modes, tsne_2d)
+    from fairmedbench.metrics.stats import ADJUST_METHODS
+    from fairmedbench.report import figures
+
+    t0 = time.perf_counter()
+    if bool(opts.embeddings) == bool(opts.model or opts.dataset):
+        raise InputError("give either --embeddings FILE or --model M --dataset D")
+    if opts.model and not opts.dataset or opts.dataset and not opts.model:
+        raise InputError("--model and --dataset go together")
+    if opts.correction not in ADJUST_METHODS:
+        raise InputError(f"--correction {opts.correction!r}: choose one of {', '.join(ADJUST_METHODS)}")
+    if opts.correct_per not in CORRECT_PER:
+        raise InputError(f"--correct-per {opts.correct_per!r}: choose one of {', '.join(CORRECT_PER)}")
+    if opts.figure_format not in figures.FORMATS:
+        raise InputError(f"--figure-format {opts.figure_format!r}: choose one of {', '.join(figures.FORMATS)}")
+    if opts.n_boot < 0 or opts.n_modes < 1:
+        raise InputError("--n-boot must be >= 0 and --modes >= 1")
+    inp = load_embeddings(opts) if opts.embeddings else load_model_features(opts, progress)
+    t_load = time.perf_counter() - t0
+    notes = inp.notes
+    rows: list[dict[str, Any]] = []
+    # SPLIT: each attribute from the frozen features, against the baselines on the same held-out rows.
+    split_records = []
+    feature_sets = {"model" if opts.model else "embeddings": inp.x, **inp.baselines}
+    ref = "random" if "random" in inp.baselines else None
+    for attr in inp.attributes:
+        probs = {name: logistic_probe(x, attr.codes, inp.train, inp.holdout, seed=opts.seed)
+                 for name, x in feature_sets.items()}
+        # with a random-weight baseline: also every feature set minus it, paired on the same resamples
+        split_records += held_out_aucs(attr.name, attr.codes[inp.holdout], probs, attr.classes, reference=ref,
+                                       n_boot=opts.n_boot, seed=opts.seed)
+    for r in split_records:
+        rows.append({"analysis": "split_auc", "features": r.features, "variable": r.target, "group": r.group,
+                     "n": r.n, "n_pos": r.n_pos, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
+    mt = multitask_head(inp.x, [inp.label, *inp.attributes], inp.train, inp.holdout, seed=opts.seed,
+                        n_boot=opts.n_boot)
+    for r in mt:
+        rows.append({"analysis": "multitask_auc", "features": r.features, "variable": r.target, "group": r.group,
+                     "n": r.n, "n_pos": r.n_pos, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
+    # Representation: modes (given or PCA), t-SNE, KS tests on each mode.
+    if inp.projected:
+        k = min(opts.n_modes, inp.x.shape[1])
+        modes = Modes(inp.x[:, :k], tuple(inp.feature_names[:k]), None, True)
+    else:
+        modes = pca_modes(inp.x, opts.n_modes, seed=opts.seed)
+        for name, ev in zip(modes.names, modes.explained_variance_ratio or ()):
+            rows.append({"analysis": "pca_explained_variance", "features": "model" if opts.model else "embeddings",
+                         "mode": name, "value": ev})
+    pairs = {inp.label.name: opts.label_pairs} if opts.label_pairs else None
+    ks = ks_family(modes.values, modes.names, [inp.label, *inp.attributes], pairs=pairs, correction=opts.correction,
+                   per=opts.correct_per, alpha=opts.alpha)
+    for r in ks.rows:
+        rows.append({"analysis": "ks", "features": "modes", "variable": r.variable, "mode": r.mode,
+                     "group": r.group_a, "group_b": r.group_b, "n": r.n_a, "n_b": r.n_b, "value": r.statistic,
+                     "p_value": r.p_value, "p_adjusted": r.p_adjusted, "reject": r.reject,
+                     "correction": f"{ks.correction} per {ks.per}"})
+    t_analysis = time.perf_counter() - t0 - t_load
+    tsne = inp.tsne
+    if tsne is None and opts.tsne:
+        tsne = tsne_2d(inp.x, seed=opts.seed)
+        notes.append("t-SNE: scikit-learn TSNE on the features" + (" (the given modes)" if inp.projected else ""))
+    # Output folder, figures, table, JSON.
+    spec = {"command": "inspect", **{k: v for k, v in asdict(opts).items()
+                                     if k not in ("out", "out_table", "device", "batch_size", "cache_dir")}}
+    rid = store.run_id({"kind": "inspect", "spec": spec, "inputs": inp.provenance})
+    stem = Path(opts.embeddings).stem if opts.embeddings else f"{opts.model}-{opts.dataset}"
+    out_dir = Path(opts.out) if opts.out else Path("results") / "inspect" / f"{stem}-{rid}"
+    fig_paths = _figures(out_dir / "figures", opts.figure_format, modes, tsne, inp, split_records)
+    table = pd.DataFrame(rows, columns=["analysis", "features", "variable", "mode", "group", "group_b", "n", "n_b",
+                                        "n_pos", "value", "ci_low", "ci_high", "p_value", "p_adjusted", "reject",
+                                        "correction"]).astype({"n": "Int64", "n_b": "Int64", "n_pos": "Int64"})
+    paths = {"result": str(out_dir / "inspect.json"), "table": str(out_dir / "table.csv")}
+    store.write_table(out_dir / "table.csv", table)
+    if opts.out_table:
+        store.write_table(opts.out_table, table)
+        paths["table"] = opts.out_table
+    doc = {
+        "schema_version": store.SCHEMA_VERSION, "kind": "inspect", "run_id": rid, "spec": spec,
+        "inputs": inp.provenance,
+        "split": {"n_fit": int(inp.train.sum()), "n_holdout": int(inp.holdout.sum())},
+        "label": {"name": inp.label.name, "classes": list(inp.label.classes)},
+        "attributes": {a.name: list(a.classes) for a in inp.attributes},
+        "split_probe": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in split_records],
+        "multitask": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in mt],
+        "modes": {"names": list(modes.names), "projected_in_input": modes.projected_in_input,
+                  "explained_variance_ratio": list(modes.explained_variance_ratio)
+                  if modes.explained_variance_ratio else None},
+        "ks": {"correction": ks.correction, "per": ks.per, "alpha": ks.alpha, "n_tests": len(ks.rows),
+               "skipped": ks.skipped, "tests": [asdict(r) for r in ks.rows]},
+        "figures": [str(p.relative_to(out_dir)) for p in fig_paths],
+        "notes": notes,
+        "timings": {"load": t_load, "analysis": t_analysis, "total": time.perf_counter() - t0},
+    }
+    store.write_json(out_dir / "inspect.json", doc)
+    paths["figures"] = str(out_dir / "figures")
+    return InspectOutcome(doc, table, paths, notes)
+
+
+def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: Inputs,
+             split_records: list[Any]) -> list[Path]:
+    """Joint scatter + marginal densities of modes 1+2, 3+4 and t-SNE for the label and each attribute,
+    the explained variance (when known) and the SPLIT AUCs with CIs."""
+    from fairmedbench.report import figures
+
+    out: list[Path] = []
+    planes = [(modes.values[:, i], modes.values[:, i + 1], modes.names[i], modes.names[i + 1], f"pca-{i + 1}+{i + 2}")
+              for i in range(0, len(modes.names) - 1, 2)]
+    if tsne is not None:
+        planes.append((tsne[:, 0], tsne[:, 1], "t-SNE 1", "t-SNE 2", "tsne"))
+    for var in (inp.label, *inp.attributes):
+        slug = re.sub(r"[^A-Za-z0-9_-]+", "_", var.name)
+        for x, y, xl, yl, tag in planes:
+            out.append(figures.joint_scatter(x, y, var.codes, var.classes, xlabel=xl, ylabel=yl,
+                                             title=f"{tag}: {var.name}", path=folder / f"{tag}-{slug}.{fmt}"))
+    if modes.explained_variance_ratio:
+        out.append(figures.explained_variance(modes.explained_variance_ratio, title="PCA explained variance",
+                                              path=folder / f"pca-explained-variance.{fmt}"))
+    multi = {r.target for r in split_records if r.group == "__macro__"}
+    shown = [r for r in split_records if " - " not in r.features and (r.group == "__macro__" or r.target not in multi)]
+    if shown:
+        out.append(figures.auc_intervals([f"{r.target} ({r.features}{', macro' if r.group == '__macro__' else ''})" for r in shown], [r.value for r in shown],
+                                         [r.ci_low for r in shown], [r.ci_high for r in shown],
+                                         title="SPLIT: attribute predicted from frozen features (held-out AUC)",
+                                         path=folder / f"split-auc.{fmt}"))
+    return out
