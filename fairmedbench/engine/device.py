@@ -157,15 +157,17 @@ def bf16_probe(path: Path | None = None) -> Bf16Probe:
     return Bf16Probe(matmul, conv, path, False)
 
 
-_ANNOUNCED: set[tuple[str, str]] = set()
+_RESOLVED: dict[str, str] = {}  # device -> what 'auto' resolved to in this process
 
 
 def resolve_precision(requested: str, device: str) -> str:
     """'auto' -> 'bf16' on CUDA (with bf16 support) or on a CPU that runs bf16 natively (measured), else 'fp32';
-    an explicit fp32/bf16 is returned as is. The automatic choice is printed once per process on stderr."""
+    an explicit fp32/bf16 is returned as is. The automatic choice is made and printed on stderr once per process."""
     check_precision(requested)
     if requested != "auto":
         return requested
+    if device in _RESOLVED:
+        return _RESOLVED[device]
     kind = device.split(":")[0]
     if kind == "cuda":
         import torch
@@ -179,9 +181,8 @@ def resolve_precision(requested: str, device: str) -> str:
                   f"this CPU, probe {'cached' if probe.cached else 'measured and cached'} at {probe.path}")
     else:
         choice, reason = "fp32", f"bf16 autocast is not used on {kind}"
-    if (device, choice) not in _ANNOUNCED:
-        _ANNOUNCED.add((device, choice))
-        print(f"precision auto -> {choice} ({reason})", file=sys.stderr)
+    _RESOLVED[device] = choice
+    print(f"precision auto -> {choice} ({reason})", file=sys.stderr)
     return choice
 
 

@@ -184,3 +184,45 @@ def test_auto_precision_keys_the_cache_by_what_it_resolves_to(tmp_path: Path, mo
     first = extract_features(enc, split, split_name="train", cache_dir=tmp_path, device="cpu", precision="fp32")
     again = extract_features(enc, split, split_name="train", cache_dir=tmp_path, device="cpu", precision="auto")
     assert again.from_cache and again.key == first.key and enc.forwards == 1
+
+
+KILLED_EXTRACTION = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+import torch
+from test_features import CountingEncoder, TinySplit
+from fairmedbench.engine.features import extract_features
+
+class Slow(CountingEncoder):
+    def encode_image(self, pixels):
+        time.sleep(0.5 if self.forwards == 0 else 600)  # hangs in the second batch, its staging folder written
+        return super().encode_image(pixels)
+
+extract_features(Slow(), TinySplit(n=8), split_name="train", cache_dir=sys.argv[1], batch_size=4, device="cpu")
+"""
+
+
+def test_kill_9_during_extraction_then_rerun_completes_and_leaves_no_staging(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_EXTRACTION, str(tmp_path), str(Path(__file__).parent)],
+                            env=env)
+    try:
+        for _ in range(1200):  # up to 2 min for torch to import on a busy machine; no timing is asserted
+            if list((tmp_path / "counting").glob(".tmp-*/features.npy")) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the extraction ended before it could be killed"
+        assert len(list((tmp_path / "counting").glob(".tmp-*"))) == 1
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    enc = CountingEncoder()
+    res = extract_features(enc, TinySplit(n=8), split_name="train", cache_dir=tmp_path, batch_size=4, device="cpu")
+    assert not res.from_cache and enc.forwards == 2 and res.array.shape == (8, 64)
+    assert [p.name for p in (tmp_path / "counting").iterdir() if p.name.startswith(".tmp-")] == []

@@ -17,7 +17,7 @@ from fairmedbench.errors import InputError
 def probe_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh probe cache under $XDG_CACHE_HOME and a counter of probe measurements."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(dev, "_ANNOUNCED", set())
+    monkeypatch.setattr(dev, "_RESOLVED", {})
     return tmp_path
 
 
@@ -56,6 +56,7 @@ def test_native_bf16_resolves_to_bf16_only_when_both_kernels_are_clearly_faster(
     _fake_probe(monkeypatch, (2.0, 1.9))
     assert dev.resolve_precision("auto", "cpu") == "bf16"
     (probe_home / "fairmedbench" / "precision.json").unlink()
+    dev._RESOLVED.clear()
     _fake_probe(monkeypatch, (2.0, 1.1))  # conv not clearly faster: stay in fp32
     assert dev.resolve_precision("auto", "cpu") == "fp32"
 
@@ -89,6 +90,7 @@ def test_cuda_resolves_to_bf16_where_supported(probe_home: Path, monkeypatch: py
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert dev.resolve_precision("auto", "cuda") == "bf16"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    dev._RESOLVED.clear()
     assert dev.resolve_precision("auto", "cuda:0") == "fp32"
     assert dev.resolve_precision("auto", "mps") == "fp32"
     assert calls == []  # the CPU probe is not run for other devices
