@@ -149,6 +149,8 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
     try:
         out: np.ndarray | None = None
         row = 0
+        if progress is not None:
+            progress(0, len(ids))  # starts the stage's clock and says what is running before the first batch
         for batch in loader:
             batch = batch.to(device, non_blocking=True)
             if channels_last:

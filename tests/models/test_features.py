@@ -150,7 +150,7 @@ def test_progress_is_reported_after_each_batch(tmp_path: Path) -> None:
     seen: list[tuple[int, int]] = []
     extract_features(CountingEncoder(), TinySplit(n=20), split_name="train", cache_dir=tmp_path, batch_size=8,
                      device="cpu", progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(8, 20), (16, 20), (20, 20)]
+    assert seen == [(0, 20), (8, 20), (16, 20), (20, 20)]
 
 
 def test_staging_folders_of_dead_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
