@@ -293,7 +293,7 @@ def _compute_parent() -> argparse.ArgumentParser:
 
 def _numbers_parent() -> argparse.ArgumentParser:
     """Options every training command shares that change numbers (RunSpec fields)."""
-    from fairmedbench.engine.device import REQUESTS
+    from fairmedbench.engine.device import PRECISIONS
 
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--weights", help="PATH, 'random' (smoke tests) or default: the card's source")
@@ -302,7 +302,7 @@ def _numbers_parent() -> argparse.ArgumentParser:
                         "tasks=all adds the card's extra label columns (e.g. the 14 NIH findings)")
     p.add_argument("--dataset-option", action="append", default=[], metavar="KEY=VALUE",
                    help="reader option, e.g. n=200 for a smaller synthetic set (part of the run's identity)")
-    p.add_argument("--precision", default="auto", choices=REQUESTS,
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="encoder precision: auto = bf16 on CUDA or a CPU that runs bf16 natively (measured once "
                         "per machine), else fp32; the choice is printed and recorded")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0 = no CIs)")
@@ -469,7 +469,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _add_controls(sub: Any) -> None:
-    from fairmedbench.engine.device import REQUESTS
+    from fairmedbench.engine.device import PRECISIONS
 
     p = sub.add_parser(
         "controls", help="the main job: find an injected bias and find none in its unbiased twin",
@@ -487,7 +487,7 @@ def _add_controls(sub: Any) -> None:
                    help="share of each synthetic dataset in its test split (train gets the rest minus 0.1 val)")
     p.add_argument("--seeds", default="0")
     p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--precision", default="auto", choices=REQUESTS)
+    p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.set_defaults(handler=_cmd_controls)
 
 

@@ -26,6 +26,16 @@ class RunContext:
     progress: Callable[[str, int, int], None] | None = None
 
 
+def features_progress(ctx: RunContext, model: Any, split: str) -> Callable[[int, int], None] | None:
+    """`ctx.progress` as feature extraction's (done, total) callback, staged "features <model>/<dataset> <split>"."""
+    if ctx.progress is None:
+        return None
+    dataset = getattr(ctx.dataset_card, "name", None)
+    stage = f"features {model.card.name}{'/' + dataset if dataset else ''} {split}"
+    report = ctx.progress
+    return lambda done, total: report(stage, done, total)
+
+
 @dataclass
 class Prepared:
     """A classification usage's trainable problem: inputs per split and a head factory."""

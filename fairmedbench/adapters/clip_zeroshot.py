@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
 from fairmedbench.errors import InputError
 
 # Where a model has no logit scale of its own (BLIP and BLIP-2 retrieval models in transformers): CLIP's
@@ -145,7 +145,8 @@ def prepare_clip(usage: Usage, model: Any, views: dict[str, Any], ctx: RunContex
     for name, view in views.items():
         feats = extract_features(model, view, split_name=name, cache_dir=ctx.cache_dir, batch_size=ctx.batch_size,
                                  num_workers=ctx.num_workers, device=ctx.device, precision=ctx.precision,
-                                 channels_last=ctx.channels_last)
+                                 channels_last=ctx.channels_last,
+                                 progress=features_progress(ctx, model, name))
         x = np.array(feats.array, dtype=np.float32)
         if x.shape[1] != protos.shape[2]:
             raise InputError(f"model {model.card.name!r}: image features have {x.shape[1]} dimensions but text "

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
 
 
 def make_linear_head(x_train: np.ndarray, n_outputs: int):  # -> torch.nn.Module
@@ -52,7 +52,8 @@ class LinearProbe(Usage):
         for name, view in views.items():
             feats = extract_features(model, view, split_name=name, cache_dir=ctx.cache_dir,
                                      batch_size=ctx.batch_size, num_workers=ctx.num_workers, device=ctx.device,
-                                     precision=ctx.precision, channels_last=ctx.channels_last)
+                                     precision=ctx.precision, channels_last=ctx.channels_last,
+                                     progress=features_progress(ctx, model, name))
             inputs[name] = np.array(feats.array, dtype=np.float32)
             notes[name] = {"from_cache": feats.from_cache, "seconds": round(feats.seconds, 3), "key": feats.key}
         return Prepared(inputs, make_linear_head, {"features": notes})

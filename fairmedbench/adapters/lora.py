@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.engine.device import keep_freed_memory, resolve_precision
 from fairmedbench.errors import InputError
 
 LORA_DEFAULTS = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.1}
@@ -104,7 +105,9 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
         clone.image_map = encoder.image_encoder  # its map memo is keyed by the base weights: bypass it
     encode = inspect.unwrap(type(model).encode_image)
     chunk = max(1, ctx.batch_size)
-    bf16 = ctx.precision == "bf16"
+    bf16 = resolve_precision(ctx.precision, device) == "bf16"
+    if device.split(":")[0] == "cpu":
+        keep_freed_memory()
 
     class LoRAHead(nn.Module):
         """LoRA-wrapped image encoder (+ the model's pooling), then one linear layer."""

@@ -116,8 +116,6 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     reused unless forced, finished seeds are resumed, and everything is saved atomically under a lock."""
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
-    if spec.precision == "auto":
-        opts.say(f"precision auto -> {config.precision} on {resolved.device}")
     out_dir = run_dir(config, opts.out_root)
     with run_lock(out_dir, opts.say):
         stored, identity = _stored_identity(out_dir), json.loads(json.dumps(config.identity()))

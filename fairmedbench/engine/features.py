@@ -1,8 +1,9 @@
 """Frozen-encoder feature extraction with a DataLoader, and an on-disk, memory-mapped feature cache.
 
 Cache key = (model name, weights identity, preprocessing, pooling, dataset fingerprint, split, precision).
-Entries are written into a unique temporary folder and renamed into place, so two processes extracting
-the same features at once both finish correctly (the first rename wins, the other reads it).
+Entries are written into a unique staging folder and renamed into place, so two processes extracting
+the same features at once both finish correctly (the first rename wins, the other reads it); staging
+folders left by a killed process are removed by the next extraction into the same cache.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ import json
 import os
 import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from fairmedbench.engine.device import autocast, check_precision, select_device
+from fairmedbench.engine.device import autocast, resolve_precision, select_device
+from fairmedbench.engine.store import remove_stale_staging, staging_dir
 from fairmedbench.errors import InputError
 
 CACHE_FORMAT = 1
@@ -107,15 +108,18 @@ def default_workers(device: str) -> int:
 
 def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_dir: str | Path | None,
                      batch_size: int = 32, num_workers: int | None = None, device: str = "auto",
-                     precision: str = "fp32", channels_last: bool = False) -> Features:
+                     precision: str = "fp32", channels_last: bool = False,
+                     progress: Callable[[int, int], None] | None = None) -> Features:
     """Features of every image of `split` from `model.encode_image`, read from / written to the cache.
 
-    num_workers=None picks `default_workers(device)`; precision "bf16" autocasts (see engine.device).
+    num_workers=None picks `default_workers(device)`; precision "bf16" autocasts, "auto" is resolved for the
+    device (see engine.device) and the resolved one keys the cache; `progress(done, total)` after each batch.
     """
     import torch
 
     t0 = time.perf_counter()
-    precision = check_precision(precision)
+    device = select_device(device)
+    precision = resolve_precision(precision, device)
     ids = sample_ids_of(split)
     key, parts = cache_key(model, split, split_name, precision)
     name = parts["model"]
@@ -126,7 +130,6 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
             array, meta = hit
             return Features(meta["sample_ids"], array, key, _entry_dir(cache_dir, name, key), True,
                             time.perf_counter() - t0)
-    device = select_device(device)
     if num_workers is None:
         num_workers = default_workers(device)
     if batch_size < 1 or num_workers < 0:
@@ -141,11 +144,13 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
     )
     tmp = None
     if cache_dir is not None:
-        tmp = cache_dir / name / f".tmp-{key[:12]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir(parents=True)
+        remove_stale_staging(cache_dir / name)
+        tmp = staging_dir(cache_dir / name, key[:12])
     try:
         out: np.ndarray | None = None
         row = 0
+        if progress is not None:
+            progress(0, len(ids))  # starts the stage's clock and says what is running before the first batch
         for batch in loader:
             batch = batch.to(device, non_blocking=True)
             if channels_last:
@@ -159,6 +164,8 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
                        if tmp is not None else np.empty(shape, np.float32))
             out[row:row + len(emb)] = emb
             row += len(emb)
+            if progress is not None:
+                progress(row, len(ids))
         if out is None:
             raise InputError(f"split {split_name!r} is empty: nothing to extract")
         if tmp is None:

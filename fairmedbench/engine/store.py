@@ -18,6 +18,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from importlib import metadata
@@ -30,19 +31,92 @@ SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("result_schema.json")
 
 
+def umask() -> int:
+    """The process's file-creation mask (read from /proc on Linux; elsewhere set and restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic(path: Path, write: Any) -> Path:
-    """Write through a temporary file in the same folder, then rename over `path`."""
+    """Write through a temporary file in the same folder, then rename over `path`; the file gets the mode a
+    plain open() would give it (0666 less the umask; mkstemp alone makes it 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+STAGING_PREFIX = ".tmp-"
+
+
+def staging_dir(parent: Path | str, tag: str) -> Path:
+    """A new, empty folder under `parent` to fill and then rename into place (mode 0777 less the umask).
+
+    Its name records this process (`.tmp-<tag>-<random>-<pid>@<host>`) so that `remove_stale_staging` can
+    delete what a killed process left behind.
+    """
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{tag}-", suffix=f"-{os.getpid()}@{platform.node()}",
+                                 dir=parent))
+    os.chmod(path, 0o777 & ~umask())
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def remove_stale_staging(parent: Path | str) -> list[Path]:
+    """Delete staging folders under `parent` whose process (on this host) is no longer running; the removed paths.
+
+    Folders of live processes and of other hosts are kept. Folders named `.tmp-<key>-<pid>-<random>` (the
+    feature cache's earlier naming) are read as this host's.
+    """
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    removed = []
+    for path in parent.glob(f"{STAGING_PREFIX}*"):
+        owner = _staging_owner(path.name)
+        if owner is None or owner[1] != platform.node() or _pid_alive(owner[0]):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _staging_owner(name: str) -> tuple[int, str] | None:
+    """(pid, host) from a staging folder's name, or None when it is not one."""
+    rest, at, host = name.rpartition("@")
+    if at:
+        pid = rest.rpartition("-")[2]
+        return (int(pid), host) if pid.isdigit() else None
+    parts = name.split("-")  # earlier naming: .tmp-<key12>-<pid>-<hex8>
+    if len(parts) == 4 and parts[2].isdigit():
+        return int(parts[2]), platform.node()
+    return None
 
 
 def jsonable(obj: Any) -> Any:

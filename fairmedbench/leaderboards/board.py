@@ -5,11 +5,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from fairmedbench.engine.store import write_text
 from fairmedbench.leaderboards import render
 from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT
 from fairmedbench.leaderboards.suites import Suite
@@ -32,19 +31,6 @@ RANKING_RULE = (
     "column header re-sorts the table by that column; undefined values stay at the bottom. The model summary "
     "orders models by their mean rank over the rows they answered (lower is better)."
 )
-
-
-def _write_text(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def submission_dirs(board_dir: Path) -> list[Path]:
@@ -126,7 +112,7 @@ def build(board_dir: Path | str, suite: Suite) -> dict[str, Path]:
                           "definition": d} for k, h, d in COLUMNS],
              "models": summary, "rows": rows}
     return {
-        "html": _write_text(board_dir / "index.html", render.html_page(board)),
-        "markdown": _write_text(board_dir / "leaderboard.md", render.markdown(board)),
-        "json": _write_text(board_dir / "board.json", json.dumps(board, indent=1, allow_nan=False) + "\n"),
+        "html": write_text(board_dir / "index.html", render.html_page(board)),
+        "markdown": write_text(board_dir / "leaderboard.md", render.markdown(board)),
+        "json": write_text(board_dir / "board.json", json.dumps(board, indent=1, allow_nan=False) + "\n"),
     }

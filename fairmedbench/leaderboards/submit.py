@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -652,7 +651,7 @@ def store_submission(board_dir: Path, summary: dict[str, Any], files: dict[str, 
         raise InputError(f"model {model['name']!r} revision {model['revision']!r} is already on this board "
                          f"({final}); submit it under a new revision")
     board_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=board_dir))
+    staging = store.staging_dir(board_dir, "submission")
     try:
         for rel, data in files.items():
             path = staging / rel

@@ -251,3 +251,22 @@ def test_candi_and_ircadb(tmp_path):
     write_csv(ir / "patients.csv", ["patient", "sex", "age"], [[1, "F", 7], [2, "M", 46]])
     ds = load_dataset("ircadb", ir)
     assert len(ds) == 1 and ds.report["rows_without_volume"] == 1 and ds.load_mask(0).all()
+
+
+def test_corrupt_nifti_is_skipped_with_skip_bad_and_named_without_it(tmp_path):
+    root = tmp_path / "adni"
+    header = ["Image Data ID", "Subject", "Group", "Sex", "Age", "Visit", "Modality", "Description", "Type", "Acq Date",
+              "Format", "Downloaded"]
+    rows, paths = [], []
+    for k in range(6):
+        iid, subj = f"I{1000 + k}", f"002_S_{k // 2:04d}"
+        rows.append([iid, subj, ["CN", "MCI", "AD"][k % 3], "M" if k % 2 else "F", 55 + 5 * k, "sc", "MRI", "MPRAGE",
+                     "Original", "1/01/2010", "NiFTI", "1/01/2020"])
+        paths.append(write_nifti(root / "ADNI" / subj / "MPRAGE" / "2010-01-01" / iid /
+                                 f"ADNI_{subj}_MR_MPRAGE_br_raw_{iid}.nii", volume(seed=k).astype(np.float32)))
+    write_csv(root / "ADNI1_Screening_1_04_2020.csv", header, rows)
+    paths[2].write_bytes(paths[2].read_bytes()[:200])  # header cut: not a NIfTI any more
+    with pytest.raises(InputError, match=r"volume .*I1002.nii could not be read"):
+        load_dataset("adni", root, verify=True)
+    ok = load_dataset("adni", root, skip_bad=True)
+    assert len(ok) == 5 and ok.report["skipped"] == {"decode failure": 1}

@@ -153,3 +153,17 @@ def test_unmapped_age_counted_once_for_attributes_sharing_a_column(tmp_path):
         load_dataset("ham10000", root)
     ds = load_dataset("ham10000", root, skip_bad=True)
     assert ds.report["skipped"] == {"unmapped age=old": 1} and len(ds) == 11
+
+
+def test_truncated_png_is_skipped_with_skip_bad_and_named_without_it(tmp_path):
+    root = make_nih(tmp_path / "nih", missing=0)
+    png = root / "images" / "00000005_000.png"
+    png.write_bytes(png.read_bytes()[:60])  # a valid header, the pixel data cut off (an interrupted copy)
+    ds = load_dataset("nih-cxr14", root)  # without skip_bad: loads lazily, the decode names the file
+    pos = int(np.flatnonzero(ds.samples["sample_id"] == "00000005_000.png")[0])
+    with pytest.raises(InputError, match=r"image .*00000005_000.png could not be decoded .*skip_bad"):
+        ds.load_image(pos)
+    ok = load_dataset("nih-cxr14", root, skip_bad=True)  # skip_bad decodes every image before any work
+    assert len(ok) == 23 and "00000005_000.png" not in set(ok.samples["sample_id"])
+    assert ok.report["skipped"] == {"decode failure": 1} and ok.report["rows_loaded"] == 23
+    assert any("00000005_000.png" in note for note in ok.report["notes"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterator
@@ -47,6 +48,9 @@ def test_board_files_and_ranking(built: dict[str, Path]) -> None:
     html = built["html"].read_text()
     assert html.count("<script>") == 1 and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
+    mask = os.umask(0)
+    os.umask(mask)
+    assert {built[k].stat().st_mode & 0o777 for k in ("html", "markdown", "json")} == {0o666 & ~mask}
 
 
 def test_build_without_submissions_says_what_to_do(tmp_path: Path) -> None:

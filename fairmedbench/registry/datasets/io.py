@@ -192,7 +192,8 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, tuple[float, ...]]
         arr = np.asarray(img.dataobj)
         spacing = tuple(float(z) for z in img.header.get_zooms()[: arr.ndim])
     except Exception as exc:  # nibabel raises many types for corrupt files
-        raise InputError(f"volume {p} could not be read ({type(exc).__name__}: {exc})") from None
+        raise InputError(f"volume {p} could not be read ({type(exc).__name__}: {exc}); replace the file or pass "
+                         "skip_bad=True") from None
     return arr, spacing
 
 

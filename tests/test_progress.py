@@ -1,0 +1,66 @@
+"""Stage progress: plain periodic lines when stderr is not a terminal, a rich bar when it is."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+from fairmedbench.engine.progress import StageProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_non_terminal_prints_a_line_every_tenth_with_rate_and_eta() -> None:
+    out, clock = io.StringIO(), Clock()
+    with StageProgress(out, tty=False, clock=clock) as step:
+        for done in range(0, 101, 5):  # 21 reports, 0.5 s apart
+            clock.now = done * 0.1
+            step("features litemedsam/synth-contrast train", done, 100)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "features litemedsam/synth-contrast train: 0/100"
+    assert lines[1:] == [f"features litemedsam/synth-contrast train: {d}/100 (10.0 it/s, "
+                         f"{'done in 10s' if d == 100 else f'eta {(100 - d) // 10}s'})" for d in range(10, 101, 10)]
+
+
+def test_non_terminal_prints_after_ten_seconds_without_a_tenth() -> None:
+    out, clock = io.StringIO(), Clock()
+    step = StageProgress(out, tty=False, clock=clock)
+    step("segmenting", 1, 1000)
+    clock.now = 4.0
+    step("segmenting", 2, 1000)  # neither 10% nor 10 s: quiet
+    clock.now = 11.0
+    step("segmenting", 3, 1000)
+    # 997 left at 3 / 11 s per item: 3656 s
+    assert out.getvalue().splitlines() == ["segmenting: 1/1000", "segmenting: 3/1000 (0.3 it/s, eta 1h00m)"]
+
+
+def test_quiet_prints_nothing_and_stages_are_separate() -> None:
+    out = io.StringIO()
+    StageProgress(out, quiet=True, tty=False)("a", 1, 2)
+    assert out.getvalue() == ""
+    step = StageProgress(out, tty=False, clock=Clock())
+    step("a", 1, 2)
+    step("b", 1, 2)
+    assert out.getvalue().splitlines() == ["a: 1/2", "b: 1/2"]
+
+
+def test_terminal_draws_a_rich_bar() -> None:
+    out = io.StringIO()
+    with StageProgress(out, tty=True) as step:
+        assert step.bar is not None
+        step("features m/d train", 3, 10)
+        (task,) = step.bar.tasks
+        assert (task.description, task.completed, task.total) == ("features m/d train", 3, 10)
+    assert step.bar is None
+
+
+def test_the_module_does_not_import_torch() -> None:
+    code = "import sys, fairmedbench.engine.progress; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
