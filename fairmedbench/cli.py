@@ -392,33 +392,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _stage_progress:
-    """Rich progress bars on stderr for named stages reported as (stage, done, total)."""
+def _stage_progress(quiet: bool) -> Any:
+    """Progress of named stages on stderr: a bar on a terminal, plain periodic lines otherwise (logs, CI)."""
+    from fairmedbench.engine.progress import StageProgress
 
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet or not sys.stderr.isatty()
-        self.bar: Any = None
-        self.tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> Callable[[str, int, int], None]:
-        if not self.quiet:
-            from rich.console import Console
-            from rich.progress import Progress
-
-            self.bar = Progress(console=Console(stderr=True), transient=True)
-            self.bar.start()
-        return self.step
-
-    def step(self, stage: str, done: int, total: int) -> None:
-        if self.bar is None:
-            return
-        if stage not in self.tasks:
-            self.tasks[stage] = self.bar.add_task(stage, total=total)
-        self.bar.update(self.tasks[stage], completed=done, total=total)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    return StageProgress(quiet=quiet)
 
 
 def _add_compare(sub: Any) -> None:
