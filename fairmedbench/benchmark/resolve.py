@@ -126,8 +126,8 @@ def check_spec(spec: RunSpec) -> Checked:
     if usage.volumes and dcard.dim == 3:  # 2.5D: slice policy and aggregation are part of the run
         usage_defaults.update(VOLUME_HPARAMS)
     elif set(VOLUME_HPARAMS) & set(spec.hparams):
-        raise InputError(f"hparam {', '.join(sorted(set(VOLUME_HPARAMS) & set(spec.hparams)))} applies to a "
-                         f"classification usage on a 3D dataset; {dcard.name!r} is {dcard.dim}D and usage "
+        raise InputError(f"hparam {', '.join(sorted(set(VOLUME_HPARAMS) & set(spec.hparams)))} applies to 3D datasets "
+                         f"(a classification usage on volumes); {dcard.name!r} is {dcard.dim}D and usage "
                          f"{usage.name!r} {'runs on volumes' if usage.volumes else 'does not run slice by slice'}")
     routed = split_by_owner(spec.hparams, {f"{task.name} training": train_defaults,
                                            f"usage {usage.name!r}": usage_defaults,

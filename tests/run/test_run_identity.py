@@ -204,3 +204,30 @@ def test_own_checkpoint_with_another_sha256_needs_the_flag_and_is_recorded(tmp_p
     args = _run_parser().parse_args([*argv, "--no-verify-weights"])
     config = resolve_run(run_spec(args), verify_weights=args.verify_weights, device="cpu").config
     assert config.weights == sha256_file(ckpt)
+
+
+def test_kill_9_during_feature_extraction_then_rerun_completes_with_no_staging_left(tmp_path: Path) -> None:
+    """The issue's acceptance: SIGKILL while features are being written, rerun the same command: it finishes,
+    and no `.tmp-*` staging folder is left in the cache or the results."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = [sys.executable, "-m", "fairmedbench", "--model", "imagenet-resnet50", "--weights", "random", "--dataset",
+            "synth-contrast", "--dataset-option", "n=80", "--n-boot", "0", "--hparam", "epochs=3", "--device", "cpu",
+            "--batch-size", "4", "--out", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"), "--json"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not list((tmp_path / "c").rglob(".tmp-*")):
+        time.sleep(0.05)  # poll until extraction has staged its first batch
+    assert list((tmp_path / "c").rglob(".tmp-*")), "extraction never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert list((tmp_path / "c").rglob(".tmp-*")), "the kill left the staging folder (what the rerun must clean)"
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["across_seeds"]
+    assert not list(tmp_path.rglob(".tmp-*")) and not list(tmp_path.rglob("*.tmp"))

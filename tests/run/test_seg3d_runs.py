@@ -32,8 +32,8 @@ def small_sam_med3d():
 
 def _run(tmp: Path, model: str, dataset: str, usage: str = "sam-prompt", prompt: str = "rands"):
     spec = RunSpec(model=model, weights="random", dataset=dataset, usage=usage, seeds=(0,), n_boot=20,
-                   dataset_options={"n": 12})
-    return run(spec, RunOptions(out_root=str(tmp / "out"), cache_dir=None, device="cpu", prompt=prompt))
+                   dataset_options={"n": 12}, prompt=prompt)
+    return run(spec, RunOptions(out_root=str(tmp / "out"), cache_dir=None, device="cpu"))
 
 
 def test_sam_med3d_segments_synth3d_volumes_with_dsc_and_hd95_per_volume(tmp_path, small_sam_med3d) -> None:
