@@ -327,7 +327,11 @@ def dinov2_base() -> Layout:
 
 
 # --- Releases written by a maintained library: the official module tree IS that library's class, built from the
-# release's published config on the meta device (no memory, no random init) and read as key -> shape.
+# release's published config on the meta device (no memory, no random init) and read as key -> shape. Sources:
+# huggingface/transformers src/transformers/models/{dinov2,clip,siglip,blip,blip_2}/modeling_*.py;
+# pytorch/vision torchvision/models/resnet.py; huggingface/pytorch-image-models timm/models/vision_transformer.py;
+# mlfoundations/open_clip src/open_clip/{model.py,timm_model.py,hf_model.py}; facebookresearch/segment-anything
+# segment_anything/build_sam.py.
 
 def library_layout(build: Callable[[], torch.nn.Module]) -> Layout:
     """Keys and shapes of `build()`'s state dict, constructed on the meta device."""
@@ -336,9 +340,10 @@ def library_layout(build: Callable[[], torch.nn.Module]) -> Layout:
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
-# microsoft/rad-dino config.json (Dinov2Model, ViT-B/14 at 518 px, layer scale 1.0): the same tower as
-# facebook/dinov2-base, trained on chest X-rays; released as config.json + model.safetensors.
-RAD_DINO_CONFIG = {**DINOV2_BASE_CONFIG, "apply_layernorm": True}
+# microsoft/rad-dino: Dinov2Model ViT-B/14 at 518 px with layer scale, the tower of facebook/dinov2-base
+# (RAD-DINO's model card; its config.json was not readable offline, so dinov2-base's published one stands in);
+# released as config.json + model.safetensors.
+RAD_DINO_CONFIG = dict(DINOV2_BASE_CONFIG)
 
 # openai/clip-vit-base-patch32's config.json, which flaviagiammarino/pubmed-clip-vit-base-patch32 and vinid/plip
 # keep (fine-tunes of it): CLIPModel, text 512-d x 12 (8 heads, MLP 2048, 77 positions, vocab 49408), vision

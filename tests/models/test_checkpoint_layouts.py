@@ -361,8 +361,8 @@ def test_tinyvit_sam_official_checkpoint_loads(tmp_path: Path, name: str, filena
     path = tmp_path / filename
     torch.save(state, path)
     model = load_model(name, str(path), fuse=False)  # unfused, so the conv-BN keys are still there to read
-    for key in ("image_encoder.layers.2.blocks.5.attn.attention_biases", "image_encoder.layers.0.blocks.1.conv2.bn.running_var",
-                "mask_decoder.iou_prediction_head.layers.2.bias"):
+    for key in ("image_encoder.layers.2.blocks.5.attn.attention_biases",
+                "image_encoder.layers.0.blocks.1.conv2.bn.running_var", "mask_decoder.iou_prediction_head.layers.2.bias"):
         assert _first(model, key) == _value(state, key)
     img = np.zeros((40, 48), np.uint8)
     img[10:30, 12:36] = 200
@@ -370,8 +370,12 @@ def test_tinyvit_sam_official_checkpoint_loads(tmp_path: Path, name: str, filena
     assert model.segment(img, (10, 8, 38, 32)).shape == img.shape
 
 
-@pytest.mark.parametrize("name,size", [pytest.param("sam-vit-l", "vit_l", marks=SLOW),
-                                       pytest.param("sam-vit-h", "vit_h", marks=SLOW)])
+SLOW_SAM = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"),
+                                                 reason="ViT-L/H at 1024 px on CPU; FMB_RUN_SLOW=1 runs it")]
+
+
+@pytest.mark.parametrize("name,size", [pytest.param("sam-vit-l", "vit_l", marks=SLOW_SAM),
+                                       pytest.param("sam-vit-h", "vit_h", marks=SLOW_SAM)])
 def test_sam_vit_l_h_official_checkpoint_loads(tmp_path: Path, name: str, size: str) -> None:
     """sam_vit_l_0b3195.pth / sam_vit_h_4b8939.pth: bare state dicts of segment-anything's build_sam_vit_l/h."""
     layout = L.segment_anything(size)
@@ -379,13 +383,13 @@ def test_sam_vit_l_h_official_checkpoint_loads(tmp_path: Path, name: str, size: 
     path = tmp_path / f"sam_{size}.pth"
     torch.save(state, path)
     model = load_model(name, str(path))
-    key = f"image_encoder.blocks.{len([k for k in layout if k.endswith('norm1.weight')]) - 1}.attn.rel_pos_w"
+    last = max(int(k.split(".")[2]) for k in layout if k.startswith("image_encoder.blocks."))
+    assert last + 1 == {"vit_l": 24, "vit_h": 32}[size]
+    key = f"image_encoder.blocks.{last}.attn.rel_pos_w"
     assert _first(model, key) == _value(state, key)
     _check_segmenter(model, state)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"), reason="224M parameters; FMB_RUN_SLOW=1 runs it")
 def test_blip_official_hub_folder_loads(tmp_path: Path) -> None:
     """Salesforce/blip-itm-base-coco: BlipForImageTextRetrieval in config.json + pytorch_model.bin (transformers
     4.2x, so with the text encoder's position_ids buffer)."""
@@ -394,7 +398,8 @@ def test_blip_official_hub_folder_loads(tmp_path: Path) -> None:
     layout = {**L.hf_layout(BlipForImageTextRetrieval, BlipConfig, L.BLIP_ITM_BASE_CONFIG), **L.LEGACY_BLIP_BUFFERS}
     state = _hf_bin_folder(tmp_path / "blip", L.BLIP_ITM_BASE_CONFIG, layout)
     model = load_model("blip", str(tmp_path / "blip"))
-    assert _first(model, "vision_proj.weight") == _value(state, "vision_proj.weight")
+    for key in ("vision_proj.weight", "text_proj.bias", "vision_model.embeddings.position_embedding"):
+        assert _first(model, key) == _value(state, key)
     assert _embed(model, 384).shape == (1, 256)
 
 
