@@ -7,7 +7,7 @@ landed on the right parameter.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -323,4 +323,178 @@ def dinov2_base() -> Layout:
         lay.update(_lin(f"{b}.mlp.fc2", 768, 3072))
         lay[f"{b}.layer_scale2.lambda1"] = (768,)
     lay.update(_ln("layernorm", 768))
+    return lay
+
+
+# --- Releases written by a maintained library: the official module tree IS that library's class, built from the
+# release's published config on the meta device (no memory, no random init) and read as key -> shape. Sources:
+# huggingface/transformers src/transformers/models/{dinov2,clip,siglip,blip,blip_2}/modeling_*.py;
+# pytorch/vision torchvision/models/resnet.py; huggingface/pytorch-image-models timm/models/vision_transformer.py;
+# mlfoundations/open_clip src/open_clip/{model.py,timm_model.py,hf_model.py}; facebookresearch/segment-anything
+# segment_anything/build_sam.py.
+
+def library_layout(build: Callable[[], torch.nn.Module]) -> Layout:
+    """Keys and shapes of `build()`'s state dict, constructed on the meta device."""
+    with torch.device("meta"):
+        module = build()
+    return {k: tuple(v.shape) for k, v in module.state_dict().items()}
+
+
+# microsoft/rad-dino: Dinov2Model ViT-B/14 at 518 px with layer scale, the tower of facebook/dinov2-base
+# (RAD-DINO's model card; its config.json was not readable offline, so dinov2-base's published one stands in);
+# released as config.json + model.safetensors.
+RAD_DINO_CONFIG = dict(DINOV2_BASE_CONFIG)
+
+# openai/clip-vit-base-patch32's config.json, which flaviagiammarino/pubmed-clip-vit-base-patch32 and vinid/plip
+# keep (fine-tunes of it): CLIPModel, text 512-d x 12 (8 heads, MLP 2048, 77 positions, vocab 49408), vision
+# 768-d x 12 (12 heads, MLP 3072, 224 px, patch 32), projection 512.
+CLIP_B32_CONFIG = {
+    "architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 512, "logit_scale_init_value": 2.6592,
+    "text_config": {"model_type": "clip_text_model", "vocab_size": 49408, "hidden_size": 512,
+                    "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 8,
+                    "max_position_embeddings": 77, "hidden_act": "quick_gelu", "projection_dim": 512,
+                    "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1},
+    "vision_config": {"model_type": "clip_vision_model", "hidden_size": 768, "intermediate_size": 3072,
+                      "num_hidden_layers": 12, "num_attention_heads": 12, "image_size": 224, "patch_size": 32,
+                      "hidden_act": "quick_gelu", "projection_dim": 512},
+}
+
+# google/siglip-base-patch16-224 config.json: SiglipConfig's defaults (text 768-d x 12, 64 positions, vocab 32000;
+# vision 768-d x 12, 224 px, patch 16, attention-pooling head).
+SIGLIP_BASE_CONFIG = {"architectures": ["SiglipModel"], "model_type": "siglip",
+                      "text_config": {"model_type": "siglip_text_model"},
+                      "vision_config": {"model_type": "siglip_vision_model"}}
+
+# google/medsiglip-448 config.json: SigLIP So400m/14 towers at 448 px (1152-d x 27, 16 heads, MLP 4304).
+_SO400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27}
+MEDSIGLIP_CONFIG = {"architectures": ["SiglipModel"], "model_type": "siglip",
+                    "text_config": {"model_type": "siglip_text_model", **_SO400M, "max_position_embeddings": 64,
+                                    "vocab_size": 32000, "projection_size": 1152},
+                    "vision_config": {"model_type": "siglip_vision_model", **_SO400M, "image_size": 448,
+                                      "patch_size": 14}}
+
+# Salesforce/blip-itm-base-coco config.json: BlipForImageTextRetrieval, ViT-B/16 at 384 px, BERT-base text
+# encoder (vocab 30524), 256-d image-text heads (BlipConfig's defaults).
+BLIP_ITM_BASE_CONFIG = {"architectures": ["BlipForImageTextRetrieval"], "model_type": "blip",
+                        "image_text_hidden_size": 256, "projection_dim": 512,
+                        "text_config": {"model_type": "blip_text_model", "vocab_size": 30524},
+                        "vision_config": {"model_type": "blip_vision_model", "image_size": 384}}
+
+# Salesforce/blip2-itm-vit-g config.json: Blip2ForImageTextRetrieval, EVA ViT-g/14 (1408-d x 39) at 224 px,
+# Q-Former (32 queries, 768-d x 12), 256-d image-text heads (Blip2Config's defaults).
+BLIP2_ITM_CONFIG = {"architectures": ["Blip2ForImageTextRetrieval"], "model_type": "blip-2",
+                    "num_query_tokens": 32, "image_text_hidden_size": 256,
+                    "qformer_config": {"model_type": "blip_2_qformer"},
+                    "vision_config": {"model_type": "blip_2_vision_model"}}
+
+# Buffers that the transformers 4.2x versions these files were written with saved as persistent, and which
+# current transformers no longer registers: a real release file carries them.
+LEGACY_CLIP_BUFFERS: Layout = {"text_model.embeddings.position_ids": (1, 77),
+                               "vision_model.embeddings.position_ids": (1, 50)}
+LEGACY_BLIP_BUFFERS: Layout = {"text_encoder.embeddings.position_ids": (1, 512)}
+
+
+def hf_layout(model_cls: Any, config_cls: Any, config: dict[str, Any]) -> Layout:
+    """A transformers class's keys for a published config.json."""
+    cfg = {k: v for k, v in config.items() if k not in ("architectures", "model_type")}
+    return library_layout(lambda: model_cls(config_cls(**cfg)))
+
+
+# --- BiomedCLIP: microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224 open_clip_config.json (timm
+# vit_base_patch16_224 trunk, no pool, linear projection; hf text tower BiomedBERT-base-uncased-abstract with
+# the 'mlp' projection and CLS pooler), built by open_clip's CustomTextCLIP / TimmModel / HFTextEncoder.
+
+BIOMEDCLIP_OPEN_CLIP_CONFIG = {
+    "model_cfg": {
+        "embed_dim": 512,
+        "vision_cfg": {"timm_model_name": "vit_base_patch16_224", "timm_model_pretrained": False,
+                       "timm_pool": "", "timm_proj": "linear", "image_size": 224},
+        "text_cfg": {"hf_model_name": "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract",
+                     "hf_tokenizer_name": "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract",
+                     "hf_proj_type": "mlp", "hf_pooler_type": "cls_last_hidden_state_pooler",
+                     "context_length": 256}},
+    "preprocess_cfg": {"mean": [0.48145466, 0.4578275, 0.40821073], "std": [0.26862954, 0.26130258, 0.27577711]},
+}
+# BiomedBERT-base-uncased-abstract's config.json (BERT-base, vocab 30522).
+BIOMEDBERT_CONFIG = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                     "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2}
+
+
+def biomedclip() -> Layout:
+    """open_clip CustomTextCLIP state dict of BiomedCLIP, plus the BERT position_ids buffer its 2023 file holds
+    (open_clip's factory.load_checkpoint deletes that key for transformers >= 4.31, confirming it is there)."""
+    import open_clip
+    from open_clip.hf_model import HFTextEncoder
+    from transformers import BertConfig
+
+    cfg = BIOMEDCLIP_OPEN_CLIP_CONFIG["model_cfg"]
+    text = cfg["text_cfg"]
+
+    def build() -> torch.nn.Module:
+        model = open_clip.CustomTextCLIP(embed_dim=cfg["embed_dim"], vision_cfg=cfg["vision_cfg"],
+                                         text_cfg={"context_length": 256, "width": 8, "heads": 1, "layers": 1})
+        model.text = HFTextEncoder(text["hf_model_name"], output_dim=cfg["embed_dim"],
+                                   config=BertConfig(**BIOMEDBERT_CONFIG), pooler_type=text["hf_pooler_type"],
+                                   proj_type=text["hf_proj_type"])
+        return model
+
+    return {**library_layout(build), "text.transformer.embeddings.position_ids": (1, 512)}
+
+
+# --- SAM ViT-L / ViT-H: facebookresearch/segment-anything segment_anything/build_sam.py (build_sam_vit_l/h).
+
+def segment_anything(size: str) -> Layout:
+    """sam_model_registry[size]() keys (pixel_mean/std are non-persistent, not in the release)."""
+    from segment_anything import sam_model_registry
+
+    return library_layout(lambda: sam_model_registry[size](checkpoint=None))
+
+
+# --- MobileSAM / TinySAM: ChaoningZhang/MobileSAM mobile_sam/modeling/tiny_vit_sam.py (TinyViT-5M: dims
+# 64/128/160/320, depths 2/2/6/2, heads 2/4/5/10, windows 7/7/14/7, MLP and MBConv ratio 4; build_sam_vit_t keeps
+# the 1000-class ImageNet head); xinghaochen/TinySAM tinysam/modeling/tiny_vit_sam.py is the same module.
+# attention_bias_idxs is registered persistent=False there, so it is not in mobile_sam.pt.
+
+def _conv_bn(name: str, cout: int, cin_per_group: int, k: int) -> Layout:
+    return {f"{name}.c.weight": (cout, cin_per_group, k, k), **_bn(f"{name}.bn", cout)}
+
+
+def _patch_merging(name: str, dim: int, out: int) -> Layout:
+    return {**_conv_bn(f"{name}.conv1", out, dim, 1), **_conv_bn(f"{name}.conv2", out, 1, 3),
+            **_conv_bn(f"{name}.conv3", out, out, 1)}
+
+
+def tinyvit_5m_sam() -> Layout:
+    """Sam(image_encoder=TinyViT(img_size 1024, num_classes 1000), prompt encoder, mask decoder)."""
+    dims, depths, heads, windows = (64, 128, 160, 320), (2, 2, 6, 2), (2, 4, 5, 10), (7, 7, 14, 7)
+    enc: Layout = {**_conv_bn("patch_embed.seq.0", 32, 3, 3), **_conv_bn("patch_embed.seq.2", 64, 32, 3)}
+    for j in range(depths[0]):  # ConvLayer of MBConv blocks (expand 4)
+        b = f"layers.0.blocks.{j}"
+        enc.update({**_conv_bn(f"{b}.conv1", 256, 64, 1), **_conv_bn(f"{b}.conv2", 256, 1, 3),
+                    **_conv_bn(f"{b}.conv3", 64, 256, 1)})
+    enc.update(_patch_merging("layers.0.downsample", 64, 128))
+    for stage in range(1, 4):
+        dim = dims[stage]
+        for j in range(depths[stage]):
+            b = f"layers.{stage}.blocks.{j}"
+            enc.update(_ln(f"{b}.attn.norm", dim))
+            enc.update(_lin(f"{b}.attn.qkv", 3 * dim, dim))
+            enc.update(_lin(f"{b}.attn.proj", dim, dim))
+            enc[f"{b}.attn.attention_biases"] = (heads[stage], windows[stage] ** 2)
+            enc.update(_conv_bn(f"{b}.local_conv", dim, 1, 3))
+            enc.update(_ln(f"{b}.mlp.norm", dim))
+            enc.update(_lin(f"{b}.mlp.fc1", 4 * dim, dim))
+            enc.update(_lin(f"{b}.mlp.fc2", dim, 4 * dim))
+        if stage < 3:
+            enc.update(_patch_merging(f"layers.{stage}.downsample", dim, dims[stage + 1]))
+    enc.update(_ln("norm_head", 320))
+    enc.update(_lin("head", 1000, 320))
+    enc["neck.0.weight"] = (256, 320, 1, 1)
+    enc.update(_ln("neck.1", 256))
+    enc["neck.2.weight"] = (256, 256, 3, 3)
+    enc.update(_ln("neck.3", 256))
+    lay: Layout = {}
+    for prefix, part in (("image_encoder.", enc), ("prompt_encoder.", sam_prompt_encoder()),
+                         ("mask_decoder.", sam_mask_decoder())):
+        lay.update({prefix + k: v for k, v in part.items()})
     return lay

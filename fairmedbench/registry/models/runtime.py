@@ -142,6 +142,9 @@ class PromptableSegmenter(FoundationModel):
         `decoder` replaces the model's mask decoder (e.g. a fine-tuned copy); gradients reach only the
         decoder: the prompt encoder is frozen.
         """
+        # TinySAM's decoder never outputs SAM's single-mask token (its forward keeps masks 1-3 and its
+        # predictor takes the highest predicted IoU): that token is untrained there, so it is never used.
+        multimask = multimask or bool(self.card.loader_options.get("multimask_only", False))
         with torch.no_grad():
             sparse, dense = self.module.prompt_encoder(points=coords, boxes=boxes, masks=None)
             pe = self.module.prompt_encoder.get_dense_pe()
