@@ -603,7 +603,8 @@ def _list_mitigations() -> list[dict[str, Any]]:
     for name in MITIGATIONS.names():
         d = make_mitigation(name).describe()
         rows.append({"name": name, "hparams": ", ".join(f"{k}={v}" for k, v in d["hparams"].items()),
-                     "tasks": ", ".join(d["tasks"]), "attribute at inference": d["needs_attribute_at_inference"]})
+                     "tasks": ", ".join(d["tasks"]), "needs class labels": d["needs_class_labels"] or "no",
+                     "attribute at inference": d["needs_attribute_at_inference"]})
     return rows
 
 

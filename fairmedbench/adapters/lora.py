@@ -65,6 +65,15 @@ def lora_targets(module: Any, names: tuple[str, ...] | list[str] | None = None) 
                      f"{type(module).__name__}; name them with hparam lora_targets (comma-separated leaf names)")
 
 
+def lora_train_mode(encoder: Any, mode: bool) -> None:
+    """A LoRA-wrapped encoder's base stays in eval mode (BatchNorm statistics, dropout as when frozen); only the
+    LoRA dropout follows `mode`."""
+    encoder.eval()
+    for name, m in encoder.named_modules():
+        if name.endswith("lora_dropout"):
+            m.train(mode)
+
+
 def lora_settings(hparams: dict[str, Any] | None,
                   defaults: Mapping[str, Any] = MappingProxyType(LORA_DEFAULTS)) -> dict[str, Any]:
     """LoRA rank, alpha, dropout (hparams over `defaults`) and target leaf names; InputError out of range."""
@@ -124,13 +133,9 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
                 return encode(clone, x.to(device)).float().cpu()
 
         def train(self, mode: bool = True) -> "LoRAHead":
-            """The base encoder stays in eval mode (BatchNorm statistics, dropout as when frozen);
-            only the LoRA dropout follows `mode`."""
+            """The head follows `mode`; the encoder as `lora_train_mode` says."""
             super().train(mode)
-            self.encoder.eval()
-            for name, m in self.encoder.named_modules():
-                if name.endswith("lora_dropout"):
-                    m.train(mode)
+            lora_train_mode(self.encoder, mode)
             return self
 
         def representation(self, x: "torch.Tensor") -> "torch.Tensor":

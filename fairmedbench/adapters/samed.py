@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from fairmedbench.adapters.base import USAGES, RunContext, Usage
-from fairmedbench.adapters.lora import lora_settings, lora_targets
+from fairmedbench.adapters.lora import lora_settings, lora_targets, lora_train_mode
 from fairmedbench.adapters.prompts import Prompt
 from fairmedbench.adapters.sam_decoder import image_key
 
@@ -78,10 +78,7 @@ class SamedProblem:
 
             def train(self, mode: bool = True) -> "LoRAEncoder":
                 super().train(mode)
-                self.encoder.eval()
-                for name, m in self.encoder.named_modules():
-                    if name.endswith("lora_dropout"):
-                        m.train(mode)
+                lora_train_mode(self.encoder, mode)
                 return self
 
             def forward(self, x: Any) -> Any:

@@ -139,7 +139,7 @@ def check_spec(spec: RunSpec) -> Checked:
         raise InputError(f"select={train_h['select']!r} does not apply to {task.name}: choose one of "
                          f"{', '.join(task.select_rules)}")
     plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
-    plugin.check_task(task.name)
+    plugin.check_task(task)
     _check_config(task, train_h)
     return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
                    dict(plugin.hparams))

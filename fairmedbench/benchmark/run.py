@@ -24,7 +24,7 @@ from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig, RunSpec
-from fairmedbench.tasks.base import Task
+from fairmedbench.tasks.base import Task, get_task
 
 CONFIG_FILE = "config.json"
 
@@ -199,7 +199,7 @@ def _training_groups(spec: RunConfig, ds: Any) -> tuple[np.ndarray | None, int]:
 def _seed_doc(kind: str, spec: RunConfig, seed: int, result: Any, info: dict[str, Any], pred_name: str,
               tasks: list[str], extra: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
     doc = store.result_document(kind, {**spec.identity(), "seed": seed}, result.to_dict(), info, timings)
-    doc["predictions"] = store.predictions_block(pred_name, kind.split("-")[1], tasks, list(spec.attributes))
+    doc["predictions"] = get_task(spec.task).predictions_block(pred_name, tasks, list(spec.attributes))
     doc.update(extra)
     return doc
 
@@ -212,7 +212,6 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     from fairmedbench.metrics import evaluate_classification
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.mitigation import make_mitigation
-    from fairmedbench.tasks.base import get_task
     from fairmedbench.tasks.classification import SplitArrays, describe_config, run_classification
 
     t0 = time.perf_counter()
@@ -283,7 +282,6 @@ def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: 
     """For a usage that trains: encoder maps of every split computed once, and a function seed -> (predictor,
     the result's training block); plus the usage notes."""
     from fairmedbench.mitigation import make_mitigation
-    from fairmedbench.tasks.base import get_task
     from fairmedbench.tasks.segmentation import (check_decoder_config, describe_decoder_config, fit_decoder,
                                                  prepare_split)
 
@@ -316,7 +314,6 @@ def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, sp
     import pandas as pd
 
     from fairmedbench.metrics.seg_fairness import evaluate_segmentation
-    from fairmedbench.tasks.base import get_task
     from fairmedbench.tasks.segmentation import run_segmentation
 
     jitter = float(spec.usage_hparams["box_jitter"])

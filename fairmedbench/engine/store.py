@@ -233,13 +233,13 @@ def result_document(kind: str, spec: dict[str, Any], result: dict[str, Any], inp
     }
 
 
-def predictions_block(file: str, kind: str, tasks: list[str], attributes: list[str]) -> dict[str, Any]:
-    """The document's description of its predictions Parquet (see the module docstring for columns)."""
+def predictions_block(file: str, kind: str, tasks: list[str], attributes: list[str], labels: list[str],
+                      scores: list[str]) -> dict[str, Any]:
+    """The document's description of its predictions Parquet (see the module docstring for columns); the label
+    and score columns are the task's (tasks.base.Task.predictions_block)."""
     return {"file": file, "format": kind, "tasks": list(tasks), "attributes": list(attributes),
-            "columns": {"id": "sample_id", "split": "split", "seed": "seed",
-                        "labels": [f"label:{t}" for t in tasks] if kind == "classification" else [],
-                        "scores": [f"score:{t}" for t in tasks] if kind == "classification" else ["dsc"],
-                        "attributes": [f"attr:{a}" for a in attributes]}}
+            "columns": {"id": "sample_id", "split": "split", "seed": "seed", "labels": list(labels),
+                        "scores": list(scores), "attributes": [f"attr:{a}" for a in attributes]}}
 
 
 REQUIRED = ("schema_version", "kind", "run_id", "created_at", "fairmedbench_version", "spec", "inputs",

@@ -17,7 +17,7 @@ answer a subset of the suite's entries, but every seed of each entry it answers.
   inputs = {"dataset": {"name", "fingerprint", "split_fingerprint", "test_fingerprint", "n_test"},
             "model": {"name", "weights_sha256"}} (the model fields equal model.json's);
   run_id = store.run_id({"kind", "spec", "inputs"}) as result_document computes it;
-  predictions = store.predictions_block("seed<k>.predictions.parquet", task, tasks, attributes).
+  predictions = tasks.base.get_task(task).predictions_block("seed<k>.predictions.parquet", tasks, attributes).
 test_fingerprint = sha256 hex of "\\n".join(sorted(test sample ids)) in utf-8 (`suites.test_fingerprint`).
 The Parquet holds val and test rows (classification; val picks the threshold) or test rows (segmentation;
 columns dsc, iou, empty_gt and optionally hd95), seed = k on every row, attr:<a> = group names (null = missing).

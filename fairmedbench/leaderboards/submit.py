@@ -467,7 +467,7 @@ def _check_document(rel: str, doc: Any, entry: Entry, seed: int, model: dict[str
     tasks = block.get("tasks")
     if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
         return lines + [f"{rel}: predictions.tasks must be a non-empty list of names"]
-    want = store.predictions_block(expected_file, entry.task, tasks, list(entry.attributes))
+    want = get_task(entry.task).predictions_block(expected_file, tasks, list(entry.attributes))
     for k in ("format", "attributes", "columns"):
         if block.get(k) != want[k]:
             lines.append(f"{rel}: predictions.{k} is {block.get(k)!r}, expected {want[k]!r}")

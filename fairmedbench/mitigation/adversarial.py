@@ -53,6 +53,9 @@ class Adversarial(Mitigation):
     name: str = "adversarial"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    other_tasks: ClassVar[str] = (
+        "its adversary reads a classification head's per-sample logits or representation vector, "
+        "which a mask decoder does not have; use groupdro, resampling or fairness_loss")
     adversary: Any = field(default=None, repr=False)
     adversary_input: str = ""
     DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 1.0, "variant": "dp", "input": "auto", "hidden": 32}
@@ -67,13 +70,6 @@ class Adversarial(Mitigation):
         if self.hparams["hidden"] < 0:
             raise InputError(f"mitigation {self.name!r}: hidden={self.hparams['hidden']} must be >= 0 "
                              "(0 = a linear adversary)")
-
-    def unsupported(self, task: str) -> str | None:
-        """Classification only: the adversary reads a head's per-sample logits or representation vector."""
-        if task == "segmentation":
-            return ("its adversary reads a classification head's per-sample logits or representation vector, "
-                    "which a mask decoder does not have; use groupdro, resampling or fairness_loss")
-        return super().unsupported(task)
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """Build the adversary for this head's sizes; the head itself is unchanged."""

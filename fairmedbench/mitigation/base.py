@@ -10,8 +10,11 @@ Hooks, in the order a runner calls them:
   `threshold_policy`                 set by a plugin that fixes the operating point itself (per-group
                                      thresholds mapped to 0.5): it replaces the runner's policy.
 
-A plugin declares the tasks it applies to (`tasks`); `check_task` refuses a task, or a hyperparameter
-setting, it cannot serve. The segmentation loop (a SAM mask decoder, with or without a LoRA image encoder)
+A plugin declares the tasks it applies to (`tasks`, with `other_tasks` saying why the rest are refused) and,
+through `label_need`, whether its hyperparameters need a class label per sample; `check_task` reads the
+registered Task (its name and `sample_labels`) and refuses what the plugin cannot serve.
+
+The segmentation loop (a SAM mask decoder, with or without a LoRA image encoder)
 calls `wrap_head(mask_decoder, n_groups)`, `extra_parameters`, `epoch_indices(zeros, groups, rng)` (a
 segmentation sample has no class label) and `loss(per_sample, Batch(logits, targets, groups, None))` with the
 decoder's low-resolution mask logits and 0/1 targets (b, L, L). A wrapped mask decoder that exposes
@@ -22,12 +25,15 @@ through its own forward, without the attribute.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
+
+if TYPE_CHECKING:
+    from fairmedbench.tasks.base import Task
 
 MITIGATIONS: Registry[type["Mitigation"]] = Registry("mitigation")
 
@@ -55,16 +61,23 @@ class Mitigation:
     hparams: dict[str, Any] = field(default_factory=dict)
     threshold_policy: str | None = None
     tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
+    other_tasks: ClassVar[str] = ""  # why a task not in `tasks` is refused (default: names the ones it serves)
 
-    def unsupported(self, task: str) -> str | None:
-        """Why this method, with its hyperparameters, cannot train a `task` model; None when it can."""
-        return None if task in self.tasks else f"it applies to {' and '.join(self.tasks)} only"
+    def label_need(self) -> str | None:
+        """Why this method, with its hyperparameters, needs a class label per sample; None when it does not."""
+        return None
 
-    def check_task(self, task: str) -> None:
+    def unsupported(self, task: Task) -> str | None:
+        """Why this method, with its hyperparameters, cannot train a model of `task`; None when it can."""
+        if task.name not in self.tasks:
+            return self.other_tasks or f"it applies to {' and '.join(self.tasks)} only"
+        return None if task.sample_labels else self.label_need()
+
+    def check_task(self, task: Task) -> None:
         """InputError when this method (with its hyperparameters) does not apply to `task`."""
         why = self.unsupported(task)
         if why:
-            raise InputError(f"mitigation {self.name!r} does not apply to {task}: {why}")
+            raise InputError(f"mitigation {self.name!r} does not apply to {task.name}: {why}")
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """The module to train (default: the head itself)."""
@@ -92,7 +105,7 @@ class Mitigation:
     def describe(self) -> dict[str, Any]:
         """Name, hyperparameters, tasks and attribute needs, recorded in every result."""
         return {"name": self.name, "hparams": dict(self.hparams),
-                "tasks": [t for t in self.tasks if self.unsupported(t) is None],
+                "tasks": list(self.tasks), "needs_class_labels": self.label_need(),
                 "needs_attribute_at_training": self.needs_attribute_at_training,
                 "needs_attribute_at_inference": self.needs_attribute_at_inference}
 

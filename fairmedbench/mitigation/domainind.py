@@ -25,19 +25,15 @@ class DomainInd(Mitigation):
     name: str = "domainind"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    other_tasks: ClassVar[str] = (
+        "it gives each group its own copy of a classification head's output layer, which a mask "
+        "decoder does not have; use groupdro, resampling or fairness_loss")
     DEFAULTS: ClassVar[dict[str, Any]] = {"combine": "sum_logits"}
     REFERENCE: ClassVar[str] = "Wang et al. CVPR 2020, domain-independent training, sum-of-outputs inference"
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "combine", self.hparams["combine"], ("sum_logits", "mean_prob"))
-
-    def unsupported(self, task: str) -> str | None:
-        """Classification only: it copies a head's `.linear` output layer once per group."""
-        if task == "segmentation":
-            return ("it gives each group its own copy of a classification head's output layer, which a mask "
-                    "decoder does not have; use groupdro, resampling or fairness_loss")
-        return super().unsupported(task)
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """A module with one output layer per group; forward(x) combines them without the attribute."""

@@ -50,12 +50,12 @@ class FairnessLoss(Mitigation):
         check_choice(self.name, "target", self.hparams["target"], ("loss", "tpr", "eo"))
         check_choice(self.name, "penalty", self.hparams["penalty"], ("var", "maxmin"))
 
-    def unsupported(self, task: str) -> str | None:
-        """Segmentation penalises the spread of group losses only: soft rates need scores and class labels."""
-        if task == "segmentation" and self.hparams["target"] != "loss":
+    def label_need(self) -> str | None:
+        """target=tpr or eo compares soft rates, which need a score and a class label per sample."""
+        if self.hparams["target"] != "loss":
             return (f"target={self.hparams['target']} compares soft true/false-positive rates, which need a score "
                     "and a class label per sample; use target=loss (the spread of group segmentation losses)")
-        return super().unsupported(task)
+        return None
 
     def penalty(self, per_sample: Any, batch: Batch) -> Any:
         """The differentiable gap between the batch's groups."""

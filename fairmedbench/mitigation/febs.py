@@ -40,6 +40,8 @@ class FEBS(Mitigation):
     name: str = "febs"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
+    other_tasks: ClassVar[str] = ("it scales predicted pixel probabilities inside a Dice loss, which a classifier "
+                                  "does not have")
     last_weights: Any = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"gamma": 1.0}
     REFERENCE: ClassVar[str] = ("Tian et al. ICLR 2024 (FairSeg), fair error-bound scaling; official FairDiceLoss, "
@@ -48,12 +50,6 @@ class FEBS(Mitigation):
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_positive(self.name, "gamma", self.hparams["gamma"], allow_zero=True)
-
-    def unsupported(self, task: str) -> str | None:
-        """Segmentation only: it scales predicted pixel probabilities in a Dice loss."""
-        if task == "classification":
-            return "it scales predicted pixel probabilities inside a Dice loss, which a classifier does not have"
-        return super().unsupported(task)
 
     def group_weights(self, prob: Any, target: Any, groups: Any) -> tuple[Any, Any]:
         """Per group code 0..max: the pooled soft Dice loss L_a and the weight W_a (NaN for absent groups)."""

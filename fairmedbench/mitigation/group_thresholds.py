@@ -44,6 +44,9 @@ class GroupThresholds(Mitigation):
     needs_attribute_at_inference: bool = True
     threshold_policy: str | None = "fixed:0.5"
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    other_tasks: ClassVar[str] = (
+        "it chooses a per-group threshold on per-sample scores with class labels; a segmentation "
+        "mask is thresholded per pixel at logit 0 and has no score to threshold per sample")
     thresholds: Any = field(default=None, repr=False)
     global_thresholds: Any = field(default=None, repr=False)
     fallback: list[tuple[int, int]] = field(default_factory=list, repr=False)
@@ -57,13 +60,6 @@ class GroupThresholds(Mitigation):
         if not name.startswith("val_"):
             raise InputError(f"mitigation {self.name!r}: policy={self.hparams['policy']!r} must be chosen on "
                              "validation (val_youden, val_best_f1, val_fpr:F or val_tpr:X)")
-
-    def unsupported(self, task: str) -> str | None:
-        """Classification only: it moves each group's operating threshold on per-sample scores."""
-        if task == "segmentation":
-            return ("it chooses a per-group threshold on per-sample scores with class labels; a segmentation "
-                    "mask is thresholded per pixel at logit 0 and has no score to threshold per sample")
-        return super().unsupported(task)
 
     def fit_postprocess(self, scores: np.ndarray, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Choose each group's threshold per label on validation scores."""

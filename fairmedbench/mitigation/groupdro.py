@@ -30,11 +30,11 @@ class GroupDRO(Mitigation):
         check_positive(self.name, "eta", self.hparams["eta"], allow_zero=True)
         check_choice(self.name, "by", self.hparams["by"], ("group", "group_class"))
 
-    def unsupported(self, task: str) -> str | None:
-        """Segmentation weighs groups only: by=group_class needs a class label per sample."""
-        if task == "segmentation" and self.hparams["by"] != "group":
+    def label_need(self) -> str | None:
+        """by=group_class weighs group x class cells, so it needs a class label per sample."""
+        if self.hparams["by"] != "group":
             return "by=group_class weighs group x label cells and a segmentation sample has no label; use by=group"
-        return super().unsupported(task)
+        return None
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """Start q uniform over the groups (or group x class cells); the head is unchanged."""

@@ -31,6 +31,7 @@ class InD(Mitigation):
     name: str = "ind"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
+    other_tasks: ClassVar[str] = "it copies a mask decoder once per group; for a classification head use domainind"
     DEFAULTS: ClassVar[dict[str, Any]] = {"combine": "sum_logits"}
     REFERENCE: ClassVar[str] = ("Wang et al. CVPR 2020, domain-independent training, sum-of-outputs inference; "
                                 "FairMedFM (Jin et al. NeurIPS 2024) segmentation mitigation InD")
@@ -38,12 +39,6 @@ class InD(Mitigation):
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "combine", self.hparams["combine"], ("sum_logits", "mean_prob"))
-
-    def unsupported(self, task: str) -> str | None:
-        """Segmentation only: for a classification head the same method is `domainind`."""
-        if task == "classification":
-            return "it copies a mask decoder once per group; for a classification head use domainind"
-        return super().unsupported(task)
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """A module with one copy of `head` per group (`group_heads`, used by the training loop per sample's group);

@@ -30,12 +30,12 @@ class Resampling(Mitigation):
         check_choice(self.name, "by", self.hparams["by"], BALANCE_UNITS)
         self.needs_attribute_at_training = self.hparams["by"] != "class"
 
-    def unsupported(self, task: str) -> str | None:
-        """Segmentation balances groups only: by=class and by=group_class need a class label per sample."""
-        if task == "segmentation" and self.hparams["by"] != "group":
+    def label_need(self) -> str | None:
+        """by=class and by=group_class balance over a class label per sample."""
+        if self.hparams["by"] != "group":
             return (f"by={self.hparams['by']} balances over a class label and a segmentation sample has none; "
                     "use by=group")
-        return super().unsupported(task)
+        return None
 
     def epoch_indices(self, y: np.ndarray, groups: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         """n draws with replacement, each unit (group / class / cell) with total probability 1 / #units."""

@@ -34,6 +34,8 @@ class Task:
     select_rules: tuple[str, ...]  # checkpoint selection on validation; the first is the default
     sample_labels: bool  # whether a sample has a class label (a mitigation may weigh group x class cells)
     run_kind: str  # the result document's kind
+    label_column: str  # per-sample label column of each task column ("" when samples carry no class label)
+    score_column: str  # per-sample score column of each task column ({task} is replaced by its name)
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
 
     @property
@@ -56,6 +58,14 @@ class Task:
     def rank_metric(self) -> str:
         """The metric compare ranks methods by across datasets (Friedman): worst-group utility."""
         return board_metrics(self.name)["worst_group"].name
+
+    def predictions_block(self, file: str, tasks: list[str], attributes: list[str]) -> dict[str, Any]:
+        """The result document's description of its predictions Parquet for this task."""
+        from fairmedbench.engine import store
+
+        labels = [self.label_column.format(task=t) for t in tasks] if self.label_column else []
+        scores = list(dict.fromkeys(self.score_column.format(task=t) for t in tasks))
+        return store.predictions_block(file, self.name, tasks, attributes, labels, scores)
 
     def run(self) -> Callable[..., Any]:
         """The runner function (imported on first use)."""
@@ -82,13 +92,15 @@ TASKS.add("classification", Task(
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
     prediction_columns=("sample_id", "split", "seed"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True,
-    run_kind="run-classification", extra_hparams=(("tasks", "main"),)))
+    run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
+    extra_hparams=(("tasks", "main"),)))
 
 TASKS.add("segmentation", Task(
     name="segmentation", runner="fairmedbench.benchmark.run:run_segmentation_task",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
     prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"),
-    select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation"))
+    select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation",
+    label_column="", score_column="dsc"))
 
 
 def get_task(name: str) -> Task:

@@ -320,8 +320,10 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
     """
     import torch
 
+    from fairmedbench.tasks.base import get_task
+
     check_decoder_config(cfg)
-    mitigation.check_task("segmentation")
+    mitigation.check_task(get_task("segmentation"))
     if not train.keys:
         raise InputError("the train split has no sample with a non-empty mask: nothing to fine-tune the decoder on")
     if not val.prompted:

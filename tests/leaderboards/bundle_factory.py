@@ -14,6 +14,7 @@ from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+from fairmedbench.tasks.base import get_task
 
 N_VAL, N_TEST, N_BOOT = 40, 60, 30
 
@@ -95,7 +96,7 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
                           "test_fingerprint": test_fingerprint(test["sample_id"]), "n_test": N_TEST},
               "model": {"name": model["name"], "weights_sha256": model["weights_sha256"]}}
     doc = store.result_document(f"run-{entry.task}", spec, result.to_dict(), inputs, {"total": 0.1})
-    doc["predictions"] = store.predictions_block(block_file, kind, list(tasks), attrs)
+    doc["predictions"] = get_task(kind).predictions_block(block_file, list(tasks), attrs)
     return doc, frame
 
 

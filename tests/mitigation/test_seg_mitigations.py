@@ -13,6 +13,7 @@ from test_segmentation_hooks import PixelSegmenter, fit, toy_data
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation import Batch, make_mitigation
+from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.segmentation import DecoderConfig, Trained, fit_decoder, prepare_split
 
 
@@ -88,7 +89,7 @@ def test_ind_needs_the_attribute_at_training_and_applies_to_segmentation_only() 
     with pytest.raises(InputError, match="sensitive attribute at training"):
         fit("ind", codes=False)
     with pytest.raises(InputError, match="does not apply to classification: .*use domainind"):
-        make_mitigation("ind").check_task("classification")
+        make_mitigation("ind").check_task(get_task("classification"))
     with pytest.raises(InputError, match="combine='max'"):
         make_mitigation("ind", combine="max")
     assert make_mitigation("ind").describe()["tasks"] == ["segmentation"]
@@ -166,7 +167,7 @@ def test_febs_ignores_groups_absent_from_the_batch_and_refuses_bad_input() -> No
     with pytest.raises(InputError, match="per-pixel logits"):
         m.loss(torch.zeros(2), Batch(None, None, torch.tensor([0, 1]), None))
     with pytest.raises(InputError, match="does not apply to classification"):
-        m.check_task("classification")
+        m.check_task(get_task("classification"))
     with pytest.raises(InputError, match="gamma"):
         make_mitigation("febs", gamma=-1.0)
 
