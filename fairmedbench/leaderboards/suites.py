@@ -14,8 +14,7 @@ from typing import Any
 from fairmedbench.engine.splits import test_fingerprint  # noqa: F401  (part of this module's API)
 from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
-
-TASKS = ("classification", "segmentation")
+from fairmedbench.tasks.base import TASKS
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class Entry:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ValueError(f"entry {self.key}: task must be one of {TASKS}, got {self.task!r}")
+            raise ValueError(f"entry {self.key}: task must be one of {TASKS.names()}, got {self.task!r}")
         if not self.attributes or not self.seeds:
             raise ValueError(f"entry {self.key}: needs at least one attribute and one seed")
 

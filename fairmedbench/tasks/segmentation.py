@@ -11,7 +11,6 @@ evaluated.
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence

@@ -92,6 +92,17 @@ class ModelCard:
         return d
 
 
+def smoke_sized(card: ModelCard, image_size: int | None, random_weights: bool) -> ModelCard:
+    """The card with another input size, allowed only for random-weight smoke tests (real weights fix it)."""
+    from fairmedbench.errors import InputError
+
+    if image_size is None or image_size == card.preprocessing.size:
+        return card
+    if not random_weights:
+        raise InputError("image_size may only be changed for random-weight smoke tests")
+    return dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
+
+
 MODELS: Registry[ModelCard] = Registry("model")
 
 

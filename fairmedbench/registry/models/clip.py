@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 import open_clip
 import torch
 
-from fairmedbench.errors import InputError
-from fairmedbench.registry.models.card import ModelCard
+from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, seeded
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
@@ -38,19 +36,11 @@ class OpenClipModel(FoundationModel):
         return self.module.encode_text(self._tokenizer(list(texts)).to(self.device))
 
 
-def _size(card: ModelCard, image_size: int | None, random: bool) -> ModelCard:
-    if image_size is None or image_size == card.preprocessing.size:
-        return card
-    if not random:
-        raise InputError("image_size may only be changed for random-weight smoke tests")
-    return dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
-
-
 def load_open_clip(card: ModelCard, resolved: ResolvedWeights, *,
                    image_size: int | None = None, **_: Any) -> FoundationModel:
     """OpenAI CLIP through open_clip (QuickGELU configs, as the OpenAI weights need)."""
     arch = card.loader_options["arch"]
-    card = _size(card, image_size, resolved.is_random)
+    card = smoke_sized(card, image_size, resolved.is_random)
     with seeded(resolved.seed):
         model = open_clip.create_model(arch, pretrained=None, force_image_size=card.preprocessing.size)
     if not resolved.is_random:
@@ -94,7 +84,7 @@ def _biomedclip_random(size: int) -> torch.nn.Module:
 def load_biomedclip(card: ModelCard, resolved: ResolvedWeights, *,
                     image_size: int | None = None, **_: Any) -> FoundationModel:
     """BiomedCLIP: open_clip hf-hub model (timm ViT-B/16 + PubMedBERT); random weights built from config."""
-    card = _size(card, image_size, resolved.is_random)
+    card = smoke_sized(card, image_size, resolved.is_random)
     if resolved.source == "hub":
         model = open_clip.create_model(f"local-dir:{resolved.path}")
     else:

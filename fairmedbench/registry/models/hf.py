@@ -6,7 +6,6 @@ Random weights are built from config objects (never downloaded); real weights co
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Sequence
 
 import torch
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fairmedbench.errors import InputError, MissingResourceError
-from fairmedbench.registry.models.card import ModelCard
+from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, seeded
 from fairmedbench.registry.models.weights import (
     ResolvedWeights, hub_unreachable, load_into, read_state_dict,
@@ -110,10 +109,7 @@ def _refuse_partial(card: ModelCard, resolved: ResolvedWeights, info: dict[str, 
 
 def _build(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
            model_cls: Any, random_factory: Callable[[], nn.Module]) -> tuple[ModelCard, ResolvedWeights, nn.Module]:
-    if image_size is not None and image_size != card.preprocessing.size:
-        if not resolved.is_random:
-            raise InputError("image_size may only be changed for random-weight smoke tests")
-        card = dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
+    card = smoke_sized(card, image_size, resolved.is_random)
     if resolved.source == "hub" or (resolved.path is not None and resolved.path.is_dir()):
         try:
             module, info = model_cls.from_pretrained(str(resolved.path), local_files_only=True,
@@ -266,10 +262,7 @@ def _medclip_key() -> Callable[[str], str | None]:
 def load_medclip(card: ModelCard, resolved: ResolvedWeights, *,
                  image_size: int | None = None, **_: Any) -> FoundationModel:
     """MedCLIP (Swin-T + Bio_ClinicalBERT); checkpoint `pytorch_model.bin` loaded by name."""
-    if image_size is not None and image_size != card.preprocessing.size:
-        if not resolved.is_random:
-            raise InputError("image_size may only be changed for random-weight smoke tests")
-        card = dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
+    card = smoke_sized(card, image_size, resolved.is_random)
     with seeded(resolved.seed):
         module = _MedCLIP()
     if not resolved.is_random:

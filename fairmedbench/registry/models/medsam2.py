@@ -7,14 +7,13 @@ high-resolution feature maps. Imported only when the model is loaded.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 from torch import nn
 
 from fairmedbench.errors import InputError
-from fairmedbench.registry.models.card import ModelCard
+from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter, seeded
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
@@ -134,10 +133,7 @@ def load_medsam2(card: ModelCard, resolved: ResolvedWeights, *,
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    if image_size is not None and image_size != card.preprocessing.size:
-        if not resolved.is_random:
-            raise InputError("image_size may only be changed for random-weight smoke tests")
-        card = dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
+    card = smoke_sized(card, image_size, resolved.is_random)
     with seeded(resolved.seed):
         model = instantiate(OmegaConf.create(medsam2_config(card.preprocessing.size)), _recursive_=True)
     if not resolved.is_random:

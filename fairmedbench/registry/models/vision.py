@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 from torch import nn
 
-from fairmedbench.errors import InputError
-from fairmedbench.registry.models.card import ModelCard
+from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, seeded
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
@@ -21,14 +19,6 @@ class VisionEncoder(FoundationModel):
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, embedding_dim)."""
         return self.module(pixels)
-
-
-def _sized(card: ModelCard, image_size: int | None, resolved: ResolvedWeights) -> ModelCard:
-    if image_size is None or image_size == card.preprocessing.size:
-        return card
-    if not resolved.is_random:
-        raise InputError("image_size may only be changed for random-weight smoke tests")
-    return dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
 
 
 def _drop(prefixes: tuple[str, ...], strip: tuple[str, ...] = ()) -> Any:
@@ -44,7 +34,7 @@ def _drop(prefixes: tuple[str, ...], strip: tuple[str, ...] = ()) -> Any:
 def _timm_vit(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
               drop: tuple[str, ...]) -> FoundationModel:
     import timm
-    card = _sized(card, image_size, resolved)
+    card = smoke_sized(card, image_size, resolved.is_random)
     with seeded(resolved.seed):
         model = timm.create_model(card.loader_options.get("arch", "vit_base_patch16_224"), pretrained=False,
                                   num_classes=0, global_pool="token", img_size=card.preprocessing.size)
@@ -69,7 +59,7 @@ def load_timm_vit(card: ModelCard, resolved: ResolvedWeights, *,
 def _resnet(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
             key_map: Any) -> FoundationModel:
     import torchvision
-    card = _sized(card, image_size, resolved)
+    card = smoke_sized(card, image_size, resolved.is_random)
     with seeded(resolved.seed):
         model = getattr(torchvision.models, card.loader_options["arch"])(weights=None)
     model.fc = nn.Identity()
