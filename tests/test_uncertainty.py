@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import entropy as scipy_entropy
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
@@ -140,3 +142,18 @@ def test_bad_input() -> None:
         rejection_curves(Y, _probs(PRED), UNC, GRP, pm="auc")
     with pytest.raises(InputError, match="sum to 1"):
         uncertainty_measures(np.full((2, 1, 3), 0.5))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["kappa", "accuracy"]), st.permutations(["x", "y", "z"]))
+def test_delta_is_nonnegative_and_invariant_to_group_names_and_monotone_rescaling(seed, pm, names) -> None:
+    rng = np.random.default_rng(seed)
+    n = 60
+    y = rng.integers(0, 3, n)
+    pred = np.where(rng.random(n) < 0.7, y, rng.integers(0, 3, n))
+    unc = rng.random(n)
+    g = rng.integers(0, 3, n)
+    r = rejection_curves(y, _probs(pred), unc, g.astype(object), pm=pm)
+    assert r.delta is None or r.delta >= 0
+    r2 = rejection_curves(y, _probs(pred), unc / 3.0, np.array(names, dtype=object)[g], pm=pm)
+    assert (r.delta is None and r2.delta is None) or r2.delta == pytest.approx(r.delta, abs=1e-12)
