@@ -45,6 +45,37 @@ class Prepared:
     notes: dict[str, Any]
 
 
+#: MC dropout (Gal & Ghahramani 2016) for heads that declare these hparams: `dropout` is the rate of the head's
+#: dropout on its representation (in training too); `mc_samples` T > 0 keeps it sampling at inference, T passes.
+MC_HPARAMS: Mapping[str, Any] = MappingProxyType({"dropout": 0.0, "mc_samples": 0})
+
+
+def check_mc_hparams(usage: "Usage", given: Mapping[str, Any]) -> None:
+    """`mc_samples` (--mc-samples) only on a usage with head dropout, T >= 2, dropout rate in (0, 1); cheap, so
+    a run refuses it before any work."""
+    from fairmedbench.engine.hparams import coerce
+    from fairmedbench.errors import InputError
+
+    if "dropout" in given and "dropout" in usage.hparams:
+        rate = coerce(f"usage {usage.name!r}", "dropout", given["dropout"], 0.0)
+        if not 0 <= rate < 1:
+            raise InputError(f"usage {usage.name!r}: dropout={rate!r} must be in [0, 1)")
+    if "mc_samples" not in given:
+        return
+    if "mc_samples" not in usage.hparams:
+        with_mc = [n for n in USAGES.names() if "mc_samples" in USAGES.get(n).hparams]
+        raise InputError(f"--mc-samples: usage {usage.name!r} has no dropout layer to sample; MC dropout needs "
+                         f"--usage {' or '.join(with_mc)} with --hparam dropout=RATE (e.g. 0.2)")
+    t = coerce(f"usage {usage.name!r}", "mc_samples", given["mc_samples"], 0)
+    if t == 0:
+        return
+    if t < 2:
+        raise InputError(f"--mc-samples {t}: MC dropout needs T >= 2 samples (e.g. 20), or 0 for none")
+    if not coerce(f"usage {usage.name!r}", "dropout", given.get("dropout", 0.0), 0.0) > 0:
+        raise InputError(f"--mc-samples {t}: usage {usage.name!r} has dropout 0, so every MC sample would be the "
+                         "same; give --hparam dropout=RATE (e.g. 0.2; it also applies in training)")
+
+
 class Usage:
     """Base of usage adapters: a name, the task it serves and the model capabilities it needs."""
 
@@ -70,6 +101,10 @@ class Usage:
     def trainable(self, model: Any, ctx: RunContext) -> Any:
         """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
         raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
+
+    def check_hparams(self, given: Mapping[str, Any]) -> None:
+        """Cheap checks of the hparams given for this usage, before any work (MC dropout's here)."""
+        check_mc_hparams(self, given)
 
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""

@@ -325,3 +325,35 @@ def uncertainty_block(y_true: Any, mc: Any, attributes: dict[str, Any], *, patie
             "prediction": "argmax (binary: class-1 score) of the mean over the MC samples",
             "delta": {a: {m: c["delta"] for m, c in per.items()} for a, per in curves.items()},
             "curves": curves}
+
+
+def mc_column(t: int, name: str) -> str:
+    """The predictions-file column of MC pass t (0-based) for `name`: `mc:<t>:<name>`."""
+    return f"mc:{t}:{name}"
+
+
+def unc_column(measure: str, task: str, tasks: Sequence[str]) -> str:
+    """`unc:<measure>` (one task column), or `unc:<measure>:<task>` when a file holds several."""
+    return f"unc:{measure}" if len(tasks) == 1 else f"unc:{measure}:{task}"
+
+
+def mc_columns(mc: Any, tasks: Sequence[str], n_bins: int = 10) -> dict[str, np.ndarray]:
+    """Per-sample columns of a binary (sigmoid) run's MC samples (T, n, K tasks): `mc:<t>:<task>` = the pass-t
+    probability of class 1 and `unc:<measure>[:<task>]` = each measure of the sample (image level)."""
+    arr = np.asarray(mc, dtype=float)
+    out: dict[str, np.ndarray] = {}
+    for j, task in enumerate(tasks):
+        out.update({mc_column(t, task): arr[t, :, j] for t in range(arr.shape[0])})
+        for m, v in uncertainty_measures(binary_as_classes(arr[:, :, j]), n_bins=n_bins).items():
+            out[unc_column(m, task, tasks)] = v
+    return out
+
+
+def run_uncertainty(y: Any, mc: Any, tasks: Sequence[str], attributes: dict[str, Any],
+                    patient_ids: Any = None) -> dict[str, Any]:
+    """A binary (sigmoid) run's `uncertainty` block: per task column, `uncertainty_block` of its test cases
+    (labels (n, K), MC samples (T, n, K)); the defaults of `benchmark evaluate --uncertainty`."""
+    yy = np.asarray(y).reshape(len(np.asarray(y)), -1)
+    arr = np.asarray(mc, dtype=float)
+    return {task: uncertainty_block(yy[:, j], binary_as_classes(arr[:, :, j]), attributes, patient_ids=patient_ids)
+            for j, task in enumerate(tasks)}

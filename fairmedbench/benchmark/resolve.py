@@ -129,6 +129,7 @@ def check_spec(spec: RunSpec) -> Checked:
         raise InputError(f"hparam {', '.join(sorted(set(VOLUME_HPARAMS) & set(spec.hparams)))} applies to 3D datasets "
                          f"(a classification usage on volumes); {dcard.name!r} is {dcard.dim}D and usage "
                          f"{usage.name!r} {'runs on volumes' if usage.volumes else 'does not run slice by slice'}")
+    usage.check_hparams(spec.hparams)
     routed = split_by_owner(spec.hparams, {f"{task.name} training": train_defaults,
                                            f"usage {usage.name!r}": usage_defaults,
                                            f"mitigation {spec.mitigation!r}": mit_defaults})

@@ -209,6 +209,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics."""
     import pandas as pd
 
+    from fairmedbench.analysis.uncertainty import mc_columns, run_uncertainty
     from fairmedbench.metrics import evaluate_classification
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.mitigation import make_mitigation
@@ -231,6 +232,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     mit_h = spec.mitigation_hparams
+    mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
     docs, results, reused = [], [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
@@ -239,7 +241,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         t1 = time.perf_counter()
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
-                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups)
+                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t)
         # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
@@ -256,6 +258,10 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
                 frame[f"score:{t}"] = scores[:, j]
             for a, v in _attr_columns(ds, spec, p).items():
                 frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+            if sr.mc is not None:
+                frame = frame.assign(**mc_columns(sr.mc[name], label_cols))
+                if "patient_id" in ds.samples:
+                    frame["patient_id"] = ds.samples["patient_id"].to_numpy()[p].astype(str)
             rows.append(frame)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
@@ -264,6 +270,10 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
                               "select": sr.fit.select, "best_select_score": _finite(sr.fit.best_score),
                               "val_losses": sr.fit.val_losses, "threshold_policy": policy},
                  "usage": {"name": adapter.name, **prepared.notes}}
+        if sr.mc is not None:
+            pid = ds.samples["patient_id"].to_numpy()[split.test] if "patient_id" in ds.samples else None
+            extra["uncertainty"] = run_uncertainty(y[split.test], sr.mc["test"], label_cols,
+                                                   _attr_columns(ds, spec, split.test), patient_ids=pid)
         doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
                         {"load": t_load, "prepare": t_prep, "train": t_train,
                          "metrics": time.perf_counter() - t1 - t_train})

@@ -18,6 +18,7 @@ from tests.datasets.fmb_ds_fixtures import make_nih
 
 BASE = ["--model", "litemedsam", "--weights", "random", "--dataset", "synth-contrast", "--dataset-option", "n=24"]
 SEG = [*BASE, "--usage", "sam-prompt"]
+LP_DROPOUT = [*BASE, "--usage", "lp", "--hparam", "dropout=0.2"]
 
 
 def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
@@ -42,6 +43,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "precision": ([*BASE, "--precision", "fp32"], [*BASE, "--precision", "bf16"]),
         "skip_bad": (BASE, [*BASE, "--skip-bad"]),
         "prompt": (SEG, [*SEG, "--prompt", "center"]),
+        "mc_samples": (LP_DROPOUT, [*LP_DROPOUT, "--mc-samples", "3"]),
     }
 
 
