@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from fairmedbench.registry.base import Registry
 
-TASKS = ("classification", "segmentation")
+TASKS = ("classification", "segmentation", "multiclass")
 
 
 def raw_key(value: Any) -> str | None:
