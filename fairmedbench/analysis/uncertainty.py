@@ -349,6 +349,15 @@ def mc_columns(mc: Any, tasks: Sequence[str], n_bins: int = 10) -> dict[str, np.
     return out
 
 
+def mc_class_columns(mc: Any, classes: Sequence[str], n_bins: int = 10) -> dict[str, np.ndarray]:
+    """Per-sample columns of a multi-class (softmax) run's MC samples (T, n, C): `mc:<t>:<class>` = the pass-t
+    probability of the class (in class-index order) and `unc:<measure>` (image level)."""
+    arr = check_mc(mc)
+    out = {mc_column(t, c): arr[t, :, j] for t in range(arr.shape[0]) for j, c in enumerate(classes)}
+    out.update({unc_column(m, "", [""]): v for m, v in uncertainty_measures(arr, n_bins=n_bins).items()})
+    return out
+
+
 def run_uncertainty(y: Any, mc: Any, tasks: Sequence[str], attributes: dict[str, Any],
                     patient_ids: Any = None) -> dict[str, Any]:
     """A binary (sigmoid) run's `uncertainty` block: per task column, `uncertainty_block` of its test cases

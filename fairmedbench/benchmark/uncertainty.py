@@ -4,7 +4,8 @@ prediction file.
 File convention (what `benchmark run --mc-samples T` writes; see analysis.uncertainty):
 - `mc:<t>:<name>`, t = 0..T-1, one column per MC-dropout pass. Binary task: <name> is the task (the label column
   `label:<name>` or `<name>`) and the value is the pass's probability of class 1. Multi-class task: one column
-  per class, <name> = the class (its label value), the values of one pass summing to 1.
+  per class, <name> = the class, in class-index order, the values of one pass summing to 1; the labels are
+  the class names or their indices 0..C-1 (a multiclass run's `label` column).
 - `unc:<measure>` (or any column): one uncertainty per row, higher = more uncertain.
 - a `patient_id` column (`--patient-column`): with a measure, each pass's probabilities are averaged per patient.
 Rows with split = test are analysed when a split column exists. With a column, the prediction is the mean of
@@ -49,7 +50,7 @@ def _label_column(columns: list[str], label: str | None) -> str:
         if label not in columns:
             raise InputError(f"label column {label!r} not in the file; its columns are: {', '.join(columns[:30])}")
         return label
-    found = [c for c in columns if c.startswith("label:")]
+    found = [c for c in columns if c.startswith("label:")] or [c for c in columns if c == "label"]
     if len(found) != 1:
         raise InputError(f"give --label COL: the file has {len(found)} `label:` columns ({', '.join(found[:5])})")
     return found[0]
@@ -67,16 +68,19 @@ def _mc_array(table: Any, rows: np.ndarray, passes: dict[str, list[str]], task: 
     """(MC samples (T, n, C), labels as class indices) from the file's MC columns, or None without them."""
     if not passes:
         return None
-    if task in passes:  # binary: the pass's probability of class 1
-        mc = binary_as_classes(np.stack([_numeric(table[c][rows], c) for c in passes[task]]))
+    if task in passes or len(passes) == 1:  # binary: the pass's probability of class 1
+        mc = binary_as_classes(np.stack([_numeric(table[c][rows], c) for c in passes.get(task, next(iter(passes.values())))]))
         return mc, _numeric(y_raw, "labels")
-    names = sorted(passes, key=lambda s: (0, int(s)) if s.lstrip("-").isdigit() else (1, s))
+    names = list(passes)  # the file's column order is the class-index order
     mc = np.stack([np.stack([_numeric(table[c][rows], c) for c in passes[n]]) for n in names], axis=-1)  # (T, n, C)
-    index = {n: i for i, n in enumerate(names)}
     keys = [str(int(v)) if isinstance(v, (float, np.floating)) and float(v).is_integer() else str(v) for v in y_raw]
+    index = {n: i for i, n in enumerate(names)}
+    if not all(k in index for k in keys):  # labels as class indices 0..C-1 (a multiclass run's `label` column)
+        index = {str(i): i for i in range(len(names))}
     unknown = sorted({k for k in keys if k not in index})
     if unknown:
-        raise InputError(f"labels {unknown[:5]} are not among the MC classes {names}")
+        raise InputError(f"labels {unknown[:5]} are neither MC class names {names} nor class indices "
+                         f"0..{len(names) - 1}")
     return mc, np.array([index[k] for k in keys])
 
 

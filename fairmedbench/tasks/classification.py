@@ -162,11 +162,10 @@ def predict(head: Any, x: np.ndarray) -> np.ndarray:
         return torch.sigmoid(head(torch.as_tensor(x, dtype=torch.float32))).numpy().astype(np.float64)
 
 
-def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int) -> np.ndarray:
-    """MC dropout (Gal & Ghahramani 2016): (T, n, K) sigmoid outputs of `samples` passes with the head's
-    `mc_dropout` layers sampling and everything else in eval mode (a LoRA encoder's own dropout stays off).
-
-    Seeded by `seed` without touching the global torch RNG."""
+def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int, softmax: bool = False) -> np.ndarray:
+    """MC dropout (Gal & Ghahramani 2016): (T, n, K) sigmoid (or, with `softmax`, softmax) outputs of `samples`
+    passes with the head's `mc_dropout` layers sampling and everything else in eval mode (a LoRA encoder's own
+    dropout stays off). Seeded by `seed` without touching the global torch RNG."""
     import torch
 
     drops = [m for name, m in head.named_modules()
@@ -182,7 +181,8 @@ def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int) -> np.ndarray:
             torch.manual_seed(seed)
             for m in drops:
                 m.train()
-            out = [torch.sigmoid(head(xt)).numpy().astype(np.float64) for _ in range(samples)]
+            act = (lambda z: torch.softmax(z.double(), dim=1)) if softmax else torch.sigmoid
+            out = [act(head(xt)).numpy().astype(np.float64) for _ in range(samples)]
     finally:
         head.eval()
     return np.stack(out)
