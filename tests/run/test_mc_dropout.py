@@ -83,6 +83,44 @@ def test_cli_evaluate_uncertainty_json_and_table(mc_run, capsys: pytest.CaptureF
     assert set(rows["group"]) >= {"female", "male"} and set(rows["retention"]) == {1.0, 0.75, 0.5}
 
 
+@pytest.fixture(scope="module")
+def ordinal_run(tmp_path_factory: pytest.TempPathFactory):
+    """synth-ordinal (grades 0..3, weaker grade signal for females) through lp with MC dropout. Until
+    resolve.check_spec picks the task with `usage.task_for(card.tasks)` (the multiclass branch's one-line change),
+    lp is pinned to the multiclass task here; afterwards this is a no-op."""
+    from fairmedbench.adapters import USAGES
+    from fairmedbench.benchmark import resolve
+
+    tmp = tmp_path_factory.mktemp("mc-ordinal")
+    with pytest.MonkeyPatch.context() as mp:
+        if "multiclass" not in resolve.USAGE_PREFERENCE:
+            mp.setattr(USAGES.get("lp"), "task", "multiclass")
+        spec = _spec(model="moco-cxr", dataset="synth-ordinal", attributes=("sex",))
+        yield tmp, run(spec, RunOptions(out_root=str(tmp / "results"), cache_dir=str(tmp / "cache"), device="cpu"))
+
+
+def test_ordinal_run_and_evaluate_give_one_delta(ordinal_run) -> None:
+    """The acceptance on the ordinal preset: per-group rejection curves (linear kappa) and δ from
+    `run --mc-samples`, and the same δ from `evaluate --uncertainty` on the saved predictions."""
+    _, out = ordinal_run
+    doc = out.seed_docs[0]
+    assert out.config.task == "multiclass"
+    block = doc["uncertainty"]["label"]
+    curve = block["curves"]["sex"]["entropy"]
+    assert curve["pm"] == "kappa" and set(curve["groups"]) == {"female", "male"} and len(curve["retention"]) == 11
+    path = out.out_dir / doc["predictions"]["file"]
+    frame = pd.read_parquet(path)
+    test = frame[frame["split"] == "test"]
+    mc = np.stack([test[[f"mc:{t}:grade{c}" for c in range(4)]].to_numpy() for t in range(T)])  # (T, n, 4)
+    np.testing.assert_allclose(mc.sum(axis=2), 1.0, atol=1e-9)
+    np.testing.assert_allclose(test[[f"score:grade{c}" for c in range(4)]], mc.mean(axis=0), rtol=1e-12)
+    for m in MEASURES:
+        want = block["delta"]["sex"][m]
+        assert want is not None
+        for source in (m, f"unc:{m}"):
+            assert evaluate_uncertainty(path, source)["delta"]["sex"][source] == pytest.approx(want, abs=1e-12)
+
+
 def test_mc_samples_flag_is_the_hparam() -> None:
     run_parser = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
     base = ["--model", "imagenet-resnet50", "--dataset", "synth-contrast", "--usage", "lp", "--hparam", "dropout=0.2"]
