@@ -764,7 +764,8 @@ def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
     for attr, per in doc["curves"].items():
         for measure, c in per.items():
             r = c["retention"]
-            t = Table(title=f"{attr} / {measure}: δ = {c['delta']} ({c['pair_aggregation']} over pairs, mean over "
+            delta = "undefined" if c["delta"] is None else f"{c['delta']:.4f}"
+            t = Table(title=f"{attr} / {measure}: δ = {delta} ({c['pair_aggregation']} over pairs, mean over "
                             f"{len(r)} retention levels; {c['pm']})")
             t.add_column("group")
             for x in r:

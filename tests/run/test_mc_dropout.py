@@ -96,7 +96,8 @@ def ordinal_run(tmp_path_factory: pytest.TempPathFactory):
         if "multiclass" not in resolve.USAGE_PREFERENCE:
             mp.setattr(USAGES.get("lp"), "task", "multiclass")
         spec = _spec(model="moco-cxr", dataset="synth-ordinal", attributes=("sex",))
-        yield tmp, run(spec, RunOptions(out_root=str(tmp / "results"), cache_dir=str(tmp / "cache"), device="cpu"))
+        out = run(spec, RunOptions(out_root=str(tmp / "results"), cache_dir=str(tmp / "cache"), device="cpu"))
+    return tmp, out
 
 
 def test_ordinal_run_and_evaluate_give_one_delta(ordinal_run) -> None:
