@@ -66,7 +66,18 @@ def _add_evaluate(sub: Any) -> None:
     seg.add_argument("--mask-threshold", type=float, default=0.5)
     seg.add_argument("--hd95", action="store_true", help="also compute HD95 (slower)")
     p.add_argument("--out", metavar="FILE.json", help="result JSON (default results/evaluate/<name>-<id>/)")
+    p.add_argument("--test-resample", metavar="SPEC",
+                   help="also evaluate a resampled test set (seeded by --seed; ids stored in the JSON): "
+                        "balanced:ATTR (equal group sizes, each group's prevalence kept) | prevalence:ATTR (equal "
+                        "positives and negatives per group) | matched:ATTR:AGE_BINS (balanced, with the pooled "
+                        "age-bin distribution per label, bins [e_i,e_i+1) from --age-column, e.g. "
+                        "matched:sex:0,40,60,80)")
+    p.add_argument("--age-column", default="age", metavar="COL",
+                   help="numeric age column used by --test-resample matched:... (default: age)")
     p.add_argument("--out-table", metavar="FILE", help="tidy table, .csv or .parquet")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write a self-contained audit page: disparities with CIs first, then ROC/PR, "
+                        "calibration, rates at the global FPR-0.2 threshold, KS tests, resampled test set")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
     p.set_defaults(handler=_cmd_evaluate)
 
@@ -83,7 +94,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, seed=args.seed, logits=args.logits,
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
-        mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table)
+        mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
+        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv))
     if opts.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
     if len(sources) > 1:
@@ -99,6 +111,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     console = Console()
     render(outcome.result, console)
+    if outcome.resampled is not None:
+        from fairmedbench.report.terminal import render_resampled
+
+        render_resampled(outcome.result, outcome.resampled, outcome.document["test_resample"], console)
     for note in outcome.notes:
         console.print(f"[cyan]note[/] {note}")
     for task, thr in outcome.result.meta.get("thresholds", {}).items():
