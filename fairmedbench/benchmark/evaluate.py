@@ -334,6 +334,8 @@ def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: Any, resolved:
               opts: EvaluateOptions) -> Any:
     """Draw the --test-resample set from the test rows: groups as evaluated (binned where --bins says so),
     ids from --id-column (else the row number in the file), ages from --age-column (matched only)."""
+    from dataclasses import replace
+
     import pandas as pd
 
     from fairmedbench.analysis.resample import apply_test_resample
@@ -344,8 +346,12 @@ def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: Any, resolved:
     table = pd.DataFrame({"group": names[attr.codes], "label": y, "sample_id": np.asarray(ids).astype(str)})
     if spec.method == "matched":
         table["age"] = df[opts.age_column][test]
-    return apply_test_resample(table, spec, "label", seed=opts.seed, id_col="sample_id", age_col="age",
-                               group_col="group")
+    res = apply_test_resample(table, spec, "label", seed=opts.seed, id_col="sample_id", age_col="age",
+                              group_col="group")
+    named = {"group_col": spec.attribute, "label_col": opts.labels[0]}
+    if spec.method == "matched":
+        named["age_col"] = opts.age_column
+    return replace(res, params={**res.params, **named})  # the file's column names, not the work table's
 
 
 def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
