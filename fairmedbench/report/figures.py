@@ -243,9 +243,11 @@ def utility_gap_scatter(labels: Sequence[str], utility: Sequence[float], gap: Se
                         xlabel: str, ylabel: str, xerr: Sequence[tuple[float, float]] | None = None,
                         yerr: Sequence[tuple[float, float]] | None = None, front: Sequence[bool] | None = None) -> str:
     """Utility (x) against a fairness gap (y), one labelled point each, optional 95% CI bars on both axes; the
-    points marked in `front` (non-dominated) are filled and joined, the others hollow."""
+    points marked in `front` (non-dominated) are filled and joined, the others hollow (no `front`: all filled,
+    none joined)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.0, 4.0))
+    join = front is not None
     front = list(front) if front is not None else [True] * len(labels)
     for i, (lab, u, g) in enumerate(zip(labels, utility, gap)):
         c = COLORS[i % len(COLORS)]
@@ -254,7 +256,7 @@ def utility_gap_scatter(labels: Sequence[str], utility: Sequence[float], gap: Se
         ax.errorbar([u], [g], xerr=xe, yerr=ye, fmt="o", color=c, mfc=c if front[i] else "white", capsize=3, ms=7,
                     label=lab + ("" if front[i] else " (dominated)"))
     on = sorted((u, g) for u, g, f in zip(utility, gap, front) if f)
-    if len(on) > 1:
+    if join and len(on) > 1:
         ax.plot(*zip(*on), color="#555", ls="--", lw=1, zorder=0)
     ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.set_title(title, fontsize=10)

@@ -267,7 +267,8 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
                                                    xlabel=metric_spec(util).header, ylabel=metric_spec(gap).header),
                                "utility against gap, one point per seed"))
         sections.append({"title": f"{rep_task} by {attr}", "tables": [group_table(rep, columns)],
-                         "figures": figures, "notes": result_notes(rep)})
+                         "figures": figures,
+                         "notes": result_notes(rep, doc["result"].get("meta", {}).get("min_group_size"))})
     prov = {k: doc.get(k) for k in ("run_id", "created_at", "fairmedbench_version", "git_commit", "spec", "inputs",
                                     "environment", "timings_s", "training", "usage")}
     text = TEMPLATES.get_template("report/run.html.j2").render(
@@ -290,8 +291,8 @@ def _summary_cell(c: dict[str, Any] | None) -> Cell:
     return Cell(f"{c['mean']:.3f}{ci}", "num")
 
 
-def _interval_cell(c: dict[str, Any] | None) -> Cell:
-    return Cell(interval_text(c, signed=True), "num") if c else Cell("—", "na")
+def _interval_cell(c: dict[str, Any] | None, signed: bool = True) -> Cell:
+    return Cell(interval_text(c, signed), "num") if c else Cell("—", "na")
 
 
 def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
@@ -347,7 +348,8 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
         if boot.get("methods"):
             keys = [k for k in ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm")
                     if any(k in e for e in boot["methods"].values())]
-            boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k)) for k in keys]]
+            boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k), k != "worst_group_auc")
+                                                               for k in keys]]
                                                    for m, e in boot["methods"].items()],
                                f"paired test-set bootstrap ({boot.get('n_boot')} resamples; seed means, groups "
                                f"{', '.join(map(str, boot.get('groups', [])))})")
