@@ -149,3 +149,24 @@ def test_every_template_is_autoescaped_and_installed() -> None:
     package = Path(fairmedbench.__file__).parent
     shipped = {p for g in globs for p in package.glob(g)}
     assert set(package.rglob("*.j2")) <= shipped, "a template is missing from setup.cfg [options.package_data]"
+
+
+def test_segmentation_run_page_uses_the_segmentation_metrics(tmp_path) -> None:
+    n = 6
+    pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "split": "test", "seed": 0,
+                  "attr:sex": ["F", "M"] * 3}).to_parquet(tmp_path / "p.parquet")
+    cell = lambda v: {"value": v, "ci_low": v - 0.1, "ci_high": v + 0.1}  # noqa: E731
+    metrics = {"dsc": {"__overall__": cell(0.8), "F": cell(0.7), "M": cell(0.9)},
+               "dsc_gap": {"__gap__": cell(0.2)}, "dsc_diff": {"__gap__": cell(0.2)}}
+    doc = {"kind": "run-segmentation", "predictions": {"file": "p.parquet"},
+           "spec": {"model": "m", "dataset": "d", "usage": "sam-decoder", "mitigation": "erm", "seed": 0},
+           "result": {"meta": {"min_group_size": 30}, "reports": [{
+               "task": "mask", "attribute": "sex", "groups": ["F", "M"], "small_groups": ["F", "M"],
+               "counts": {"__overall__": {"n": n, "n_empty_gt": 1}, "F": {"n": 3, "n_empty_gt": 0},
+                          "M": {"n": 3, "n_empty_gt": 1}}, "metrics": metrics}]}}
+    page = write_run_report(tmp_path, [doc]).read_text()
+    text = html.unescape(re.sub("<[^>]+>", " ", page))
+    assert "signed DSC difference" in text and "M − F: +0.200 [+0.100, +0.300]" in text
+    assert "yes: CI excludes 0" in text and "empty GT" in text
+    assert "mask / sex = F: small group (3 samples < 30): point estimates only, no CI" in text
+    assert page.count("<img") == 2  # no scores: no curves; DSC by group and the per-seed point
