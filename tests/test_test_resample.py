@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairmedbench.analysis.resample import ResampleSpec, apply_test_resample, parse_test_resample
+from fairmedbench.analysis.resample import ResampleSpec, apply_test_resample, parse_test_resample, resample_test_set
 from fairmedbench.cli import main
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
@@ -124,7 +124,8 @@ def test_evaluate_reports_original_and_resampled(tmp_path: Path, capsys: pytest.
     tr = doc["test_resample"]
     n_cell = int(((df.grp == "A") & (df.label == 1)).sum())
     assert len(tr["ids"]) == 4 * n_cell and set(tr["ids"]) <= set(df["id"]) and tr["seed"] == 7
-    assert tr["params"]["spec"] == "prevalence:grp" and tr["label_column"] == "label"
+    assert tr["params"]["spec"] == "prevalence:grp" and tr["params"]["label_col"] == "label"
+    assert tr["params"]["group_col"] == "grp"
     rep = tr["result"]["reports"][0]
     assert rep["counts"]["A"] == {"n": 2 * n_cell, "n_pos": n_cell, "n_neg": n_cell}
     # the resampled metrics are the engine's on exactly the stored ids
@@ -153,3 +154,15 @@ def test_evaluate_bad_resample_input(tmp_path: Path, capsys: pytest.CaptureFixtu
                "--n-boot", "0", "--out", str(tmp_path / "r.json"), *extra])
     err = capsys.readouterr().err
     assert rc == 2 and says in err and not (tmp_path / "r.json").exists()
+
+
+def test_resample_test_set_on_arrays_records_the_columns() -> None:
+    df = _prevalence_only(1000)
+    spec = parse_test_resample("matched:grp:20,50,90")
+    res = resample_test_set(spec, df["grp"], df["label"], df["sample_id"], seed=2, ages=df["age"],
+                            columns={"group_col": "attr:grp", "age_col": "Patient Age"})
+    same = apply_test_resample(df, spec, "label", seed=2, group_col="grp")
+    assert res.positions.tolist() == same.positions.tolist() and res.ids == same.ids
+    assert res.params["group_col"] == "attr:grp" and res.params["age_col"] == "Patient Age"
+    with pytest.raises(InputError, match="needs each test sample's age"):
+        resample_test_set(spec, df["grp"], df["label"], df["sample_id"], seed=2)

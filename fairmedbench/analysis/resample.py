@@ -5,7 +5,7 @@ balanced sets (equal positives and negatives in every group). Seeded; the chosen
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -233,6 +233,22 @@ def parse_test_resample(text: str) -> ResampleSpec:
         raise InputError(f"--test-resample {text!r}: age bins need at least two strictly increasing edges, "
                          "e.g. 0,40,60,80")
     return ResampleSpec(method, attr.strip(), bins)
+
+
+def resample_test_set(spec: ResampleSpec, groups: Sequence[object], labels: Sequence[int], ids: Sequence[object],
+                      seed: int, ages: Sequence[float] | None = None, columns: dict[str, str] | None = None
+                      ) -> Resampled:
+    """`apply_test_resample` on arrays of the test rows: each row's group (None = missing), 0/1 label, id and,
+    for `matched`, age. `columns` names where they came from (group_col, label_col, age_col), recorded in the
+    params; the positions index these arrays."""
+    table = pd.DataFrame({"group": np.asarray(groups, dtype=object), "label": np.asarray(labels),
+                          "sample_id": np.asarray(ids).astype(str)})
+    if spec.method == "matched":
+        if ages is None:
+            raise InputError(f"--test-resample {spec}: matched resampling needs each test sample's age")
+        table["age"] = np.asarray(ages)
+    res = apply_test_resample(table, spec, "label", seed=seed, id_col="sample_id", age_col="age", group_col="group")
+    return replace(res, params={**res.params, **(columns or {})})
 
 
 def apply_test_resample(samples: pd.DataFrame, spec: ResampleSpec, label_col: str = "label", seed: int = 0,

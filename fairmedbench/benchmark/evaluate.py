@@ -228,8 +228,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                                 result.to_dict(), inputs, {"read": t_read, "metrics": t_metrics})
     doc["notes"] = notes
     if resampled is not None:
-        doc["test_resample"] = {**resampled.sample.to_dict(), "label_column": opts.labels[0],
-                                "result": resampled.result.to_dict()}
+        doc["test_resample"] = {**resampled.sample.to_dict(), "result": resampled.result.to_dict()}
     out = Path(opts.out) if opts.out else Path("results") / "evaluate" / f"{Path(source).stem}-{doc['run_id']}" / \
         "result.json"
     paths = {"result": str(out)}
@@ -334,24 +333,16 @@ def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: Any, resolved:
               opts: EvaluateOptions) -> Any:
     """Draw the --test-resample set from the test rows: groups as evaluated (binned where --bins says so),
     ids from --id-column (else the row number in the file), ages from --age-column (matched only)."""
-    from dataclasses import replace
-
-    import pandas as pd
-
-    from fairmedbench.analysis.resample import apply_test_resample
+    from fairmedbench.analysis.resample import resample_test_set
 
     attr = next(a for a in resolved if a.name == spec.attribute)
     names = np.array(attr.groups + (None,), dtype=object)
     ids = df[opts.id_column][test] if opts.id_column else np.nonzero(test)[0]
-    table = pd.DataFrame({"group": names[attr.codes], "label": y, "sample_id": np.asarray(ids).astype(str)})
+    columns = {"group_col": spec.attribute, "label_col": opts.labels[0]}
     if spec.method == "matched":
-        table["age"] = df[opts.age_column][test]
-    res = apply_test_resample(table, spec, "label", seed=opts.seed, id_col="sample_id", age_col="age",
-                              group_col="group")
-    named = {"group_col": spec.attribute, "label_col": opts.labels[0]}
-    if spec.method == "matched":
-        named["age_col"] = opts.age_column
-    return replace(res, params={**res.params, **named})  # the file's column names, not the work table's
+        columns["age_col"] = opts.age_column
+    return resample_test_set(spec, names[attr.codes], y, ids, opts.seed,
+                             df[opts.age_column][test] if spec.method == "matched" else None, columns)
 
 
 def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,

@@ -112,35 +112,6 @@ def _rates(rep: dict[str, Any]) -> tuple[Any, tuple[float, list[float], list[flo
     return table, (t, fpr, tpr)
 
 
-def _resampled_section(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """Original and resampled test sets side by side, per (task, attribute)."""
-    from fairmedbench.analysis.resample import RESAMPLE_METRICS
-    from fairmedbench.report.html import Cell, Table, header, metric_cell
-
-    tr = doc.get("test_resample")
-    if not tr:
-        return None
-    tables = []
-    for rep in doc["result"]["reports"]:
-        rr = next(r for r in tr["result"]["reports"] if r["task"] == rep["task"] and r["attribute"] == rep["attribute"])
-        rows = []
-        for g in [OVERALL, *rep["groups"], GAP]:
-            key = OVERALL if g == GAP else g
-            n = " / ".join(str(x.get("counts", {}).get(key, {}).get("n", "—")) for x in (rep, rr))
-            cells = []
-            for m in RESAMPLE_METRICS:
-                name = f"{m}_gap" if g == GAP else m
-                cells += [metric_cell(rep, name, g), metric_cell(rr, name, g)]
-            rows.append([Cell({OVERALL: "all", GAP: "gap (max − min)"}.get(g, g)), Cell(n, "num"), *cells])
-        head = [h for m in RESAMPLE_METRICS for h in (f"{header(m)} original", f"{header(m)} resampled")]
-        tables.append(Table(["group", "n original / resampled", *head], rows, f"{rep['task']} by {rep['attribute']}",
-                            "metrics wide"))
-    p = tr["params"]
-    return {"spec": p.get("spec", tr["method"]), "seed": tr["seed"], "n": len(tr["ids"]),
-            "fingerprint": tr["fingerprint"], "counts": tr["counts"], "label_column": tr.get("label_column"),
-            "tables": tables}
-
-
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for pkg in VERSIONS:
@@ -157,7 +128,7 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     from fairmedbench.engine import store
     from fairmedbench.report.figures import score_ecdf_by_group
     from fairmedbench.report.html import TEMPLATES, Img, group_figures, group_table, headline_table, \
-        result_notes, signed_difference_table
+        resampled_section, result_notes, signed_difference_table
 
     reports = doc["result"]["reports"]
     meta = doc["result"]["meta"]
@@ -185,5 +156,5 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
         title=f"fairness audit: {source}", source=source, meta=meta, n=meta.get("n_samples"),
         headline=headline_table(reports, "classification", [f"{m}_gap" for m in RATE_METRICS[:2]]),
         notes=notes, sections=sections, ks=_ks_table(tests, correction) if tests else None, ks_skipped=ks_skipped,
-        resampled=_resampled_section(doc), provenance=prov, provenance_heading="provenance: inputs, command, versions")
+        resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov, provenance_heading="provenance: inputs, command, versions")
     return store.write_text(path, text)

@@ -202,6 +202,33 @@ def header(metric: str) -> str:
         return metric
 
 
+def resampled_section(reports: Sequence[dict[str, Any]], sample: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The original and the resampled test set side by side per (task, attribute), from a document's
+    `test_resample` block (analysis.resample.Resampled.to_dict() plus the metrics on it under `result`)."""
+    from fairmedbench.analysis.resample import RESAMPLE_METRICS
+
+    if not sample:
+        return None
+    tables = []
+    for rep in reports:
+        rr = next(r for r in sample["result"]["reports"] if r["task"] == rep["task"] and r["attribute"] == rep["attribute"])
+        rows = []
+        for g in [OVERALL, *rep["groups"], GAP]:
+            key = OVERALL if g == GAP else g
+            n = " / ".join(str(x.get("counts", {}).get(key, {}).get("n", "—")) for x in (rep, rr))
+            cells = []
+            for m in RESAMPLE_METRICS:
+                name = f"{m}_gap" if g == GAP else m
+                cells += [metric_cell(rep, name, g), metric_cell(rr, name, g)]
+            rows.append([Cell({GAP: "gap (max − min)"}.get(g, group_label(g))), Cell(n, "num"), *cells])
+        head = [h for m in RESAMPLE_METRICS for h in (f"{header(m)} original", f"{header(m)} resampled")]
+        tables.append(Table(["group", "n original / resampled", *head], rows, f"{rep['task']} by {rep['attribute']}",
+                            "metrics wide"))
+    return {"spec": sample["params"].get("spec", sample["method"]), "seed": sample["seed"], "n": len(sample["ids"]),
+            "fingerprint": sample["fingerprint"], "counts": sample["counts"],
+            "label_column": sample["params"].get("label_col"), "tables": tables}
+
+
 def group_figures(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], what: str,
                   rates: tuple[float, Sequence[float], Sequence[float]] | None = None) -> list[Img]:
     """ROC, precision-recall and reliability curves by group (matplotlib, inlined)."""
@@ -273,7 +300,8 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
                                     "environment", "timings_s", "training", "usage")}
     text = TEMPLATES.get_template("report/run.html.j2").render(
         spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], headline=headline_table(reports, task),
-        sections=sections, provenance=prov, provenance_heading="provenance")
+        sections=sections, resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
+        provenance_heading="provenance")
     return store.write_text(Path(out_dir) / "report.html", text)
 
 

@@ -39,7 +39,11 @@ def test_report_is_self_contained_and_escapes(tmp_path) -> None:
            "spec": {"model": "m<script>", "dataset": "d", "usage": "lp", "mitigation": "erm", "seed": 0},
            "result": {"reports": [{"task": "y", "attribute": "sex", "groups": ["F", "<b>M</b>"],
                                    "counts": {"__overall__": {"n": n}}, "metrics": metrics}]}}
+    doc["test_resample"] = {"method": "balanced_groups", "seed": 0, "ids": ["s1", "s2"], "fingerprint": "ab" * 32,
+                            "counts": {"F": {"n": 1, "n_pos": 1, "n_neg": 0}},
+                            "params": {"spec": "balanced:sex", "label_col": "y"}, "result": doc["result"]}
     page = write_run_report(tmp_path, [doc]).read_text()
+    assert "Resampled test set: balanced:sex" in page and "(on label column y)" in page
     assert page.count('<img src="data:image/png;base64,') == 5  # ROC, PR, reliability, AUC by group, per seed
     for caption in ("ROC curves by sex", "precision-recall by sex", "calibration (reliability) by sex",
                     "AUC per group of sex with 95% bootstrap CIs", "utility against gap, one point per seed"):
