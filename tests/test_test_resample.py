@@ -166,3 +166,17 @@ def test_resample_test_set_on_arrays_records_the_columns() -> None:
     assert res.params["group_col"] == "attr:grp" and res.params["age_col"] == "Patient Age"
     with pytest.raises(InputError, match="needs each test sample's age"):
         resample_test_set(spec, df["grp"], df["label"], df["sample_id"], seed=2)
+
+
+def test_batch_table_has_both_test_sets(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    paths = []
+    for seed in (0, 1):
+        paths.append(tmp_path / f"p{seed}.csv")
+        _prevalence_only(400, seed).to_csv(paths[-1], index=False)
+    rc = main(["evaluate", "--predictions", *map(str, paths), "--label", "label", "--score", "score", "--attribute",
+               "grp", "--n-boot", "0", "--test-resample", "balanced:grp", "--out", str(tmp_path / "b"),
+               "--out-table", str(tmp_path / "t.csv")])
+    capsys.readouterr()
+    tidy = pd.read_csv(tmp_path / "t.csv")
+    assert rc == 0 and set(tidy["test_set"]) == {"original", "resampled balanced:grp"}
+    assert set(tidy["source"]) == set(map(str, paths))

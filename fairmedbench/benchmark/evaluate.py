@@ -239,7 +239,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         store.write_parquet(pred_path, per_sample)
     paths["predictions"] = str(pred_path)
     if opts.out_table:
-        store.write_table(opts.out_table, _tidy(result, resampled))
+        store.write_table(opts.out_table, _tidy(result, resampled.result if resampled else None, doc))
         paths["table"] = opts.out_table
     doc["files"] = {"predictions": pred_path.name}
     store.write_json(out, doc)
@@ -250,15 +250,15 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     return EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
 
 
-def _tidy(result: FairnessResult, resampled: "Resampling | None") -> Any:
+def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[str, Any]) -> Any:
     """The tidy table; with a resampled test set, both sets' rows and a `test_set` column."""
     if resampled is None:
         return result.to_frame()
     import pandas as pd
 
+    spec = doc["test_resample"]["params"]["spec"]
     return pd.concat([result.to_frame().assign(test_set="original"),
-                      resampled.result.to_frame().assign(test_set=f"resampled {resampled.sample.params['spec']}")],
-                     ignore_index=True)
+                      resampled.to_frame().assign(test_set=f"resampled {spec}")], ignore_index=True)
 
 
 @dataclass
@@ -435,12 +435,14 @@ def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
                       labels=list(opts.labels), scores=list(opts.scores), attributes=list(opts.attributes))
         outcome = run_evaluate(one)
         outcomes.append(outcome)
-        rows += [{"source": src, **r} for r in outcome.result.records()]
+        rows += [{"source": src, **r} for r in _tidy(outcome.result, outcome.resampled, outcome.document)
+                 .to_dict("records")]
         if progress:
             progress(i + 1, len(sources), f"evaluated {name}")
     import pandas as pd
 
     table = opts.out_table or str(out_dir / "table.csv")
     store.write_table(table, pd.DataFrame(rows, columns=["source", "task", "attribute", "group", "metric", "value",
-                                                         "ci_low", "ci_high", "n"]))
+                                                         "ci_low", "ci_high", "n"]
+                                          + (["test_set"] if opts.test_resample else [])))
     return BatchOutcome(outcomes, table, str(out_dir))
