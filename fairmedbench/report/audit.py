@@ -86,10 +86,11 @@ def _ks_table(tests: Sequence[KSTest], correction: str, alpha: float = 0.05) -> 
              Cell(f"{t.p_value:.3g}", "num"), Cell(f"{t.p_adjusted:.3g}", "num"),
              Cell("yes" if t.p_adjusted <= alpha else "no", "yes" if t.p_adjusted <= alpha else "no")]
             for t in tests]
-    return Table(["task", "attribute", "within", "group A", "group B", "n A / n B", "KS D", "p", f"p ({correction.upper()})",
+    name = correction.upper()
+    return Table(["task", "attribute", "within", "group A", "group B", "n A / n B", "KS D", "p", f"p ({name})",
                   f"differ at {alpha:g}?"], rows,
-                 f"score distributions by group: two-sample KS (scipy ks_2samp), {correction.upper()}-corrected over "
-                 f"all {len(tests)} tests of this page")
+                 f"score distributions by group: two-sample KS (scipy ks_2samp), {name}-corrected over all "
+                 f"{len(tests)} tests of this page")
 
 
 def _rates(rep: dict[str, Any]) -> tuple[Any, tuple[float, list[float], list[float]] | None]:
@@ -97,19 +98,22 @@ def _rates(rep: dict[str, Any]) -> tuple[Any, tuple[float, list[float], list[flo
     from fairmedbench.report.html import Cell, Table, header, metric_cell
 
     thr = rep.get("thresholds", {}).get("rates_at_fpr20", {})
-    t = thr.get("value")
-    rows = [[Cell({OVERALL: "all", GAP: "gap (max − min)"}.get(g, g)),
+    t = thr.get("value")  # a number, "inf" (no score above the cut) or None (no negatives)
+    shown = "—" if t is None else t if isinstance(t, str) else f"{t:.4g}"
+    rows = [[Cell({GAP: "gap (max − min)"}.get(g, "all" if g == OVERALL else g)),
              *[metric_cell(rep, m if g != GAP else f"{m}_gap", g) for m in RATE_METRICS]]
             for g in [OVERALL, *rep["groups"], GAP]]
     caption = (f"rates at one global threshold, {thr.get('rule', 'the smallest with overall FPR <= 0.2')}: "
-               f"positive iff score {thr.get('comparator', '>=')} {t if isinstance(t, str) else format(t, '.4g') if t is not None else '—'}")
+               f"positive iff score {thr.get('comparator', '>=')} {shown}")
     table = Table(["group", *[header(m) for m in RATE_METRICS]], rows, caption)
     if t is None:
         return table, None
-    cell = lambda m, g: (rep["metrics"].get(m, {}).get(g) or {}).get("value")  # noqa: E731
-    fpr = [np.nan if cell("fpr_at_fpr20", g) is None else cell("fpr_at_fpr20", g) for g in rep["groups"]]
-    tpr = [np.nan if cell("tpr_at_fpr20", g) is None else cell("tpr_at_fpr20", g) for g in rep["groups"]]
-    return table, (t, fpr, tpr)
+
+    def values(metric: str) -> list[float]:
+        cells = [rep["metrics"].get(metric, {}).get(g) or {} for g in rep["groups"]]
+        return [np.nan if c.get("value") is None else c["value"] for c in cells]
+
+    return table, (t, values("fpr_at_fpr20"), values("tpr_at_fpr20"))
 
 
 def _versions() -> dict[str, str]:
@@ -156,5 +160,6 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
         title=f"fairness audit: {source}", source=source, meta=meta, n=meta.get("n_samples"),
         headline=headline_table(reports, "classification", [f"{m}_gap" for m in RATE_METRICS[:2]]),
         notes=notes, sections=sections, ks=_ks_table(tests, correction) if tests else None, ks_skipped=ks_skipped,
-        resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov, provenance_heading="provenance: inputs, command, versions")
+        resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
+        provenance_heading="provenance: inputs, command, versions")
     return store.write_text(path, text)

@@ -211,7 +211,8 @@ def resampled_section(reports: Sequence[dict[str, Any]], sample: dict[str, Any] 
         return None
     tables = []
     for rep in reports:
-        rr = next(r for r in sample["result"]["reports"] if r["task"] == rep["task"] and r["attribute"] == rep["attribute"])
+        rr = next(r for r in sample["result"]["reports"]
+                  if r["task"] == rep["task"] and r["attribute"] == rep["attribute"])
         rows = []
         for g in [OVERALL, *rep["groups"], GAP]:
             key = OVERALL if g == GAP else g

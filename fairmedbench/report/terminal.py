@@ -101,8 +101,8 @@ def render_resampled(original: FairnessResult, resampled: FairnessResult, sample
             label = {OVERALL: "all", GAP: "gap"}.get(g, g)
             metrics = [m if g != GAP else f"{m}_gap" for m in RESAMPLE_METRICS]
             n = [str(x.counts.get(OVERALL if g == GAP else g, {}).get("n", 0)) for x in (r, rr)]
-            table.add_row(label, " | ".join(n), *[f"{_cell(r, m, g, ci=False)} | {_cell(rr, m, g, ci=False)}" for m in metrics],
-                          end_section=g == r.groups[-1])
+            pairs = [f"{_cell(r, m, g, ci=False)} | {_cell(rr, m, g, ci=False)}" for m in metrics]
+            table.add_row(label, " | ".join(n), *pairs, end_section=g == r.groups[-1])
         console.print(table)
     console.print(f"resampled test set: {len(sample['ids'])} samples, sha256 {sample['fingerprint'][:12]}…, "
                   "ids in the result JSON (test_resample.ids)")
