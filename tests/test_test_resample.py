@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairmedbench.analysis.resample import ResampleSpec, apply_test_resample, parse_test_resample, resample_test_set
+from fairmedbench.analysis.resample import (ResampleSpec, apply_test_resample, balance_groups, parse_test_resample,
+                                            resample_test_set)
 from fairmedbench.cli import main
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
@@ -100,12 +101,15 @@ def test_matched_uses_the_age_column_and_bins() -> None:
     res = apply_test_resample(df, parse_test_resample("matched:grp:20,40,60,90"), "label", seed=0)
     assert res.params["age_col"] == "age" and res.params["age_bins"] == [20.0, 40.0, 60.0, 90.0]
     chosen = df.iloc[res.positions]
+    assert len(set(res.positions.tolist())) == len(res.positions)  # drawn without replacement
+    n = res.params["n_per_group"]
+    assert res.counts["A"]["n"] == res.counts["B"]["n"] == n and n < (df.grp == "A").sum()  # what the bins can fill
+    with pytest.raises(InputError, match="needs"):  # the largest size: one more does not fit the age bins
+        balance_groups(df, "grp", seed=0, n_per_group=n + 1, age_col="age", age_bins=(20, 40, 60, 90))
     bins = pd.cut(chosen["age"], [20, 40, 60, 90], right=False)
-    shares = chosen.groupby(["grp", "label"])[[]].size()
     per = chosen.assign(b=bins).groupby(["label", "grp"])["b"].value_counts(normalize=True).unstack()
     for y in (0, 1):  # every group has the pooled age-bin distribution within each label
         assert (per.loc[y].max() - per.loc[y].min()).max() < 0.02
-    assert shares.sum() == len(res.positions)
     with pytest.raises(InputError, match="age column 'years'"):
         apply_test_resample(df, parse_test_resample("matched:grp:20,40,60,90"), "label", age_col="years")
 
