@@ -19,6 +19,7 @@ from tests.datasets.fmb_ds_fixtures import make_nih
 BASE = ["--model", "litemedsam", "--weights", "random", "--dataset", "synth-contrast", "--dataset-option", "n=24"]
 SEG = [*BASE, "--usage", "sam-prompt"]
 LP_DROPOUT = [*BASE, "--usage", "lp", "--hparam", "dropout=0.2"]
+LP = [*BASE, "--usage", "lp", "--attribute", "sex"]
 
 
 def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
@@ -44,6 +45,11 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "skip_bad": (BASE, [*BASE, "--skip-bad"]),
         "prompt": (SEG, [*SEG, "--prompt", "center"]),
         "mc_samples": (LP_DROPOUT, [*LP_DROPOUT, "--mc-samples", "3"]),
+        "train_group_share": (LP, [*LP, "--train-group-share", "0.5"]),
+        "share_group": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--share-group", "male"]),
+        "train_size": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--train-size", "4"]),
+        "prevalence": (LP, [*LP, "--prevalence", "0.3"]),
+        "prevalence_on": ([*LP, "--prevalence", "0.3"], [*LP, "--prevalence", "0.3", "--prevalence-on", "train"]),
     }
 
 
