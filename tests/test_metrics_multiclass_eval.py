@@ -51,6 +51,9 @@ def test_hand_computed_group_values():
     assert rep.value("macro_auc_vs_best", "a") == 0.0
     assert rep.value("worst_group_macro_auc", GAP) == pytest.approx(45 / 48)
     assert rep.worst_group == {"macro_auc": "b", "balanced_accuracy": "b"}
+    # two groups: second - first, as the binary engine's differences
+    assert rep.value("macro_auc_diff", GAP) == pytest.approx(45 / 48 - 1)
+    assert rep.value("balanced_accuracy_diff", GAP) == pytest.approx(5 / 6 - 1)
     assert rep.counts["b"] == {"n": 6, "n:low": 2, "n:mid": 2, "n:high": 2}
 
 
@@ -89,6 +92,8 @@ def test_bootstrap_intervals_gaps_and_reproducibility():
     assert 0 < lo < v < hi  # the injected disparity is distinguishable from none
     v, lo, hi = a.values["kappa_quadratic_vs_best"]["F"]
     assert lo < v < hi < 0
+    v, lo, hi = a.values["macro_auc_diff"][GAP]  # M - F
+    assert 0 < lo < v < hi
     # the best group is the reference: no interval, with the reason
     assert a.ci_notes["macro_auc_vs_best"]["M"].startswith("the reference")
     for grp in ("F", "M"):

@@ -98,6 +98,8 @@ MC_KAPPA = {"kappa": None, "kappa_linear": "linear", "kappa_quadratic": "quadrat
 MC_GAP_BASE = ("macro_auc", "balanced_accuracy", "accuracy", *MC_KAPPA)
 #: metrics whose best group is the reference of `<metric>_vs_best` (every one: all are higher-is-better)
 MC_VS_BEST = MC_GAP_BASE
+#: two-group attributes: `<metric>_diff` = second group - first, as the binary engine's (controls read these)
+MC_DIFF_BASE = ("macro_auc", "balanced_accuracy")
 
 
 def class_tpr_name(cls: str) -> str:
@@ -234,11 +236,12 @@ def _mc_evaluate(blocks: list[_MCBlock], pop: _MCBlock, slots: list[np.ndarray],
     return per
 
 
-def _mc_between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]], best: dict[str, str],
-                classes: list[str]) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
-    """Gaps (max - min over defined groups), worst-group values, and per group the signed difference to the
-    group best on the point estimate (its identity fixed across resamples)."""
-    from fairmedbench.metrics.result import gap_stats
+def _mc_between(per: dict[str, dict[str, np.ndarray]], groups: list[str], defined: dict[str, list[str]],
+                best: dict[str, str], classes: list[str]
+                ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Gaps (max - min over defined groups), worst-group values, two-group differences, and per group the signed
+    difference to the group best on the point estimate (its identity fixed across resamples)."""
+    from fairmedbench.metrics.result import gap_stats, signed_differences
 
     gaps: dict[str, np.ndarray] = {}
     for m in MC_GAP_BASE + tuple(class_tpr_name(c) for c in classes):
@@ -246,6 +249,9 @@ def _mc_between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[s
         gaps[f"{m}_gap"] = gap
         if m in ("macro_auc", "balanced_accuracy"):
             gaps[f"worst_group_{m}"] = lo
+    for m, diff in signed_differences(per, groups, MC_DIFF_BASE).items():
+        both = all(g in defined[m[:-len("_diff")]] for g in groups)
+        gaps[m] = diff if both else np.full_like(diff, np.nan)
     vs_best: dict[str, dict[str, np.ndarray]] = {}
     for m in MC_VS_BEST:
         if m in best:
@@ -275,7 +281,8 @@ def evaluate_multiclass(
     `logits=True` go through the softmax); `classes` names the C columns (default '0'..'C-1'). Per group:
     macro one-vs-rest AUC (mean over the classes present in the group), balanced accuracy, accuracy, Cohen's
     kappa (unweighted, linear, quadratic) and per-class TPR `tpr:<class>` at the argmax; between groups:
-    `<m>_gap`, `worst_group_<m>` and per group `<m>_vs_best` (value minus the best group's).
+    `<m>_gap`, `worst_group_<m>`, per group `<m>_vs_best` (value minus the best group's) and, for two groups,
+    `<m>_diff` (second minus first, as in the binary engine).
     """
     from fairmedbench.metrics.classification import resolve_attributes
 
@@ -319,7 +326,7 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, class
     point = _mc_evaluate(blocks, pop, slots, len(y), [np.ones((1, len(sl))) for sl in slots], groups, classes)
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
     best = {m: max(defined[m], key=lambda g: point[m][g][0]) for m in MC_VS_BEST if defined[m]}
-    gaps, vs_best = _mc_between(point, defined, best, classes)
+    gaps, vs_best = _mc_between(point, groups, defined, best, classes)
 
     boot: dict[str, dict[str, list[np.ndarray]]] = {}
     if n_boot > 0:
@@ -327,7 +334,7 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, class
         for start, stop in bs.chunks(n_boot, len(y) * k):
             ws = _mc_weights(rng, cells, stop - start)
             res = _mc_evaluate(blocks, pop, slots, len(y), ws, groups, classes)
-            g_res, v_res = _mc_between(res, defined, best, classes)
+            g_res, v_res = _mc_between(res, groups, defined, best, classes)
             for m, per_g in list(res.items()) + list(v_res.items()):
                 for g, v in per_g.items():
                     boot.setdefault(m, {}).setdefault(g, []).append(v)

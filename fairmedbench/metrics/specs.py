@@ -187,6 +187,8 @@ for _m, _b in (("macro_auc", SIGNED_UNIT), ("balanced_accuracy", SIGNED_UNIT), (
                ("kappa", (-2.0, 2.0)), ("kappa_linear", (-2.0, 2.0)), ("kappa_quadratic", (-2.0, 2.0))):
     _add(f"{_m}_vs_best", M, "group", None, _b, f"per group: {_m} of the group minus that of the group best on the "
          "point estimate (its identity fixed in every resample); 0 for the best group, its CI can include 0")
+_diff("macro_auc", M)
+_diff("balanced_accuracy", M)
 _add("uncertainty_disparity", M, "gap", False, NONNEG, "δ = mean over retention thresholds of Σ over group "
      "pairs |PM(A) - PM(A')| (Lu et al. Eq. 5)")
 
