@@ -357,6 +357,10 @@ def _add_run_options(p: Any) -> None:
     g.add_argument("--prevalence", type=float, metavar="P",
                    help="impose class prevalence P in every group of one split (imbalance study)")
     g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
+    g.add_argument("--test-resample", metavar="SPEC",
+                   help="also report a resampled test set: balanced:ATTR (equal group sizes, own prevalence), "
+                        "prevalence:ATTR (equal positives and negatives per group) or matched:ATTR:AGE_BINS "
+                        "(balanced and age-matched, e.g. matched:sex:0,40,60,80); seeded by the run seed")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
 
@@ -381,7 +385,7 @@ def run_spec(args: argparse.Namespace) -> Any:
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
-                   prevalence_on=args.prevalence_on)
+                   prevalence_on=args.prevalence_on, test_resample=args.test_resample)
 
 
 def _add_run(sub: Any) -> None:
@@ -415,6 +419,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     console = Console()
     render_run(outcome, console)
+    resampled = [r for r in outcome.seeds if "test_resample" in r.doc]
+    if resampled:
+        from fairmedbench.engine.results import RunResult
+        from fairmedbench.report.terminal import render_resampled
+
+        first = resampled[0]
+        console.print(f"resampled test set ({first.doc['test_resample']['params']['spec']}), seed "
+                      f"{first.spec['seed']}; every seed's draw and result are in its seed JSON")
+        render_resampled(first.fairness(), RunResult({**first.doc, "result": first.doc["test_resample"]["result"]},
+                                                     outcome.out_dir).fairness(), first.doc["test_resample"], console)
     if report:
         console.print(f"report: {report}")
     return 0
