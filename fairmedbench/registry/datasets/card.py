@@ -249,7 +249,7 @@ class DatasetCard:
         }
 
 
-DATASETS: Registry[DatasetCard] = Registry("dataset")
+DATASETS: Registry[DatasetCard] = Registry("dataset", plugins=True)
 
 
 def register(card: DatasetCard) -> DatasetCard:
