@@ -107,6 +107,8 @@ def profiles_page() -> str:
              "Generated from the profile registry (`fairmedbench/metrics/profiles.py`). A profile is a named set "
              "of conventions (`--profile NAME` on `run`, `compare` and `evaluate`), recorded in every result. "
              "Rules a profile leaves at the default are not repeated.", ""]
+    lines += _table(["profile", "about"], [[f"[{code(p.name)}](#{_anchor('profile', p.name)})", text(p.about)]
+                                           for p in PROFILES.values()])
     for p in PROFILES.values():
         lines += [f"## {p.name} {{#{_anchor('profile', p.name)}}}", "", text(p.about), ""]
         changed = [[code(k), code(repr(getattr(p, k)))] for k in defaults
