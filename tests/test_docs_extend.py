@@ -98,14 +98,15 @@ def test_add_a_model_guide(tmp_path: Path) -> None:
 def test_add_a_dataset_guide(tmp_path: Path) -> None:
     follow("add-dataset.md", tmp_path)
     data = json.loads((tmp_path / "toy-spots.json").read_text())["data"]
-    # make_toy_release.py: 80 images, 2 per patient, sexes alternating per patient, ages 20..99, odd = finding
-    assert (data["n_samples"], data["n_patients"]) == (80, 40)
-    assert data["group_counts"]["sex"] == {"female": 40, "male": 40}
-    assert data["group_counts"]["age"] == {"<60": 40, ">=60": 40}
-    assert data["label_counts"] == {"0": 40, "1": 40}
-    assert sum(data["split"]["sizes"].values()) == 80
+    # make_toy_release.py: image i of patient i // 2 (sex F for even patients), age 20 + 2i, finding = i odd
+    assert (data["n_samples"], data["n_patients"]) == (40, 20)
+    assert data["group_counts"]["sex"] == {"female": 20, "male": 20}
+    assert data["group_counts"]["age"] == {"<60": 20, ">=60": 20}
+    assert data["group_counts"]["age_bins"] == {"0-19": 0, "20-39": 10, "40-59": 10, "60-79": 10, "80+": 10}
+    assert data["label_counts"] == {"0": 20, "1": 20}
+    assert sum(data["split"]["sizes"].values()) == 40
     doc, pred = one_result(tmp_path, "c2l", "toy-spots", "lp")
-    assert doc["inputs"]["dataset"]["name"] == "toy-spots" and set(pred["sample_id"]) <= {f"img{i:03d}" for i in range(80)}
+    assert doc["inputs"]["dataset"]["name"] == "toy-spots" and set(pred["sample_id"]) <= {f"img{i:03d}" for i in range(40)}
     check_auc_recomputes(doc, pred)
 
 

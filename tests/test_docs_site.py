@@ -129,3 +129,61 @@ def test_a_plugin_card_appears_in_the_generated_catalogue_escaped(tmp_path: Path
     assert "## plugin-model {#model-plugin-model}" in models and "<script>" not in models
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in models
     assert "- **Checkpoint layout**: unknown (built outside a source checkout)" in models  # no project root given
+
+
+def test_site_in_headless_chromium(site: Path) -> None:
+    """The index and the model catalogue render in a real browser: theme loaded, nav and table present."""
+    import shutil
+
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    from fairmedbench.registry.models import MODELS
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
+    try:
+        driver.get((site / "index.html").as_uri())
+        assert driver.title == "fairmedbench"
+        nav = [a.get_attribute("textContent").strip() for a in driver.find_elements(By.CSS_SELECTOR, "nav.md-nav a")]
+        assert {"Getting started", "Metric sheet", "Models", "Add a mitigation"} <= set(nav)
+        driver.get((site / "catalogue" / "models" / "index.html").as_uri())
+        assert driver.title == "Models - fairmedbench"
+        rows = driver.find_elements(By.CSS_SELECTOR, "article table tbody tr")
+        assert [r.find_element(By.TAG_NAME, "code").text for r in rows] == MODELS.names()
+        header = driver.find_element(By.CSS_SELECTOR, "header.md-header")
+        assert header.value_of_css_property("position") in ("sticky", "fixed")  # the theme's CSS is applied
+    finally:
+        driver.quit()
+
+
+def test_docs_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from fairmedbench.cli import main
+
+    assert main(["docs", "--config", str(tmp_path / "none.yml"), "--out", str(tmp_path / "site")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"benchmark: error: {tmp_path / 'none.yml'} not found: run from the project's checkout (where " \
+                  "mkdocs.yml is) or pass --config"
+
+
+def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
+    pytest.importorskip("material", reason="mkdocs-material is not installed (pip install -e '.[docs]')")
+    import shutil
+
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path)
+    shutil.copy(ROOT / "README.md", tmp_path)
+    with open(tmp_path / "docs" / "guides" / "run.md", "a", encoding="utf-8") as f:
+        f.write("\nSee [the missing page](missing.md).\n")
+    proc = subprocess.run([sys.executable, "-m", "fairmedbench", "docs", "--out", str(tmp_path / "site")],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("benchmark: error: mkdocs build --strict failed:") and "missing.md" in proc.stderr

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ast
 import html
+import importlib.util
 import math
+import os
 import re
 import subprocess
 import sys
@@ -372,12 +374,15 @@ def build_site(config: str | Path = "mkdocs.yml", site_dir: str | Path = "site")
     if not config.is_file():
         raise MissingResourceError(f"{config} not found: run from the project's checkout (where mkdocs.yml is) "
                                    "or pass --config")
-    try:
-        import mkdocs  # noqa: F401
-    except ImportError:
-        raise MissingResourceError("mkdocs is not installed: pip install -e '.[docs]'") from None
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(config),
-                           "-d", str(Path(site_dir).resolve())], capture_output=True, text=True)
+    missing = [m for m in ("mkdocs", "material") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingResourceError(f"{', '.join(missing)} not installed: pip install -e '.[docs]' "
+                                   "(mkdocs and mkdocs-material)")
+    # no -q: mkdocs counts the warnings that --strict aborts on only at the logging level it prints
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
+                           "-d", str(Path(site_dir).resolve())], capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     if proc.returncode:
-        raise FMBError(f"mkdocs build --strict failed: {(proc.stderr or proc.stdout).strip()}")
+        problems = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.startswith(("WARNING", "ERROR"))]
+        raise FMBError("mkdocs build --strict failed: " + (" | ".join(problems) or proc.stderr.strip()[-2000:]))
     return Path(site_dir)
