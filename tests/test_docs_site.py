@@ -92,6 +92,7 @@ def test_dataset_pages_give_tasks_attributes_layout_and_licence(site: Path) -> N
     assert "Data_Entry_2017_v2020.csv" in nih and "<code>official</code>" in nih and "public (NIH Clinical Center)" in nih
     assert "<code>Patient Gender</code>" in nih and "<code>M</code> → male" in nih and "&gt;=60 = [60, ∞)" in nih
     assert "In the pretraining data of" in nih and "#model-c2l" in nih
+    assert "<strong>Size (as published)</strong>: 112,120 frontal chest X-rays" in nih
 
 
 def test_getting_started_shows_the_readme_commands_verbatim(site: Path) -> None:
@@ -187,3 +188,18 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.startswith("benchmark: error: mkdocs build --strict failed:") and "missing.md" in proc.stderr
+
+
+def test_nih_published_size_matches_the_official_metadata(real_data: Path) -> None:
+    """The size the NIH card publishes (and the site shows) is the official metadata's row and patient count."""
+    import pandas as pd
+
+    from fairmedbench.registry.datasets import get_card
+
+    meta = real_data / "nih-cxr14" / "Data_Entry_2017_v2020.csv.gz"
+    if not meta.is_file():
+        pytest.skip(f"{meta} not found")
+    df = pd.read_csv(meta, usecols=["Image Index", "Patient ID"])
+    assert df["Image Index"].is_unique
+    expected = f"{len(df):,} frontal chest X-rays of {df['Patient ID'].nunique():,} patients"
+    assert get_card("nih-cxr14").size.startswith(expected)

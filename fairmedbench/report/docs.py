@@ -229,9 +229,9 @@ def datasets_page() -> str:
     lines = ["# Datasets", "",
              f"Generated from the dataset registry ({len(DATASETS)} cards; `benchmark list datasets`). Real "
              "datasets are read from the providers' official releases: pass `--data-root DIR`, or set "
-             "`FMB_DATA_<NAME>` or `FMB_DATA_ROOT/<name>`. Sizes are counted from the copy you hold: "
-             "`benchmark describe dataset NAME --data-root DIR` prints samples, patients, group and label counts "
-             "and the split; without the data it says where to request it.", ""]
+             "`FMB_DATA_<NAME>` or `FMB_DATA_ROOT/<name>`. *Size* is the release as its provider publishes it; the "
+             "copy you hold is counted by `benchmark describe dataset NAME --data-root DIR` (samples, patients, "
+             "group and label counts, the split); without the data it says where to request it.", ""]
     rows = [[f"[{code(c.name)}](#{_anchor('dataset', c.name)})", ", ".join(c.tasks), text(c.modality),
              f"{c.dim}D", ", ".join(code(a.name) for a in c.attributes), text(c.license) or "—"]
             for c in (DATASETS.get(n) for n in DATASETS.names())]
@@ -250,6 +250,7 @@ def datasets_page() -> str:
                                                            if c.split_policy != "official" else ", the provider's lists"),
                   f"- **Official layout**: {text(c.layout) if c.layout else ('generated (built in)' if c.synthetic else '—')}",
                   f"- **Layout status**: {text(c.layout_status)}",
+                  f"- **Size (as published)**: {text(c.size) if c.size else ('generated; `--dataset-option n=`' if c.synthetic else 'not recorded on the card')}",
                   f"- **Licence**: {text(c.license) or '—'}"]
         if c.citation:
             lines.append(f"- **Citation**: {text(c.citation)}")
