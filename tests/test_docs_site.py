@@ -111,8 +111,9 @@ def test_readme_markers_are_required() -> None:
 
 
 def test_free_text_is_inert_markdown() -> None:
-    assert text("<script>alert(1)</script> a|b *c* [d](e) `f`") == (
-        "&lt;script&gt;alert(1)&lt;/script&gt; a\\|b \\*c\\* \\[d\\](e) \\`f\\`")
+    assert text("<script>alert(1)</script> a|b *c* [d](e) `f_g`") == (
+        "&lt;script&gt;alert(1)&lt;/script&gt; a\\|b \\*c\\* \\[d\\](e) `f_g`")
+    assert text("odd ` tick_x") == "odd \\` tick\\_x" and text("`a|b`") == "\\`a\\|b\\`"
     assert code("a|b`") == "`a\\|b`"
 
 

@@ -34,11 +34,21 @@ LAYOUT_TESTS = "tests/models/test_checkpoint_layouts.py"
 README_MARK = re.compile(r"<!-- readme: ([\w-]+) -->")
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|])")
+_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+
+
+def _inert(value: str) -> str:
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(value, quote=False))
 
 
 def text(value: Any) -> str:
-    """Free text as inert markdown: HTML escaped, markdown emphasis/links/table pipes backslash-escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(str(value), quote=False)).replace("\n", " ")
+    """Free text as inert markdown: HTML escaped, emphasis/links/table pipes backslash-escaped; `code spans`
+    (balanced backticks, as docstrings write identifiers) stay code, where markdown itself escapes HTML."""
+    value = " ".join(str(value).split())
+    if value.count("`") % 2:
+        return _inert(value)
+    return "".join(part if _CODE_SPAN.fullmatch(part) and "|" not in part else _inert(part)
+                   for part in _CODE_SPAN.split(value))
 
 
 def code(value: Any) -> str:
