@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fairmedbench.report.docs import generate_pages, insert_readme_blocks  # noqa: E402
 
+if TYPE_CHECKING:
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.structure.files import Files
+    from mkdocs.structure.pages import Page
 
-def on_files(files, config):  # type: ignore[no-untyped-def]
+
+def on_files(files: "Files", config: "MkDocsConfig") -> "Files":
     """Add every generated page (metric sheet, catalogues) as an in-memory file."""
     from mkdocs.structure.files import File
 
@@ -24,6 +30,6 @@ def on_files(files, config):  # type: ignore[no-untyped-def]
     return files
 
 
-def on_page_markdown(markdown, page, config, files):  # type: ignore[no-untyped-def]
+def on_page_markdown(markdown: str, page: "Page", config: "MkDocsConfig", files: "Files") -> str:
     """Replace `<!-- readme: MARK -->` by the README's fenced block under `<!-- MARK -->`."""
     return insert_readme_blocks(markdown, (ROOT / "README.md").read_text(encoding="utf-8"))
