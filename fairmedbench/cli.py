@@ -742,6 +742,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_docs(sub: Any) -> None:
+    p = sub.add_parser("docs", help="build the documentation site (mkdocs build --strict)",
+                       description="Build the documentation site from a source checkout: the hand-written pages "
+                                   "in docs/ plus the metric sheet and the catalogues generated from the "
+                                   "registries (plugins included), with mkdocs build --strict.")
+    p.add_argument("--out", default="site", help="the site's folder (default: site)")
+    p.add_argument("--config", default="mkdocs.yml", help="the mkdocs config (default: ./mkdocs.yml)")
+    p.set_defaults(handler=_cmd_docs)
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from fairmedbench.report.docs import build_site
+
+    site = build_site(args.config, args.out)
+    print(f"site: {site / 'index.html'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -750,7 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit, _add_leaderboard, _add_list, _add_describe,
-                _add_splits):
+                _add_splits, _add_docs):
         add(sub)
     return parser
 
