@@ -100,9 +100,16 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
     return doc, frame
 
 
-def write_bundle(folder: Path, suite: Suite, model: dict[str, Any]) -> Path:
-    """A complete bundle answering every entry and seed of `suite`."""
-    write_header(folder, model, suite)
+def bundle_card(model: dict[str, Any], description: str = "a test model") -> dict[str, Any]:
+    """card.json for a test model that is not registered (submit.CARD_SCHEMA)."""
+    return {"name": model["name"], "description": description, "family": model["family"], "kind": model["kind"],
+            "license": model["license"], "weights": {"url": f"https://example.org/{model['name']}.safetensors"},
+            "pretraining_data": model["pretraining_data"], "training_datasets": model["training_datasets"]}
+
+
+def write_bundle(folder: Path, suite: Suite, model: dict[str, Any], description: str = "a test model") -> Path:
+    """A complete bundle answering every entry and seed of `suite` (with card.json: test models are not registered)."""
+    write_header(folder, model, suite, bundle_card(model, description))
     for entry in suite.entries:
         for seed in entry.seeds:
             doc, frame = make_result(entry, model, seed)
