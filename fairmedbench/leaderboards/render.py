@@ -100,6 +100,7 @@ def _provenance_items(row: dict[str, Any]) -> list[tuple[str, Any]]:
     p = row["provenance"]
     runs = p.get("runs", [])
     return [
+        ("description", p.get("description") or "registered card (benchmark describe model NAME)"),
         ("weights sha256", p.get("weights_sha256") or "not given"),
         ("license", p.get("license")), ("family", p.get("family")), ("kind", p.get("kind")),
         ("pretraining data", ", ".join(p.get("pretraining_data") or []) or "none listed"),
