@@ -79,6 +79,9 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None) -> Any:
 
     if doc_spec.get("split_seed") == -1:
         raise InputError("the run used an imported split file; verification re-draws the dataset's own split only")
+    if doc_spec.get("sampling"):
+        raise InputError(f"the run sampled its splits ({doc_spec['sampling']}); verification replaces the test split "
+                         "by a sample of it, which a sampled run would draw differently (board runs are unsampled)")
     names = {f.name for f in dataclasses.fields(RunSpec)} - {"weights", "precision", "n_boot", "seeds", "hparams",
                                                                "split_file"}
     kw = {k: doc_spec[k] for k in names if k in doc_spec and doc_spec[k] is not None}
@@ -144,7 +147,7 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any) 
 def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tuple[int, float | None, list[str]]:
     """(values compared, max |diff|, problems) between submitted and re-run scores: sampled test ids and all val."""
     cols = block["columns"]
-    score_cols = list(cols.get("scores") or []) or ["dsc", "iou"]
+    score_cols = list(cols["scores"]) + ([] if cols.get("labels") else ["iou"])  # segmentation: DSC and IoU
     key = [cols["split"], cols["id"]]
     want = sub[(sub[cols["split"]] == "val") | sub[cols["id"]].astype(str).isin(ids)]
     got = again.set_index(key)

@@ -186,8 +186,8 @@ def markdown(board: dict[str, Any]) -> str:
            "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for m in board["models"]:
         out.append(f"| {md_cell(m['model'])} | {md_cell(m['revision'])} | {m['mean_rank']:.2f} | {m['rows']} | "
-                   f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | {md_cell(', '.join(m.get('tiers', [])))} | "
-                   f"{md_cell('; '.join(m['flags']))} |")
+                   f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | "
+                   f"{md_cell(', '.join(m.get('tiers', [])))} | {md_cell('; '.join(m['flags']))} |")
     head = (["Dataset", "Usage", "Attribute", "Rank", "Model", "Revision"] + [c["header"] for c in columns]
             + ["Tier", "Flags"])
     out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * len(columns) + "---|---|"]

@@ -213,7 +213,8 @@ def _driver() -> Any:
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1800,1400"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1800,1400"):
         opts.add_argument(arg)
     return webdriver.Chrome(service=Service(chromedriver), options=opts)
 

