@@ -9,8 +9,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
-from bundle_factory import forge
+from bundle_factory import forge, rewrite_predictions
 
 from fairmedbench.benchmark.datasets import load_with_split
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
@@ -164,6 +165,21 @@ def test_litemedsam_real_weights_verify(tmp_path: Path) -> None:
     print("\n".join(v.lines()))
     [entry] = v.record["entries"].values()
     assert entry["n_compared"] == 4 * 2  # DSC and IoU of 4 sampled test images
+    # the same bundle with every DSC set to 0.995 (IoU to match), results recomputed: accepted, then caught
+    forged = Path(shutil.copytree(bundle, tmp_path / "forged"))
+    (forged / "model.json").write_text(json.dumps({**model, "revision": "forged"}))
+
+    def perfect(frame: pd.DataFrame, block: dict[str, Any], _: Path) -> pd.DataFrame:
+        return frame.assign(dsc=0.995, iou=0.995 / (2 - 0.995))
+
+    rewrite_predictions(forged, perfect)
+    forged_out = submit_bundle(forged, "verify-seg", tmp_path / "lb")
+    assert forged_out.accepted, forged_out.reasons
+    bad = verify_bundle(forged_out.path, sample=4, opts=RunOptions(cache_dir=None, device="cpu"))
+    print("\n".join(bad.lines()))
+    assert not bad.passed
     board = json.loads(build_board("verify-seg", tmp_path / "lb")["json"].read_text())
-    assert {r["tier"] for r in board["rows"]} == {"verified"}
-    assert {f["key"] for r in board["rows"] for f in r["flags"]} <= {"near-perfect"}
+    assert {r["revision"]: r["tier"] for r in board["rows"]} == {model["revision"]: "verified",
+                                                                  "forged": "self-reported"}
+    flags = {r["revision"]: {f["key"] for f in r["flags"]} for r in board["rows"]}
+    assert flags["forged"] == {"near-perfect", "verification-failed"} and flags[model["revision"]] <= {"near-perfect"}
