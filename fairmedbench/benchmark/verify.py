@@ -166,7 +166,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     import pandas as pd
 
     from fairmedbench.benchmark.run import RunOptions
-    from fairmedbench.leaderboards.submit import SUBMISSION_FILE
+    from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
     from fairmedbench.leaderboards.suites import get_suite
     from fairmedbench.leaderboards.tiers import write_verification
     from fairmedbench.registry.models import MODELS
@@ -184,6 +184,12 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     if model["name"] not in MODELS:
         raise InputError(f"model {model['name']!r} has no registered card, so it cannot be re-run here; its rows "
                          "stay self-reported (register the card and its loader to make it verifiable)")
+    stored = (bundle / SUBMISSION_FILE).is_file()
+    if not stored:  # a stored submission passed these checks when it was accepted
+        reasons, _, _ = validate_bundle(bundle, suite)
+        if reasons:
+            raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
+                             "`benchmark submit` lists every problem")
     opts = opts or RunOptions(cache_dir=None)
     entries: dict[str, Any] = {}
     for entry in suite.entries:
@@ -221,6 +227,5 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
               "engine": f"fairmedbench {__version__}", "sample": sample, "seed": seed, "precision": "fp32",
               "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),
               "entries": entries}
-    stored = (bundle / SUBMISSION_FILE).is_file()
     path = write_verification(bundle, record) if stored else None
     return Verification(record["passed"], record, path)

@@ -137,6 +137,9 @@ def test_unregistered_model_cannot_be_verified(tmp_path: Path) -> None:
     (tmp_path / "suite.json").write_text(json.dumps({"name": "synthetic", "version": "1.0"}))
     with pytest.raises(InputError, match="no registered card.*stay self-reported"):
         verify_bundle(tmp_path)
+    (tmp_path / "model.json").write_text(json.dumps({"name": "litemedsam"}))
+    with pytest.raises(InputError, match="not a valid bundle for board 'synthetic' .*`benchmark submit` lists"):
+        verify_bundle(tmp_path)
 
 
 def _have_litemedsam() -> bool:
