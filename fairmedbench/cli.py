@@ -557,7 +557,8 @@ def _add_verify(sub: Any) -> None:
                    help=f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample")
     p.add_argument("--tolerance", type=float,
-                   help="absolute tolerance on per-sample scores (default: 1e-4 for an fp32 run, 0.05 for bf16)")
+                   help="absolute tolerance on per-sample scores (default: by the precision the run recorded, "
+                        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)")
     p.add_argument("--weights", help="the weights file when the card's default source is not available here")
     p.set_defaults(handler=_cmd_verify)
 

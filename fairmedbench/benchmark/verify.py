@@ -12,7 +12,8 @@ train split (a head fit to the test labels would otherwise verify). Every valida
 computes them) and every sampled test score must match.
 
 The re-run is in fp32 on the chosen device. Tolerance (absolute, on probabilities or per-sample DSC): by default
-`TOLERANCE[precision the run recorded]`: 1e-4 for an fp32 run (what remains is summation order across machines
+`leaderboards.tiers.TOLERANCE[the precision the run recorded]`: 1e-4 for an fp32 run (what remains is summation
+order across machines
 and BLAS builds, ~1e-6 on scores, amplified by a head re-trained for up to 200 epochs), 0.05 for a bf16 run
 (bf16 keeps 8 significant bits: 2^-9 relative rounding per operation through a deep encoder moves features by
 about 1% and probabilities and DSC by up to a few hundredths). A forged score vector (scores ~ labels) differs
@@ -34,7 +35,6 @@ from fairmedbench import __version__
 from fairmedbench.errors import InputError, MissingResourceError
 
 DEFAULT_SAMPLE = 64
-TOLERANCE = {"fp32": 1e-4, "bf16": 0.05}
 # identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
 OWN_FIELDS = ("precision", "n_boot", "seeds", "seed", "engine")
 
@@ -168,7 +168,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     from fairmedbench.benchmark.run import RunOptions
     from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
     from fairmedbench.leaderboards.suites import get_suite
-    from fairmedbench.leaderboards.tiers import write_verification
+    from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
     from fairmedbench.registry.models import MODELS
 
     bundle = Path(bundle)
@@ -203,7 +203,9 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             sub = pd.read_parquet(folder / block["file"])
             ids = sample_ids(sub.loc[sub[block["columns"]["split"]] == "test", block["columns"]["id"]].astype(str)
                              .tolist(), sample, seed)
-            tol = tolerance if tolerance is not None else TOLERANCE.get(str(doc["spec"].get("precision")), 0.05)
+            # an unknown precision gets the widest default (bf16's)
+            tol = tolerance if tolerance is not None else TOLERANCE.get(str(doc["spec"].get("precision")),
+                                                                        TOLERANCE["bf16"])
             rec["tolerance"] = tol
             sha = model.get("weights_sha256")
             if sha is not None and doc["spec"].get("weights") != sha:

@@ -41,8 +41,9 @@ in pretraining, near-perfect or duplicate predictions, implausible group scores,
 verification failed) and a tier (`tiers`): `self-reported`, or `verified` once `benchmark verify` re-ran the
 model from its declared weights on a seeded sample of test items and matched every per-sample score
 (verification.json beside submission.json, bound to its sha256). An accepted bundle is copied, from the bytes
-that were checked, to a staging folder under the board and renamed to leaderboards/<board>/submissions/<model>/<revision>/ (names made folder-safe by
-`submit.slug`) with a submission.json summary; a rejected one writes nothing.
+that were checked, to a staging folder under the board and renamed to
+leaderboards/<board>/submissions/<model>/<revision>/ (names made folder-safe by `submit.slug`) with a
+submission.json summary; a rejected one writes nothing.
 
 `board.build` reads one submission.json per accepted submission and writes leaderboards/<board>/index.html
 (static: inline CSS/JS/SVG, a Content-Security-Policy that allows only its own script and no network;

@@ -18,11 +18,12 @@ from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
 from fairmedbench.benchmark.resolve import resolve_run
 from fairmedbench.benchmark.run import RunOptions
 from fairmedbench.benchmark.suite import run_suite
-from fairmedbench.benchmark.verify import OWN_FIELDS, TOLERANCE, sample_ids, spec_from_document, verify_bundle
+from fairmedbench.benchmark.verify import OWN_FIELDS, sample_ids, spec_from_document, verify_bundle
 from fairmedbench.cli import main
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards import suites
 from fairmedbench.leaderboards.suites import SUITES, Entry, Suite, get_suite, register_suite
+from fairmedbench.leaderboards.tiers import TOLERANCE
 from fairmedbench.spec import RunSpec
 
 
