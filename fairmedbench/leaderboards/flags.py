@@ -99,8 +99,10 @@ def weights_not_public(f: Facts) -> str | None:
     if f.card is not None:
         w = f.card.get("weights") or {}
         return None if (w.get("url") or w.get("hub_id")) else "the bundle's card names no public url or hub id"
-    from fairmedbench.registry.models import get_card
+    from fairmedbench.registry.models import MODELS, get_card
 
+    if f.model["name"] not in MODELS:  # accepted before bundle cards were required
+        return "no card names a source for the weights"
     src = get_card(f.model["name"]).weights
     if not (src.hub_id or src.url or src.package):
         return "the registered card names no public source for its weights"

@@ -100,6 +100,7 @@ def test_weights_and_pretraining_rules() -> None:
     assert F.weights_not_public(facts(p, model={"name": "new-fm"}, card=card)) == \
         "the bundle's card names no public url or hub id"
     assert F.weights_not_public(facts(p, model={"name": "new-fm"}, card={"weights": {"hub_id": "a/b"}})) is None
+    assert F.weights_not_public(facts(p, model={"name": "new-fm"})) == "no card names a source for the weights"
     ham = Entry("ham10000", ("sex",), "lp")
     assert F.seen_in_pretraining(facts(p, ham)) == "ham10000 is in the model's pretraining data: not zero-shot"
     assert F.seen_in_pretraining(facts(p)) is None
