@@ -570,6 +570,43 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     return 0 if outcome.accepted else 1
 
 
+def _add_verify(sub: Any) -> None:
+    from fairmedbench.benchmark.verify import DEFAULT_SAMPLE
+
+    p = sub.add_parser("verify", help="re-run a submitted model on a sample of test items; mark its rows verified",
+                       parents=[_compute_parent()],
+                       description="Re-run the model of a bundle or stored submission from its declared weights, "
+                                   "in fp32, on a seeded random sample of each entry's test items (a learned head "
+                                   "is re-trained with the declared seed) and compare every per-sample score with "
+                                   "the submitted one; the outcome is recorded beside a stored submission's "
+                                   "submission.json, and its rows show as verified only when every entry passed.")
+    p.add_argument("bundle", help="a stored submission (leaderboards/<board>/submissions/<model>/<revision>) or a "
+                                  "bundle folder (checked, not recorded)")
+    p.add_argument("--board", help="the board suite (default: the bundle's suite.json)")
+    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+                   help=f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    p.add_argument("--tolerance", type=float,
+                   help="absolute tolerance on per-sample scores (default: by the precision the run recorded, "
+                        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)")
+    p.add_argument("--weights", help="the weights file when the card's default source is not available here")
+    p.set_defaults(handler=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from fairmedbench.benchmark.verify import verify_bundle
+
+    with _stage_progress(quiet=False) as step:
+        outcome = verify_bundle(args.bundle, args.board, sample=args.sample, seed=args.seed,
+                                tolerance=args.tolerance, weights=args.weights,
+                                opts=replace(run_options(args, step), cache_dir=None))
+    for line in outcome.lines():
+        print(line, file=sys.stdout if outcome.passed else sys.stderr)
+    return 0 if outcome.passed else 1
+
+
 def _add_leaderboard(sub: Any) -> None:
     p = sub.add_parser("leaderboard", help="build a board's page from its accepted submissions")
     lsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -767,8 +804,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit, _add_leaderboard, _add_list, _add_describe,
-                _add_splits, _add_docs):
+    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit,
+                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs):
         add(sub)
     return parser
 
