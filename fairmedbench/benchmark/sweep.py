@@ -126,12 +126,22 @@ def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = No
     planned.sort(key=lambda p: [*cells, *skipped].index(p.cell))
     runs: dict[str, PlannedCell] = {}
     encodes: dict[str, EncodeTask] = {}
+    unresolvable: dict[tuple, str] = {}  # (model, weights, dataset, options, split): why it cannot resolve
     for p in planned:
         if p.status == "skipped":
             continue
+        spec = p.cell.spec
+        pair = (spec.model, spec.weights, spec.dataset, json.dumps(spec.dataset_options, sort_keys=True, default=str),
+                spec.split_seed, spec.split_file)
+        if pair in unresolvable:  # data or weights absent: the same answer for every cell of the pair
+            p.reason = unresolvable[pair]
+            continue
         try:
-            resolved = resolve_run(p.cell.spec, data_root=opts.data_root, device=opts.device,
+            resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device,
                                    verify_weights=opts.verify_weights)
+        except MissingResourceError as exc:
+            p.reason = unresolvable[pair] = f"cannot resolve: {exc}"
+            continue
         except FMBError as exc:
             p.reason = f"cannot resolve: {exc}"
             continue
@@ -239,6 +249,8 @@ def sweep(study: Study, opts: Any, *, launcher: str = "local", address: str | No
         raise InputError(f"--max-parallel {max_parallel}: must be >= 1")
     if address and launcher != "ray":
         raise InputError("--address names a Ray cluster: use it with --launcher ray")
+    if address:
+        check_address(address)  # before planning: an unreachable cluster is reported at once
     say = report or (lambda m: print(m, file=sys.stderr))
     plan = make_plan(study, opts)
     folder = study_dir(opts.out_root, study.name)
@@ -365,7 +377,6 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
     started_here = not ray.is_initialized()
     if started_here:
         if address:
-            check_address(address)
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
             ray.init(num_cpus=max_parallel or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
@@ -392,7 +403,13 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
-            doc = ray.get(ready[0])
+            try:
+                doc = ray.get(ready[0])
+            except ray.exceptions.RayError as exc:  # the worker died (after Ray's own retries): record, go on
+                name = refs[ready[0]]
+                doc = {"task": name, "kind": "encode" if name in enc_refs else "run", "status": "failed",
+                       "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                       "start": time.time(), "end": time.time()}
             if doc["status"] == "skipped-encode-failed":
                 continue
             outcomes[doc["task"]] = doc
