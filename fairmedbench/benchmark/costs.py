@@ -65,17 +65,25 @@ def model_flops(name: str) -> dict[str, Any]:
 
     from fairmedbench.registry.models import load_model
 
+    device = "meta"
     try:
         with warnings.catch_warnings(), torch.device("meta"):
             warnings.simplefilter("ignore")
             model = load_model(name, "random", device="meta")
-    except Exception as exc:  # noqa: BLE001  (any build failure only makes this model's cost unknown)
-        return {"gflops": None, "how": f"unknown (the model cannot be built on the meta device: {type(exc).__name__})"}
+    except Exception:  # noqa: BLE001  (a loader that copies tensors: built for real on the CPU, random weights)
+        device = "cpu"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = load_model(name, "random", device="cpu")
+        except Exception as exc:  # noqa: BLE001  (any build failure only makes this model's cost unknown)
+            return {"gflops": None, "how": f"unknown (the model cannot be built: {type(exc).__name__})"}
     params = sum(p.numel() for p in model.module.parameters())
     try:
         with FlopCounterMode(display=False) as counter, torch.no_grad():
-            model.encode_image(_image(card, "meta"))
-        out = {"gflops": counter.get_total_flops() / 1e9, "how": "counted"}
+            model.encode_image(_image(card, device))
+        out = {"gflops": counter.get_total_flops() / 1e9, "how": "counted" + (" (built on the CPU)" if device == "cpu"
+                                                                               else "")}
     except Exception:  # noqa: BLE001  (forward not traceable on meta: the parameter rule)
         pre = card.preprocessing
         patches = (pre.size // PATCH) ** 2 * max(1, pre.depth // PATCH)

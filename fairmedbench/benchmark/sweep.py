@@ -119,11 +119,8 @@ def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = No
     from fairmedbench.benchmark.resolve import resolve_run
     from fairmedbench.benchmark.run import run_dir
 
-    cells, skipped = runnable(study)
-    planned: list[PlannedCell] = []
-    for cell in [*cells, *skipped]:
-        planned.append(PlannedCell(cell, status="planned" if cell.runnable else "skipped", reason=cell.reason))
-    planned.sort(key=lambda p: [*cells, *skipped].index(p.cell))
+    planned = [PlannedCell(cell, status="planned" if cell.runnable else "skipped", reason=cell.reason)
+               for cell in runnable(study)]
     runs: dict[str, PlannedCell] = {}
     encodes: dict[str, EncodeTask] = {}
     unresolvable: dict[tuple, str] = {}  # (model, weights, dataset, options, split): why it cannot resolve
@@ -506,9 +503,9 @@ def render_plan(plan: Plan, opts: Any) -> str:
     c, t = est["counted"], est["totals"]
     lines.append(f"  {c['measured']} runs on data present: {_hours(t['measured'])}")
     if c["assumed"]:
-        lines.append(f"  {c['assumed']} runs whose data is absent (size unknown), costed at {sum(ASSUMED)} images "
-                     f"each ({'/'.join(map(str, ASSUMED))} train/val/test): {_hours(t['assumed'])} per 1000 images "
-                     "per dataset")
+        lines.append(f"  {c['assumed']} runs whose data is absent (size unknown), costed as if each dataset had "
+                     f"{sum(ASSUMED)} images ({'/'.join(map(str, ASSUMED))} train/val/test): {_hours(t['assumed'])}; "
+                     "scale by each dataset's size in thousands of images")
     if c["unknown"]:
         lines.append(f"  {c['unknown']} runs of unknown cost (their model's FLOPs could not be counted)")
     return "\n".join(lines)

@@ -447,15 +447,13 @@ def _shape_reason(mcard: Any, dcard: Any) -> str | None:
     return None
 
 
-def runnable(study: Study) -> tuple[list[Cell], list[Cell]]:
-    """(runnable cells, skipped cells); StudyError listing the skip reasons when nothing can run."""
+def runnable(study: Study) -> list[Cell]:
+    """Every cell of `study` in order; StudyError listing the skip reasons when none can run."""
     cells = expand(study)
-    run = [c for c in cells if c.runnable]
-    skipped = [c for c in cells if not c.runnable]
-    if not run:
-        reasons = "; ".join(f"{r} ({n} cells)" for r, n in group_reasons(skipped).items())
+    if not any(c.runnable for c in cells):
+        reasons = "; ".join(f"{r} ({n} cells)" for r, n in group_reasons(cells).items())
         raise StudyError(f"study {study.name!r} ({study.source}) has no runnable cell: {reasons}")
-    return run, skipped
+    return cells
 
 
 def group_reasons(cells: list[Cell]) -> dict[str, int]:

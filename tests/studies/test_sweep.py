@@ -189,7 +189,7 @@ def test_fairmedfm_dry_run_lists_every_run_with_skip_reasons_and_a_cost(tmp_path
            in text
     assert "needs encode_image, encode_text" in text
     assert not (tmp_path / "studies").exists()  # a dry run writes nothing
-    assert f"{n_run} runs whose data is absent (size unknown), costed at 1000 images" in text
+    assert f"{n_run} runs whose data is absent (size unknown), costed as if each dataset had 1000 images" in text
     assert "500.0 s per 1000 images" in text  # 2 GFLOP / 4 GFLOP/s = 0.5 s per image
 
 
