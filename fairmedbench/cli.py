@@ -66,7 +66,18 @@ def _add_evaluate(sub: Any) -> None:
     seg.add_argument("--mask-threshold", type=float, default=0.5)
     seg.add_argument("--hd95", action="store_true", help="also compute HD95 (slower)")
     p.add_argument("--out", metavar="FILE.json", help="result JSON (default results/evaluate/<name>-<id>/)")
+    p.add_argument("--test-resample", metavar="SPEC",
+                   help="also evaluate a resampled test set (seeded by --seed; ids stored in the JSON): "
+                        "balanced:ATTR (equal group sizes, each group's prevalence kept) | prevalence:ATTR (equal "
+                        "positives and negatives per group) | matched:ATTR:AGE_BINS (balanced, with the pooled "
+                        "age-bin distribution per label, bins [e_i,e_i+1) from --age-column, e.g. "
+                        "matched:sex:0,40,60,80)")
+    p.add_argument("--age-column", default="age", metavar="COL",
+                   help="numeric age column used by --test-resample matched:... (default: age)")
     p.add_argument("--out-table", metavar="FILE", help="tidy table, .csv or .parquet")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write a self-contained audit page: disparities with CIs first, then ROC/PR, "
+                        "calibration, rates at the global FPR-0.2 threshold, KS tests, resampled test set")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
     p.set_defaults(handler=_cmd_evaluate)
 
@@ -83,7 +94,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, seed=args.seed, logits=args.logits,
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
-        mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table)
+        mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
+        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv))
     if opts.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
     if len(sources) > 1:
@@ -99,6 +111,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     console = Console()
     render(outcome.result, console)
+    if outcome.resampled is not None:
+        from fairmedbench.report.terminal import render_resampled
+
+        render_resampled(outcome.result, outcome.resampled, outcome.document["test_resample"], console)
     for note in outcome.notes:
         console.print(f"[cyan]note[/] {note}")
     for task, thr in outcome.result.meta.get("thresholds", {}).items():
@@ -331,6 +347,16 @@ def _add_run_options(p: Any) -> None:
                         "profile that chooses its own threshold, such as fairmedfm, refuses one)")
     p.add_argument("--prompt", default="bbox", choices=list(PROMPT_MODES),
                    help="segmentation prompt derived from the ground truth")
+    g = p.add_argument_group("sampling after feature extraction (seeded per run seed; part of the run's identity)")
+    g.add_argument("--train-group-share", type=float, metavar="S",
+                   help="share S in [0, 1] of --share-group in a training set of fixed size (fairness laws)")
+    g.add_argument("--share-group", metavar="GROUP",
+                   help="a group of the first attribute (default: its smallest group in the training split)")
+    g.add_argument("--train-size", type=int, metavar="N",
+                   help="training set size for --train-group-share (default: the largest at which every share fits)")
+    g.add_argument("--prevalence", type=float, metavar="P",
+                   help="impose class prevalence P in every group of one split (imbalance study)")
+    g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
 
@@ -353,7 +379,9 @@ def run_spec(args: argparse.Namespace) -> Any:
                    split_seed=args.split_seed, split_file=args.split_file, weights=args.weights, profile=args.profile,
                    threshold=args.threshold, n_boot=args.n_boot, precision=args.precision, prompt=args.prompt,
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
-                   dataset_options=parse_hparams(args.dataset_option))
+                   dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
+                   share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
+                   prevalence_on=args.prevalence_on)
 
 
 def _add_run(sub: Any) -> None:
