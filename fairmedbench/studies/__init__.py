@@ -20,10 +20,10 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, see `shipped_studies(
     precision: auto
     dataset_options: {n: 40}         # reader options for every dataset (part of the run's identity)
     train_group_share: [0, 0.5, 1]   # sweep: share of `share_group` (first attribute) in a training set of
-    share_group: female              #   `train_size` samples
-    train_size: 200
+    share_group: female              #   `train_size` samples (defaults: RunSpec's: the smallest group, the
+    train_size: 200                  #   largest size at which every share fits)
     prevalence: [0.05, 0.25]         # sweep: class prevalence, in (0, 1), of the `prevalence_on` split
-    prevalence_on: train             #   train | test
+    prevalence_on: train             #   train | test (default: RunSpec's)
     include: [{usage: lp}]           # rules (below)
     exclude: [{usage: lora, mitigation: [groupdro, resampling]}]
 
@@ -102,7 +102,7 @@ class Study:
     share_group: str | None = None
     train_size: int | None = None
     prevalence: tuple[float | None, ...] = (None,)
-    prevalence_on: str = "train"
+    prevalence_on: str | None = None  # None: RunSpec's default
     include: tuple[Rule, ...] = ()
     exclude: tuple[Rule, ...] = ()
     description: str = ""
@@ -338,9 +338,6 @@ class _Parser:
         if "train_group_share" in nodes:
             v["train_group_share"] = self.floats(nodes["train_group_share"], "train_group_share",
                                                  lambda x: 0 <= x <= 1, "a number in [0, 1]")
-            if "share_group" not in v or v["share_group"] is None:
-                raise self.fail(nodes["train_group_share"], "train_group_share needs share_group (the group of "
-                                                            "the first attribute whose share varies)")
         elif "share_group" in nodes or "train_size" in nodes:
             key = "share_group" if "share_group" in nodes else "train_size"
             raise self.fail(nodes[key], f"{key} applies to the train_group_share sweep: give train_group_share")
@@ -386,7 +383,8 @@ def expand(study: Study) -> list[Cell]:
                         prompt=None, attributes=list(study.attributes), seeds=list(study.seeds), hparams=dict(hp),
                         train_group_share=share, share_group=study.share_group if share is not None else None,
                         train_size=study.train_size if share is not None else None, prevalence=prev,
-                        prevalence_on=study.prevalence_on if prev is not None else None)
+                        prevalence_on=(study.prevalence_on or _runspec_default("prevalence_on"))
+                        if prev is not None else None)
             spec_kw = dict(model=model, dataset=dataset, attributes=tuple(study.attributes), usage=usage_name,
                            mitigation=mitigation, seeds=tuple(study.seeds), split_seed=study.split_seed,
                            weights=study.weights, profile=study.profile, n_boot=study.n_boot,
@@ -414,6 +412,12 @@ def expand(study: Study) -> list[Cell]:
                         cell.reason = str(exc)
                 cells.append(cell)
     return cells
+
+
+def _runspec_default(name: str) -> Any:
+    from fairmedbench.spec import RunSpec
+
+    return RunSpec.__dataclass_fields__[name].default
 
 
 def _sampling(cell: dict[str, Any]) -> dict[str, Any]:

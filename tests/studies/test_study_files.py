@@ -34,7 +34,7 @@ datasets: [synth-control]
     ("models: [c2l]\ndatasets: [synth-control]\nn_boot: 1.5\n", 3, "n_boot: expected an integer >= 0, got 1.5"),
     ("models: [c2l]\ndatasets: [synth-control]\nhparams: [1, 2]\n", 3, "hparams: expected a mapping"),
     ("models: [c2l]\ndatasets: [synth-control]\nprevalence: [0.1, 1.0]\n", 3, "expected a number in (0, 1), got 1.0"),
-    ("models: [c2l]\ndatasets: [synth-control]\ntrain_group_share: [0, 0.5]\n", 3, "needs share_group"),
+    ("models: [c2l]\ndatasets: [synth-control]\ntrain_size: 50\n", 3, "train_size applies to the train_group_share"),
     ("models: [c2l]\ndatasets: [synth-control]\nshare_group: female\ntrain_group_share: [0, 1.5]\n", 4,
      "a number in [0, 1], got 1.5"),
     ("models: [c2l]\ndatasets: [synth-control]\nprevalence: [0.1]\nprevalence_on: val\n", 4,
