@@ -29,7 +29,6 @@ A done run's results are `<out>/<run_dir>/summary.json` and `seed<N>.json` (+ pr
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -368,9 +367,10 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
     """Ray tasks: each run depends on its encode (passed as an argument); results come back as they finish."""
     import ray
 
+    # workers import this very checkout (an installed copy elsewhere on the cluster's path would differ)
     package_root = str(Path(__file__).resolve().parents[2])
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}}
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    env = {"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}}
     started_here = not ray.is_initialized()
     if started_here:
         if address:
@@ -390,7 +390,8 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
         refs: dict[Any, str] = {}
         enc_refs: dict[str, Any] = {}
         for kind, spec, name in encodes:
-            enc_refs[name] = task.options(**_ray_resources(kind, spec, has_gpu)).remote(kind, spec, options, state, name)
+            resources = _ray_resources(kind, spec, has_gpu)
+            enc_refs[name] = task.options(**resources).remote(kind, spec, options, state, name)
             refs[enc_refs[name]] = name
         for kind, spec, name, enc in runs:
             deps = [enc_refs[enc]] if enc is not None else []

@@ -212,3 +212,35 @@ def test_encoder_flops_are_counted_on_the_meta_device(tmp_path: Path, monkeypatc
     assert got["params"] == 11_176_512  # ResNet-18 without its fc layer
     assert json.loads((tmp_path / "costs.json").read_text())[next(iter(json.loads(
         (tmp_path / "costs.json").read_text())))]["gflops"] == got["gflops"]
+
+
+def test_a_failed_run_is_recorded_and_the_study_goes_on(local, tmp_path: Path, monkeypatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import fairmedbench.benchmark.run as run_module
+
+    real = run_module.run
+
+    def flaky(spec, opts):
+        if spec.mitigation == "groupdro":
+            raise RuntimeError("out of memory (simulated)")
+        return real(spec, opts)
+
+    monkeypatch.setattr(run_module, "run", flaky)
+    root = local[0]
+    rc = main(["sweep", "smoke", "--out", str(tmp_path), "--cache-dir", str(root / "cache"), "--device", "cpu",
+               "--batch-size", "8"])
+    assert rc == 1
+    plan = json.loads((tmp_path / "studies/smoke/plan.json").read_text())
+    statuses = {(c["cell"]["model"], c["cell"]["dataset"], c["cell"]["mitigation"]): (c["status"], c["error"])
+                for c in plan["cells"] if c["status"] != "skipped"}
+    assert {k: v for k, v in statuses.items() if k[2] == "erm"} == {
+        (m, d, "erm"): ("done", None) for m in ("moco-cxr", "c2l") for d in ("synth-control", "synth-contrast")}
+    assert all(v == ("failed", "RuntimeError: out of memory (simulated)") for k, v in statuses.items()
+               if k[2] == "groupdro")
+    failed = [c for c in plan["cells"] if c["status"] == "failed"]
+    journal = json.loads((tmp_path / "studies/smoke/state" / f"{failed[0]['run_id']}.json").read_text())
+    assert journal["status"] == "failed" and "raise RuntimeError" in journal["traceback"]
+    capsys.readouterr()
+    assert main(["sweep", "smoke", "--status", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "4 done, 0 running, 0 stale, 4 failed" in text and "out of memory (simulated)" in text
