@@ -320,16 +320,27 @@ def _run_local(encodes: list[tuple], runs: list[tuple], options: dict[str, Any],
 
     with ProcessPoolExecutor(max_workers=max_parallel, mp_context=multiprocessing.get_context("spawn")) as pool:
         for batch in (encodes, runs):
-            futures = []
+            futures = {}
             for kind, spec, name, *rest in batch:
                 if rest and rest[0] is not None and outcomes.get(rest[0], {}).get("status") == "failed":
                     continue
-                futures.append(pool.submit(execute_task, kind, spec, options, state, name))
+                futures[pool.submit(execute_task, kind, spec, options, state, name)] = (kind, name)
             for fut in as_completed(futures):
-                doc = fut.result()
+                try:
+                    doc = fut.result()
+                except Exception as exc:  # a worker process died (killed, out of memory): the pool is broken
+                    kind, name = futures[fut]
+                    doc = _died(kind, name, exc)
                 outcomes[doc["task"]] = doc
                 finished(doc)
     return outcomes
+
+
+def _died(kind: str, name: str, exc: BaseException) -> dict[str, Any]:
+    """The outcome of a task whose worker process died before it could journal one (rerun to finish it)."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return {"task": name, "kind": kind, "status": "failed", "error": f"worker died: {type(exc).__name__}: {first}",
+            "start": time.time(), "end": time.time()}
 
 
 def check_address(address: str, timeout: float = 5.0) -> None:
@@ -405,9 +416,7 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
                 doc = ray.get(ready[0])
             except ray.exceptions.RayError as exc:  # the worker died (after Ray's own retries): record, go on
                 name = refs[ready[0]]
-                doc = {"task": name, "kind": "encode" if name in enc_refs else "run", "status": "failed",
-                       "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                       "start": time.time(), "end": time.time()}
+                doc = _died("encode" if name in enc_refs else "run", name, exc)
             if doc["status"] == "skipped-encode-failed":
                 continue
             outcomes[doc["task"]] = doc

@@ -244,3 +244,28 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on(local, tmp_path: Path, m
     assert main(["sweep", "smoke", "--status", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "4 done, 0 running, 0 stale, 4 failed" in text and "out of memory (simulated)" in text
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_worker_fails_its_task_then_a_rerun_finishes(local, tmp_path: Path) -> None:
+    root = local[0]
+    out, state = tmp_path / "out", tmp_path / "out/studies/smoke/state"
+    cmd = [sys.executable, "-m", "fairmedbench", "sweep", "smoke", "--out", str(out), "--cache-dir",
+           str(root / "cache"), "--device", "cpu", "--batch-size", "8", "--max-parallel", "2"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    victim = None
+    deadline = time.monotonic() + 300
+    while victim is None and time.monotonic() < deadline and proc.poll() is None:
+        for journal in state.glob("[0-9a-f]*.json") if state.is_dir() else []:
+            doc = json.loads(journal.read_text())
+            if doc["status"] == "running" and doc["pid"] != proc.pid:
+                victim = doc
+                break
+        time.sleep(0.05)
+    assert victim is not None, "no run was seen running in a worker"
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert proc.wait(timeout=300) == 1  # the driver records the dead worker's task as failed and ends
+    result = sweep.sweep(load_study("smoke"), _opts(out, root / "cache"), report=lambda m: None)
+    assert result.failed == [] and result.ran >= 1
+    assert _results(out) == _results(local[1])
