@@ -37,6 +37,8 @@ matches (its value is one of those listed). Fields: the cell's (model, dataset, 
 train_group_share, prevalence) and the cards' `kind` (model kind: vision | vision-language | segmentation),
 `task` (the usage's task) and `dim` (the dataset's, 2 or 3). `exclude`: a cell matching any rule is skipped.
 `include`: when given, a cell must match at least one rule, else it is skipped.
+
+Layer: beside `benchmark/` (it validates cells with `benchmark.resolve.check_spec`); `benchmark.sweep` runs them.
 """
 
 from __future__ import annotations
