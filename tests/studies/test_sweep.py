@@ -269,3 +269,22 @@ def test_kill_9_of_a_worker_fails_its_task_then_a_rerun_finishes(local, tmp_path
     result = sweep.sweep(load_study("smoke"), _opts(out, root / "cache"), report=lambda m: None)
     assert result.failed == [] and result.ran >= 1
     assert _results(out) == _results(local[1])
+
+
+def test_ray_resources_follow_the_task_and_the_cluster() -> None:
+    from fairmedbench.spec import RunSpec
+
+    lp, seg = RunSpec(model="c2l", dataset="synth-control", usage="lp"), RunSpec(
+        model="litemedsam", dataset="synth-control", usage="sam-prompt")
+    assert sweep._ray_resources("run", lp, has_gpu=False) == {"num_cpus": 1, "num_gpus": 0}
+    assert sweep._ray_resources("encode", lp, has_gpu=True) == {"num_cpus": 1, "num_gpus": 1.0}
+    assert sweep._ray_resources("run", lp, has_gpu=True) == {"num_cpus": 1, "num_gpus": 0.25}  # cached features
+    assert sweep._ray_resources("run", seg, has_gpu=True) == {"num_cpus": 1, "num_gpus": 1.0}  # pixels through the FM
+
+
+@pytest.mark.parametrize("address", ["localhost", "10.0.0.1:port", "ray://nohost"])
+def test_a_malformed_address_is_refused(address: str) -> None:
+    from fairmedbench.errors import InputError
+
+    with pytest.raises(InputError, match="expected HOST:PORT"):
+        sweep.check_address(address)
