@@ -136,7 +136,7 @@ def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = No
             resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device,
                                    verify_weights=opts.verify_weights)
         except MissingResourceError as exc:
-            p.reason = unresolvable[pair] = f"cannot resolve: {exc}"
+            p.reason = unresolvable[pair] = f"cannot resolve: {exc}{_data_note(spec, opts, str(exc))}"
             continue
         except FMBError as exc:
             p.reason = f"cannot resolve: {exc}"
@@ -158,6 +158,17 @@ def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = No
             task = encodes.setdefault(key, EncodeTask(key, p.cell.spec, resolved))
             task.runs.append(config.run_id)
     return Plan(study, planned, runs, encodes)
+
+
+def _data_note(spec: Any, opts: Any, message: str) -> str:
+    """When the weights were missing (resolved first), whether the dataset's data is absent too."""
+    from fairmedbench.registry.datasets import get_card
+
+    card = get_card(spec.dataset)
+    if card.synthetic or f"dataset {card.name!r}" in message:
+        return ""
+    present = [where for where, path in card.root_candidates(opts.data_root) if path.exists()]
+    return "" if present else f"; data absent too (pass --data-root or set {card.env_var} or FMB_DATA_ROOT)"
 
 
 def is_complete(folder: Path, config: Any) -> bool:

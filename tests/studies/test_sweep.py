@@ -184,6 +184,7 @@ def test_fairmedfm_dry_run_lists_every_run_with_skip_reasons_and_a_cost(tmp_path
     assert f"runs: {n_run} runnable; 0 done in the store, 0 to compute, {n_run} not resolvable here" in text
     listed = [line for line in text.splitlines() if line.startswith("  -  ")]
     assert len(listed) == n_run and all("[cannot resolve: " in line for line in listed)
+    assert all("data absent" in line or "not found" in line for line in listed)  # the data's absence, per cell
     assert "takes 3D volumes; dataset 'harvard-fairseg' is 2D" in text
     assert "x excluded by the rule {usage=lora, mitigation=resampling|groupdro|adversarial|domainind|fairness_loss}" \
            in text
