@@ -166,8 +166,8 @@ def estimate(plan: Any, device: str, precision: str) -> dict[str, Any]:
     totals = {"measured": 0.0, "assumed": 0.0}
     counted = {"measured": 0, "assumed": 0, "unknown": 0}
     encoded: set[Any] = set()
-    per_cell: dict[int, float | None] = {}
-    for i, p in enumerate(todo):
+    by_usage: dict[str, float] = {}  # seconds per usage, present and absent data together
+    for p in todo:
         checked = check_spec(p.cell.spec)
         usage, model = USAGES.get(checked.usage.name), p.cell.fields["model"]
         sizes = (tuple(len(getattr(p.resolved.split, s)) for s in ("train", "val", "test")) if p.resolved
@@ -191,11 +191,11 @@ def estimate(plan: Any, device: str, precision: str) -> dict[str, Any]:
             cost = enc / 1000 * n_all * (1 + 0.1 * seeds * epochs)
         else:  # prompted: the test images once per seed
             cost = enc / 1000 * sizes[2] * seeds
-        per_cell[i] = cost
         if cost is None:
             counted["unknown"] += 1
         else:
             totals[kind] += cost
             counted[kind] += 1
+            by_usage[usage.name] = by_usage.get(usage.name, 0.0) + cost
     return {"device": device, "precision": precision, "encoder_rate": rate, "head_rate": head, "models": flops,
-            "s_per_1000_images": per_1000, "totals": totals, "counted": counted}
+            "s_per_1000_images": per_1000, "totals": totals, "counted": counted, "by_usage": by_usage}

@@ -529,6 +529,9 @@ def render_plan(plan: Plan, opts: Any) -> str:
                      "scale by each dataset's size in thousands of images")
     if c["unknown"]:
         lines.append(f"  {c['unknown']} runs of unknown cost (their model's FLOPs could not be counted)")
+    if est["by_usage"]:
+        lines.append("  by usage: " + ", ".join(f"{u} {_hours(v)}" for u, v in
+                                                sorted(est["by_usage"].items(), key=lambda kv: -kv[1])))
     return "\n".join(lines)
 
 

@@ -203,6 +203,7 @@ def test_cost_estimate_of_the_smoke_plan_by_hand(tmp_path: Path, monkeypatch) ->
     # 4 encodes of 40 images at 0.5 s; 8 heads: 1 seed x 5 epochs x 20 train x 512 features x 1e-6 s
     assert est["counted"] == {"measured": 8, "assumed": 0, "unknown": 0}
     assert est["totals"]["measured"] == pytest.approx(4 * 40 * 0.5 + 8 * 5 * 20 * 512 * 1e-6)
+    assert est["by_usage"] == {"lp": pytest.approx(est["totals"]["measured"])}
 
 
 def test_encoder_flops_are_counted_on_the_meta_device(tmp_path: Path, monkeypatch) -> None:
@@ -289,3 +290,32 @@ def test_a_malformed_address_is_refused(address: str) -> None:
 
     with pytest.raises(InputError, match="expected HOST:PORT"):
         sweep.check_address(address)
+
+
+def test_the_group_share_axis_reaches_each_run(local, tmp_path: Path) -> None:
+    root = local[0]
+    study_file = tmp_path / "shares.yaml"
+    study_file.write_text("""
+models: [c2l]
+datasets: [synth-control]
+attributes: [sex]
+usages: [lp]
+train_group_share: [0, 1]
+share_group: female
+train_size: 8
+hparams: {epochs: 5}
+weights: random
+n_boot: 20
+dataset_options:
+  n: 40
+  config: {size: 64, split_fractions: [0.5, 0.2, 0.3]}
+""")
+    result = sweep.sweep(load_study(str(study_file)), _opts(tmp_path / "out", root / "cache"), report=lambda m: None)
+    assert (result.encodes, result.ran, result.failed) == (1, 2, [])  # one encode serves both shares
+    plan = json.loads((tmp_path / "out/studies/shares/plan.json").read_text())
+    for cell in plan["cells"]:
+        seed = json.loads((tmp_path / "out" / cell["run_dir"] / "seed0.json").read_text())
+        assert seed["spec"]["sampling"]["train_group_share"] == cell["cell"]["train_group_share"]
+        assert (seed["spec"]["sampling"]["share_group"], seed["spec"]["sampling"]["train_size"]) == ("female", 8)
+        assert all(f["from_cache"] for f in seed["usage"]["features"].values())
+    assert len({c["run_id"] for c in plan["cells"]}) == 2
