@@ -357,6 +357,10 @@ def _add_run_options(p: Any) -> None:
     g.add_argument("--prevalence", type=float, metavar="P",
                    help="impose class prevalence P in every group of one split (imbalance study)")
     g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
+    g.add_argument("--test-resample", metavar="SPEC",
+                   help="also report a resampled test set: balanced:ATTR (equal group sizes, own prevalence), "
+                        "prevalence:ATTR (equal positives and negatives per group) or matched:ATTR:AGE_BINS "
+                        "(balanced and age-matched, e.g. matched:sex:0,40,60,80); seeded by the run seed")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
 
@@ -381,7 +385,7 @@ def run_spec(args: argparse.Namespace) -> Any:
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
-                   prevalence_on=args.prevalence_on)
+                   prevalence_on=args.prevalence_on, test_resample=args.test_resample)
 
 
 def _add_run(sub: Any) -> None:
@@ -415,6 +419,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     console = Console()
     render_run(outcome, console)
+    resampled = [r for r in outcome.seeds if "test_resample" in r.doc]
+    if resampled:
+        from fairmedbench.engine.results import RunResult
+        from fairmedbench.report.terminal import render_resampled
+
+        first = resampled[0]
+        console.print(f"resampled test set ({first.doc['test_resample']['params']['spec']}), seed "
+                      f"{first.spec['seed']}; every seed's draw and result are in its seed JSON")
+        render_resampled(first.fairness(), RunResult({**first.doc, "result": first.doc["test_resample"]["result"]},
+                                                     outcome.out_dir).fairness(), first.doc["test_resample"], console)
     if report:
         console.print(f"report: {report}")
     return 0
@@ -554,6 +568,43 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     for line in outcome.lines():
         print(line, file=sys.stdout if outcome.accepted else sys.stderr)
     return 0 if outcome.accepted else 1
+
+
+def _add_verify(sub: Any) -> None:
+    from fairmedbench.benchmark.verify import DEFAULT_SAMPLE
+
+    p = sub.add_parser("verify", help="re-run a submitted model on a sample of test items; mark its rows verified",
+                       parents=[_compute_parent()],
+                       description="Re-run the model of a bundle or stored submission from its declared weights, "
+                                   "in fp32, on a seeded random sample of each entry's test items (a learned head "
+                                   "is re-trained with the declared seed) and compare every per-sample score with "
+                                   "the submitted one; the outcome is recorded beside a stored submission's "
+                                   "submission.json, and its rows show as verified only when every entry passed.")
+    p.add_argument("bundle", help="a stored submission (leaderboards/<board>/submissions/<model>/<revision>) or a "
+                                  "bundle folder (checked, not recorded)")
+    p.add_argument("--board", help="the board suite (default: the bundle's suite.json)")
+    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+                   help=f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    p.add_argument("--tolerance", type=float,
+                   help="absolute tolerance on per-sample scores (default: by the precision the run recorded, "
+                        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)")
+    p.add_argument("--weights", help="the weights file when the card's default source is not available here")
+    p.set_defaults(handler=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from fairmedbench.benchmark.verify import verify_bundle
+
+    with _stage_progress(quiet=False) as step:
+        outcome = verify_bundle(args.bundle, args.board, sample=args.sample, seed=args.seed,
+                                tolerance=args.tolerance, weights=args.weights,
+                                opts=replace(run_options(args, step), cache_dir=None))
+    for line in outcome.lines():
+        print(line, file=sys.stdout if outcome.passed else sys.stderr)
+    return 0 if outcome.passed else 1
 
 
 def _add_leaderboard(sub: Any) -> None:
@@ -765,6 +816,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_docs(sub: Any) -> None:
+    p = sub.add_parser("docs", help="build the documentation site (mkdocs build --strict)",
+                       description="Build the documentation site from a source checkout: the hand-written pages "
+                                   "in docs/ plus the metric sheet and the catalogues generated from the "
+                                   "registries (plugins included), with mkdocs build --strict.")
+    p.add_argument("--out", default="site", help="the site's folder (default: site)")
+    p.add_argument("--config", default="mkdocs.yml", help="the mkdocs config (default: ./mkdocs.yml)")
+    p.set_defaults(handler=_cmd_docs)
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from fairmedbench.report.docs import build_site
+
+    site = build_site(args.config, args.out)
+    print(f"site: {site / 'index.html'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -772,8 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit, _add_leaderboard, _add_list, _add_describe,
-                _add_splits, _add_sweep):
+    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit,
+                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs, _add_sweep):
         add(sub)
     return parser
 
