@@ -9,7 +9,7 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, see `shipped_studies(
     datasets: [synth-control]        # dataset cards (benchmark list datasets)
     attributes: [sex]                # default: every attribute of each dataset's card
     usages: [lp, clip-zs]            # default: [auto] (the usage `benchmark run` would choose)
-    prompts: [bbox, center]          # segmentation prompt modes; applies only to usages that prompt
+    prompts: [bbox, center]          # segmentation prompt modes; each usage that prompts gets those it accepts
     mitigations: [erm, groupdro]     # default: [erm]
     seeds: [0, 1, 2]                 # or "0-4"; every run trains once per seed
     hparams: {epochs: 5}             # one mapping for every cell, or a list of mappings (an axis)
@@ -399,7 +399,9 @@ def expand(study: Study) -> list[Cell]:
                 continue
             usage = USAGES.get(chosen)
             base["usage"] = chosen
-            prompts = study.prompts if usage.prompt_modes else (None,)
+            # a usage gets the study's prompts it accepts (none accepted: the first, skipped with the reason)
+            prompts = (tuple(p for p in study.prompts if p in usage.prompt_modes) or study.prompts[:1]
+                       if usage.prompt_modes else (None,))
             for prompt in prompts:
                 fields = {**base, "prompt": prompt}
                 cell = Cell(fields)
