@@ -116,7 +116,7 @@ def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = No
     mark the runs whose complete result is in the store as done, and group the rest's encodes."""
     from fairmedbench.adapters import USAGES
     from fairmedbench.benchmark.resolve import resolve_run
-    from fairmedbench.benchmark.run import run_dir
+    from fairmedbench.benchmark.run import is_complete, run_dir
 
     planned = [PlannedCell(cell, status="planned" if cell.runnable else "skipped", reason=cell.reason)
                for cell in runnable(study)]
@@ -171,16 +171,6 @@ def _data_note(spec: Any, opts: Any, message: str) -> str:
     return "" if present else f"; data absent too (pass --data-root or set {card.env_var} or FMB_DATA_ROOT)"
 
 
-def is_complete(folder: Path, config: Any) -> bool:
-    """A finished run of exactly this config: summary.json present and config.json equal to the config."""
-    if not (folder / "summary.json").is_file() or not (folder / "config.json").is_file():
-        return False
-    try:
-        return store.read_json(folder / "config.json") == json.loads(json.dumps(config.identity()))
-    except (OSError, ValueError):
-        return False
-
-
 # -------------------------------------------------------------------------------------------------- the tasks
 
 def _journal(state: Path, name: str, doc: dict[str, Any]) -> None:
@@ -218,14 +208,13 @@ def encode(spec: Any, opts: Any) -> None:
     from fairmedbench.adapters import RunContext
     from fairmedbench.adapters.volumes import prepare_classification
     from fairmedbench.benchmark.resolve import resolve_run
-    from fairmedbench.benchmark.run import SplitView
+    from fairmedbench.benchmark.run import split_views
     from fairmedbench.registry.models import load_model
 
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config, ds, split = resolved.config, resolved.dataset, resolved.split
     model = load_model(config.model, spec.weights, device=resolved.device, verify=opts.verify_weights)
-    views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}")
-             for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+    views = split_views(ds, split)
     ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
                      batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=resolved.checked.dataset_card, hparams=config.hparams, progress=opts.progress)
