@@ -171,7 +171,11 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
     from fairmedbench.mitigation import make_mitigation
 
     t0 = time.perf_counter()
-    y, classes = class_labels(ds)  # before any feature is extracted
+    # checked before any feature is extracted
+    if spec.threshold != "val_youden" or spec.profile != "default":
+        raise InputError(f"the multiclass task decides by the argmax and uses the default metric profile: drop "
+                         f"--threshold {spec.threshold} / --profile {spec.profile}")
+    y, classes = class_labels(ds)
     pos = {"train": split.train, "val": split.val, "test": split.test}
     missing = [c for c in range(len(classes)) if not (y[split.train] == c).any()]
     if missing:
