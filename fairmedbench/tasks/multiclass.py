@@ -162,6 +162,7 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
     import time
 
     import pandas as pd
+    import torch
 
     # run.py's small helpers, imported here (the benchmark layer sits above tasks; the runner is loaded by it)
     from fairmedbench.adapters.volumes import prepare_classification
@@ -197,8 +198,6 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
             continue
         t1 = time.perf_counter()
         mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
-        import torch
-
         torch.manual_seed(seed)  # the head's initial weights depend on the seed only
         head = prepared.make_head(prepared.inputs["train"], len(classes))
         g = {k: None if codes is None else codes[p] for k, p in pos.items()}
