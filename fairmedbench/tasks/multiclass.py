@@ -176,7 +176,7 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
     if spec.threshold != "val_youden" or spec.profile != "default":
         raise InputError(f"the multiclass task decides by the argmax and uses the default metric profile: drop "
                          f"--threshold {spec.threshold} / --profile {spec.profile}")
-    if getattr(spec, "sampling", None):
+    if spec.sampling:
         raise InputError("sampling options (--train-group-share, --prevalence, --test-resample) apply to binary "
                          "classification runs, not to the multiclass task")
     y, classes = class_labels(ds)
