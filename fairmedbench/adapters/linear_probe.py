@@ -54,6 +54,7 @@ class LinearProbe(Usage):
     learns = True
     volumes = True
     hparams = MC_HPARAMS
+    caches_features = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""

@@ -222,6 +222,9 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins)
         kind = "evaluate-segmentation"
     elif multiclass_scores(df, opts, source):
+        if opts.test_resample or opts.report:
+            raise InputError("--test-resample and --report work on binary classification predictions, not on "
+                             "multi-class ones")
         result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, bins)
         kind = "evaluate-multiclass"
     else:

@@ -162,6 +162,7 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
     import time
 
     import pandas as pd
+    import torch
 
     # run.py's small helpers, imported here (the benchmark layer sits above tasks; the runner is loaded by it)
     from fairmedbench.adapters.volumes import prepare_classification
@@ -175,7 +176,14 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
 
     mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
     t0 = time.perf_counter()
-    y, classes = class_labels(ds)  # before any feature is extracted
+    # checked before any feature is extracted
+    if spec.threshold != "val_youden" or spec.profile != "default":
+        raise InputError(f"the multiclass task decides by the argmax and uses the default metric profile: drop "
+                         f"--threshold {spec.threshold} / --profile {spec.profile}")
+    if spec.sampling:
+        raise InputError("sampling options (--train-group-share, --prevalence, --test-resample) apply to binary "
+                         "classification runs, not to the multiclass task")
+    y, classes = class_labels(ds)
     pos = {"train": split.train, "val": split.val, "test": split.test}
     missing = [c for c in range(len(classes)) if not (y[split.train] == c).any()]
     if missing:
@@ -197,8 +205,6 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
             continue
         t1 = time.perf_counter()
         mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
-        import torch
-
         torch.manual_seed(seed)  # the head's initial weights depend on the seed only
         head = prepared.make_head(prepared.inputs["train"], len(classes))
         g = {k: None if codes is None else codes[p] for k, p in pos.items()}

@@ -99,6 +99,8 @@ def test_evaluate_on_saved_predictions_equals_the_run(lp_run, tmp_path: Path) ->
 def test_mitigations_and_usages_that_do_not_serve_multiclass_are_refused(routed, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not apply to multiclass"):
         run(_spec(mitigation="adversarial"), _opts(tmp_path))
+    with pytest.raises(InputError, match="argmax"):  # a threshold would be silently unused otherwise
+        run(_spec(threshold="fixed:0.3"), _opts(tmp_path))
     with pytest.raises(InputError, match="offers multiclass"):
         run(_spec(usage="clip-zs", model="clip-vit-b32"), _opts(tmp_path))
     assert get_task("multiclass").headline == "macro_auc"
@@ -130,3 +132,15 @@ def test_lora_trains_a_softmax_head(routed, tmp_path: Path) -> None:
     doc = out.seed_docs[0]
     assert doc["kind"] == "run-multiclass" and doc["usage"]["name"] == "lora"
     assert doc["usage"]["lora"]["r"] == 2 and np.isfinite(doc["training"]["best_val_loss"])
+
+
+def test_a_binary_head_refuses_multiclass_labels() -> None:
+    from fairmedbench.adapters.linear_probe import make_linear_head
+    from fairmedbench.mitigation import make_mitigation
+    from fairmedbench.tasks.classification import SplitArrays, TrainConfig, fit_head
+
+    x = np.random.default_rng(0).normal(size=(8, 3))
+    y = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    with pytest.raises(InputError, match="multiclass task"):
+        fit_head(make_linear_head(x, 1), SplitArrays(x, y), SplitArrays(x, y), TrainConfig(epochs=1),
+                 make_mitigation("erm"), 0)
