@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from fairmedbench.benchmark.run import RunOptions, run
 from fairmedbench.engine import store
 from fairmedbench.leaderboards.bundle import write_header, write_result
-from fairmedbench.leaderboards.suites import get_suite
+from fairmedbench.leaderboards.suites import Entry, Suite, get_suite
 from fairmedbench.spec import RunSpec
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -29,15 +29,35 @@ def model_header(model_name: str, weights_identity: str, revision: str | None = 
             "pretraining_data": list(card.pretraining_data), "training_datasets": list(card.training_datasets)}
 
 
+def board_split_file(entry: Entry, opts: RunOptions, suite: Suite) -> str | None:
+    """For an entry on a real test set: write the board's split of the copy at hand (test = the pinned rule's
+    samples present; train/val = the rest) under the results folder and return its path; else None."""
+    if entry.test_set is None:
+        return None
+    from fairmedbench.engine.splits import save_split
+    from fairmedbench.registry.datasets import load_dataset
+
+    ds = load_dataset(entry.dataset, opts.data_root, **entry.dataset_options)
+    split = entry.test_set.split(ds)
+    path = Path(opts.out_root) / "board-splits" / f"{suite.name}-{suite.version}" / f"{entry.key}.split.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return str(save_split(split, path))
+
+
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,
-              n_boot: int = 2000, revision: str | None = None) -> Path:
-    """Run each entry for each of its seeds (reusing finished runs) and write the bundle; returns its path."""
+              n_boot: int = 2000, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
+    """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs) and write
+    the bundle; returns its path. Entries on a real test set run on the board's split (`board_split_file`)."""
     suite = get_suite(suite_name)
+    for key in entries:
+        suite.entry(key)  # unknown keys fail here, listing the suite's entries
     header: dict[str, Any] | None = None
     for entry in suite.entries:
+        if entries and entry.key not in entries:
+            continue
         spec = RunSpec(model=model, dataset=entry.dataset, attributes=entry.attributes, usage=entry.usage,
                        seeds=entry.seeds, weights=weights, profile=entry.profile, n_boot=n_boot,
-                       dataset_options=entry.dataset_options)
+                       dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite))
         outcome = run(spec, replace(opts))
         for seed, doc in zip(entry.seeds, outcome.seed_docs):
             if header is None:
