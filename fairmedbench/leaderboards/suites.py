@@ -51,8 +51,8 @@ class Entry:
         if not self.attributes or not self.seeds:
             raise ValueError(f"entry {self.key}: needs at least one attribute and one seed")
         if self.test_set is not None:
-            if self.test_fingerprint is not None or self.n_test is not None:
-                raise ValueError(f"entry {self.key}: give the test pins in its test_set, not twice")
+            if (self.test_fingerprint, self.n_test) not in ((None, None), (self.test_set.fingerprint, self.test_set.n)):
+                raise ValueError(f"entry {self.key}: its test pins differ from its test_set's; give them there")
             object.__setattr__(self, "test_fingerprint", self.test_set.fingerprint)
             object.__setattr__(self, "n_test", self.test_set.n)
         spec = metric_spec(self.headline or headline_metric(self.task))

@@ -54,7 +54,7 @@ class TestSet:
     source: str
     fingerprint: str | None = None
     n: int | None = None
-    ids_file: str | None = None
+    ids_file: str | None = None  # in leaderboards/testset_ids/ (an absolute path for local boards and tests)
 
     def __post_init__(self) -> None:
         kind, _, rest = self.rule.partition(":")
@@ -168,7 +168,11 @@ class TestSet:
 
 @lru_cache(maxsize=8)
 def _load_ids(ids_file: str, fingerprint: str | None, n: int | None) -> frozenset[str]:
-    data = resources.files(IDS_PACKAGE).joinpath(IDS_FOLDER, ids_file).read_bytes()
+    from pathlib import Path
+
+    local = Path(ids_file)
+    data = local.read_bytes() if local.is_absolute() else \
+        resources.files(IDS_PACKAGE).joinpath(IDS_FOLDER, ids_file).read_bytes()
     ids = gzip.decompress(data).decode("utf-8").split()
     if len(ids) != n or test_fingerprint(ids) != fingerprint:
         raise ValueError(f"packaged test id list {ids_file} does not match its pins ({len(ids)} ids, fingerprint "
