@@ -180,3 +180,16 @@ def test_test_ids_outside_the_pinned_set_are_refused(tmp_path: Path) -> None:
     out = submit_bundle(write_bundle(tmp_path / "b", get_suite(board), model_card("m1")), board, tmp_path / "lb")
     assert not out.accepted
     assert any("1 test id(s) are not in the board's pinned test set" in r for r in out.reasons), out.reasons
+
+
+HAM_SPLITS = REAL / "ham10000-mini" / "splits"
+
+
+@pytest.mark.skipif(not HAM_SPLITS.is_dir(), reason=f"real HAM10000 split files not found at {HAM_SPLITS}")
+def test_ham_pin_is_the_published_test_split_and_the_mini_copy_is_refused() -> None:
+    test = pd.read_csv(HAM_SPLITS / "test.csv")
+    assert (len(test), suites.test_fingerprint(test["image_id"])) == (suites.HAM_TEST.n, suites.HAM_TEST.fingerprint)
+    ds = load_dataset("ham10000", REAL / "ham10000-mini", split_dir="splits")  # 5 real images, none in test
+    assert len(ds) == 5
+    with pytest.raises(InputError, match="empty test"):
+        suites.HAM_TEST.split(ds)
