@@ -480,6 +480,10 @@ def _check_test_ids(rel: str, cols: _Columns, entry: Entry, ds: dict[str, Any]) 
     n = len(ids)
     if entry.partial_coverage:  # any subset of the pinned ids; the result must describe the ids it holds
         lines = entry.test_set.check_test_ids(ids, rel)
+        leaked = sorted(set(cols.val.get("sample_id", ())) & entry.test_set.pinned_ids())
+        if leaked:  # a copy split by another rule: the threshold (and likely the training) saw test patients
+            lines.append(f"{rel}: {len(leaked)} validation id(s) belong to the board's test set (first: "
+                         f"{leaked[:3]}); run with `benchmark run-suite`, which uses the board's split")
         if ds.get("test_fingerprint") != fp or ds.get("n_test") != n:
             lines.append(f"{rel}: inputs.dataset test_fingerprint/n_test do not describe the {n} test rows")
         return lines, fp

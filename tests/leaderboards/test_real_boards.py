@@ -193,3 +193,18 @@ def test_ham_pin_is_the_published_test_split_and_the_mini_copy_is_refused() -> N
     assert len(ds) == 5
     with pytest.raises(InputError, match="empty test"):
         suites.HAM_TEST.split(ds)
+
+
+def test_validation_ids_inside_the_pinned_test_set_are_refused(tmp_path: Path) -> None:
+    name = "test-coverage-val-leak"
+    if name not in SUITES:
+        base = Entry("synth-control", ("sex", "age"), "linear_probe", seeds=(0, 1))
+        ids = list(dataset_rows(base.dataset, "test", N_TEST)["sample_id"]) + \
+            list(dataset_rows(base.dataset, "val", 40)["sample_id"])[:3]
+        path = tmp_path / "leak.txt.gz"
+        ts = TestSet("pinned with val", "patient-hash:test:0.5", "test ids", write_ids(path, ids), len(ids), str(path))
+        register_suite(Suite(name, "1.0", "val rows inside the pinned test set",
+                             (Entry(base.dataset, base.attributes, base.usage, seeds=base.seeds, test_set=ts),)))
+    out = submit_bundle(write_bundle(tmp_path / "b", get_suite(name), model_card("m1")), name, tmp_path / "lb")
+    assert not out.accepted
+    assert any("3 validation id(s) belong to the board's test set" in r for r in out.reasons), out.reasons
