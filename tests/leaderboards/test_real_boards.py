@@ -208,3 +208,22 @@ def test_validation_ids_inside_the_pinned_test_set_are_refused(tmp_path: Path) -
     out = submit_bundle(write_bundle(tmp_path / "b", get_suite(name), model_card("m1")), name, tmp_path / "lb")
     assert not out.accepted
     assert any("3 validation id(s) belong to the board's test set" in r for r in out.reasons), out.reasons
+
+
+def test_cli_lists_and_describes_real_boards_with_pins_and_coverage(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fairmedbench.cli import main
+
+    assert main(["list", "suites", "--json"]) == 0
+    listed = {s["name"]: s for s in json.loads(capsys.readouterr().out)}
+    assert {"nih-cxr14", "ham10000", "chexpert", "mimic-cxr", "fairvlmed10k", "harvard-gf", "papila"} <= set(listed)
+    assert listed["nih-cxr14"]["test sets"] == [f"{suites.NIH_TEST.name} (fingerprint 7124224c8b5a, partial "
+                                                "coverage, ranked separately)"]
+    assert listed["mimic-cxr"]["test sets"] == [f"{suites.MIMIC_TEST.name} (fingerprint pending, complete coverage)"]
+    assert main(["describe", "suite", "ham10000"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    seg = doc["entries"][1]
+    assert (seg["task"], seg["headline_metric"]["name"], seg["attributes"]) == ("segmentation", "dsc", ["sex", "age"])
+    assert seg["test_set"]["fingerprint"] == suites.HAM_TEST.fingerprint
+    assert seg["test_set"]["coverage_rule"] == "exactly the 1002 pinned test ids (complete coverage)"
