@@ -91,7 +91,9 @@ def resolve(share: float | None, share_group: str | None, train_size: int | None
 
 
 def _rng(split_seed: int, seed: int) -> np.random.Generator:
-    return np.random.default_rng([int(split_seed), int(seed), 0x5A3F])
+    # split_seed is -1 for an imported split (--split-file, board runs): SeedSequence takes only non-negative
+    # entropy, so it is taken mod 2**32 (every seed from 0 to 2**32 - 1 keeps its stream)
+    return np.random.default_rng([int(split_seed) % 2 ** 32, int(seed), 0x5A3F])
 
 
 def _group_share(sampling: Sampling, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -99,3 +99,14 @@ def test_a_run_trains_on_the_drawn_share(tmp_path: Path) -> None:
     other = run(spec.__class__(**{**spec.__dict__, "train_group_share": 0.75}),
                 RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu"))
     assert other.config.run_id != out.config.run_id
+
+
+def test_imported_splits_draw_too() -> None:
+    """A run on an imported split (--split-file, board runs) has split_seed -1: no sampling keeps all, a share draws."""
+    groups, labels = _table()
+    pos = {"train": np.arange(len(groups)), "val": np.arange(3), "test": np.arange(4)}
+    keep = draw(Sampling(), pos, groups, labels, split_seed=-1, seed=0)
+    assert {k: len(v) for k, v in keep.items()} == {"train": len(groups), "val": 3, "test": 4}
+    s = resolve(0.5, None, None, None, "test", groups, pos["train"])
+    chosen = groups[draw(s, pos, groups, labels, split_seed=-1, seed=0)["train"]]
+    assert len(chosen) == 20 and int(np.sum(chosen == "b")) == 10
