@@ -28,7 +28,10 @@ from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.errors import InputError, MissingResourceError
 
 if TYPE_CHECKING:
+    import os
+
     import numpy as np
+    import pandas as pd
 
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.datasets.dataset import Dataset
@@ -84,12 +87,12 @@ class TestSet:
     def coverage_rule(self) -> str:
         """One line: what a submission must answer."""
         if self.partial_coverage:
-            return (f"any non-empty subset of the {self.n} pinned test ids (evaluated on the images the submitter "
+            return (f"any non-empty subset of the {self.n:,} pinned test ids (evaluated on the images the submitter "
                     "holds); coverage = evaluated / pinned is shown, rows with partial coverage are ranked "
                     "separately from complete ones")
         if self.pending:
             return "fingerprint pending: the result's own test set, checked for consistency only"
-        return f"exactly the {self.n} pinned test ids (complete coverage)"
+        return f"exactly the {self.n:,} pinned test ids (complete coverage)"
 
     def pinned_ids(self) -> frozenset[str]:
         """The packaged full list of test ids, checked against the pinned count and fingerprint."""
@@ -97,22 +100,21 @@ class TestSet:
             raise InputError(f"test set {self.name!r} ships no id list; submissions must answer it completely")
         return _load_ids(self.ids_file, self.fingerprint, self.n)
 
-    def is_test(self, samples: "object") -> "np.ndarray":
-        """Boolean mask over a sample table (pandas DataFrame from a dataset reader): True for test samples."""
+    def is_test(self, samples: "pd.DataFrame") -> "np.ndarray":
+        """Boolean mask over a dataset reader's sample table: True for the test samples."""
         import numpy as np
 
         kind, _, rest = self.rule.partition(":")
         if kind == "provider":
-            if "split" not in samples:  # type: ignore[operator]
+            if "split" not in samples:
                 raise MissingResourceError(
                     f"the board tests on {self.name}, the provider's official '{rest}' split, but this copy of the "
                     "data has no official split files; put them in the dataset folder (see `benchmark describe "
                     "dataset NAME`, field layout)")
-            return (samples["split"].astype(str) == rest).to_numpy()  # type: ignore[index]
+            return (samples["split"].astype(str) == rest).to_numpy()
         salt, _, share = rest.rpartition(":")
         cut = float(share)
-        return np.asarray([patient_hash_share(salt, str(p)) < cut for p in samples["patient_id"]],  # type: ignore[index]
-                          dtype=bool)
+        return np.asarray([patient_hash_share(salt, str(p)) < cut for p in samples["patient_id"]], dtype=bool)
 
     def split(self, ds: "Dataset", seed: int = 0, val_fraction: float = 0.1) -> "Split":
         """The board run's split of this copy: test = the rule's samples; train/val = the provider's when it has
@@ -132,12 +134,14 @@ class TestSet:
                                ds.strata(), val_fraction, seed, ds.card.name, ds.fingerprint)
         split = replace(split, policy=f"board:{self.rule}")
         check_nonempty(split, ds.card.name)
-        self.check_test_ids(split.ids["test"], where=f"this copy of {ds.card.name}")
+        problems = self.check_test_ids(split.ids["test"], where=f"this copy of {ds.card.name}")
+        if problems:
+            raise InputError("; ".join(problems))
         return split
 
     def check_test_ids(self, ids: Iterable[str], where: str) -> list[str]:
-        """Problems (one line each) with a set of test ids against the pins; raises InputError when `where` is a
-        local copy (a board run that could not be submitted), returns the lines otherwise."""
+        """Problems (one line each, prefixed by `where`) with a set of test ids against the pins; none when they
+        answer the test set (a subset of the packaged ids, or exactly the pinned ids, or anything while pending)."""
         ids = [str(i) for i in ids]
         lines = []
         if len(set(ids)) != len(ids):
@@ -155,8 +159,6 @@ class TestSet:
                 lines.append(f"{where}: test set of {len(ids)} ids (fingerprint {fp[:12]}...) differs from the "
                              f"board's {self.name}: {self.n} ids, fingerprint {str(self.fingerprint)[:12]}...; "
                              "this board needs the complete official test split")
-        if lines and where.startswith("this copy"):
-            raise InputError("; ".join(lines))
         return lines
 
     def describe(self) -> dict[str, object]:
@@ -180,11 +182,11 @@ def _load_ids(ids_file: str, fingerprint: str | None, n: int | None) -> frozense
     return frozenset(ids)
 
 
-def write_ids(path: "object", ids: Iterable[str]) -> str:
+def write_ids(path: "str | os.PathLike[str]", ids: Iterable[str]) -> str:
     """Write a sorted id list as the gzip package data `pinned_ids` reads (mtime 0: byte-identical rebuilds);
     returns its fingerprint."""
     from pathlib import Path
 
     ids = sorted(str(i) for i in ids)
-    Path(str(path)).write_bytes(gzip.compress("\n".join(ids).encode("utf-8") + b"\n", 9, mtime=0))
+    Path(path).write_bytes(gzip.compress("\n".join(ids).encode("utf-8") + b"\n", 9, mtime=0))
     return test_fingerprint(ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -146,7 +147,8 @@ def _coverage_suite(tmp_path: Path, extra: int, drop: int = 0) -> str:
     name = f"test-coverage-{extra}-{drop}"
     if name not in SUITES:
         base = Entry("synth-control", ("sex", "age"), "linear_probe", seeds=(0, 1))
-        ids = list(dataset_rows(base.dataset, "test", N_TEST)["sample_id"])[drop:] + [f"absent-{i}" for i in range(extra)]
+        held = list(dataset_rows(base.dataset, "test", N_TEST)["sample_id"])[drop:]
+        ids = held + [f"absent-{i}" for i in range(extra)]
         path = tmp_path / f"{name}.txt.gz"
         fp = write_ids(path, ids)
         ts = TestSet(f"pinned {len(ids)}", "patient-hash:test:0.5", "test ids", fp, len(ids), str(path))
@@ -161,9 +163,9 @@ def test_partial_coverage_is_accepted_shown_and_ranked_separately(tmp_path: Path
     for board in (partial, complete):
         out = submit_bundle(write_bundle(tmp_path / board, get_suite(board), model_card("m1")), board, tmp_path / "lb")
         assert out.accepted, out.reasons
-    rows = {b: rank_rows([{**r, "model": "m1", "revision": "r1"} for r in
-                          __import__("json").loads(next((tmp_path / "lb" / b).rglob("submission.json")).read_text())
-                          ["rows"]]) for b in (partial, complete)}
+    stored = {b: json.loads(next((tmp_path / "lb" / b).rglob("submission.json")).read_text())
+              for b in (partial, complete)}
+    rows = {b: rank_rows([{**r, "model": "m1", "revision": "r1"} for r in stored[b]["rows"]]) for b in stored}
     assert rows[partial][0]["coverage"] == {"test_set": "pinned 100", "evaluated": 60, "pinned": 100,
                                             "complete": False}
     assert rows[partial][0]["rank_group"] == "partial" and rows[complete][0]["rank_group"] == "complete"
@@ -211,8 +213,6 @@ def test_validation_ids_inside_the_pinned_test_set_are_refused(tmp_path: Path) -
 
 
 def test_cli_lists_and_describes_real_boards_with_pins_and_coverage(capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     from fairmedbench.cli import main
 
     assert main(["list", "suites", "--json"]) == 0
@@ -226,4 +226,4 @@ def test_cli_lists_and_describes_real_boards_with_pins_and_coverage(capsys: pyte
     seg = doc["entries"][1]
     assert (seg["task"], seg["headline_metric"]["name"], seg["attributes"]) == ("segmentation", "dsc", ["sex", "age"])
     assert seg["test_set"]["fingerprint"] == suites.HAM_TEST.fingerprint
-    assert seg["test_set"]["coverage_rule"] == "exactly the 1002 pinned test ids (complete coverage)"
+    assert seg["test_set"]["coverage_rule"] == "exactly the 1,002 pinned test ids (complete coverage)"
