@@ -11,6 +11,7 @@ import pandas as pd
 
 from fairmedbench.benchmark.run import RunOptions, run
 from fairmedbench.engine import store
+from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, get_suite
 from fairmedbench.spec import RunSpec
@@ -51,10 +52,10 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
     suite = get_suite(suite_name)
     for key in entries:
         suite.entry(key)  # unknown keys fail here, listing the suite's entries
+    chosen = [e for e in suite.entries if not entries or e.key in entries]
+    _check_capabilities(model, chosen)
     header: dict[str, Any] | None = None
-    for entry in suite.entries:
-        if entries and entry.key not in entries:
-            continue
+    for entry in chosen:
         spec = RunSpec(model=model, dataset=entry.dataset, attributes=entry.attributes, usage=entry.usage,
                        seeds=entry.seeds, weights=weights, profile=entry.profile, n_boot=n_boot,
                        dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite))
@@ -67,6 +68,20 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
             frame = pd.read_parquet(outcome.out_dir / f"seed{seed}.predictions.parquet")
             write_result(bundle, entry, seed, doc, frame)
     return bundle
+
+
+def _check_capabilities(model: str, entries: Sequence[Entry]) -> None:
+    """Fail before any work when the model cannot serve an entry's usage (a bundle may answer some entries)."""
+    from fairmedbench.adapters import USAGES
+    from fairmedbench.registry.models import get_card
+
+    caps = set(get_card(model).capabilities)
+    bad = [f"{e.key} (usage {e.usage} needs {', '.join(sorted(set(USAGES.get(e.usage).requires) - caps))})"
+           for e in entries if not set(USAGES.get(e.usage).requires) <= caps]
+    if bad:
+        ok = [e.key for e in entries if set(USAGES.get(e.usage).requires) <= caps]
+        hint = f"; run the others with {' '.join('--entry ' + k for k in ok)}" if ok else ""
+        raise InputError(f"model {model!r} cannot run {'; '.join(bad)}{hint}")
 
 
 def _for_bundle(doc: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:

@@ -227,3 +227,16 @@ def test_cli_lists_and_describes_real_boards_with_pins_and_coverage(capsys: pyte
     assert (seg["task"], seg["headline_metric"]["name"], seg["attributes"]) == ("segmentation", "dsc", ["sex", "age"])
     assert seg["test_set"]["fingerprint"] == suites.HAM_TEST.fingerprint
     assert seg["test_set"]["coverage_rule"] == "exactly the 1,002 pinned test ids (complete coverage)"
+
+
+def test_run_suite_refuses_entries_the_model_cannot_run_before_any_work(tmp_path: Path) -> None:
+    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.benchmark.suite import run_suite
+
+    opts = RunOptions(data_root=str(tmp_path / "absent"), out_root=str(tmp_path / "r"))
+    with pytest.raises(InputError, match=r"cannot run nih-cxr14__clip-zs__sex\+age \(usage clip-zs needs "
+                                         r"encode_text\); run the others with --entry nih-cxr14__lp__sex\+age"):
+        run_suite("nih-cxr14", "moco-cxr", tmp_path / "b", opts, weights="random")
+    with pytest.raises(InputError, match="has no entry 'nope'"):
+        run_suite("nih-cxr14", "moco-cxr", tmp_path / "b", opts, weights="random", entries=["nope"])
+    assert not (tmp_path / "b").exists() and not (tmp_path / "r").exists()
