@@ -77,7 +77,7 @@ class Usage:
                 "hparams": dict(self.hparams), "about": self.about}
 
 
-USAGES: Registry[Usage] = Registry("usage")
+USAGES: Registry[Usage] = Registry("usage", plugins=True)
 
 
 def compatible_usages(capabilities: tuple[str, ...] | list[str], tasks: tuple[str, ...] | list[str]) -> list[str]:

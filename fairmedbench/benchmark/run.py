@@ -273,6 +273,9 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         if sampling.active:
             extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
                                  "splits": describe(keep, pos, groups, y[:, 0])}
+        if sampling.test_resample:
+            extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
+                                                     (y[ps["val"]], sr.val_scores), seed)
         doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
                         {"load": t_load, "prepare": t_prep, "train": t_train,
                          "metrics": time.perf_counter() - t1 - t_train})
@@ -280,6 +283,37 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, scores: np.ndarray,
+                    label_cols: list[str], policy: str | None, val: tuple[np.ndarray, np.ndarray],
+                    seed: int) -> dict[str, Any]:
+    """The run's test set resampled as --test-resample asks (seeded by the run seed) and evaluated like the
+    original: the drawn ids, their counts and the result, stored beside the original's."""
+    from fairmedbench.analysis.resample import parse_test_resample, resample_test_set
+    from fairmedbench.benchmark.resolve import test_resample_age_column
+    from fairmedbench.metrics import evaluate_classification
+
+    rs = parse_test_resample(str(spec.sampling["test_resample"]))
+    age_col = test_resample_age_column(str(rs), ds.card, spec.attributes, spec.task)
+    ages = None if age_col is None else _numeric(ds.samples[age_col].to_numpy()[test])
+    group_col = f"attr:{rs.attribute}"
+    sample = resample_test_set(rs, ds.samples[group_col].to_numpy()[test], y[test, 0],
+                               ds.samples["sample_id"].to_numpy()[test], seed, ages=ages,
+                               columns={"group_col": group_col, "label_col": label_cols[0],
+                                        **({"age_col": age_col} if age_col else {})})
+    p = sample.positions
+    res = evaluate_classification(y[test][p], scores[p], {a: v[p] for a, v in _attr_columns(ds, spec, test).items()},
+                                  task_names=label_cols, threshold=policy, val_y_true=val[0], val_y_score=val[1],
+                                  profile=spec.profile, n_boot=spec.n_boot, seed=seed)
+    return {**sample.to_dict(), "result": res.to_dict()}
+
+
+def _numeric(values: np.ndarray) -> np.ndarray:
+    """Numbers as float (unparseable cells NaN: left out by the age bins)."""
+    import pandas as pd
+
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
 
 
 def _rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
