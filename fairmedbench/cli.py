@@ -37,9 +37,11 @@ def _add_evaluate(sub: Any) -> None:
                           "a `source` column")
     src.add_argument("--demo", action="store_true", help="the built-in demo predictions (injected sex disparity)")
     p.add_argument("--label", action="append", type=_csv_list, metavar="COLS",
-                   help="label column(s), 0/1; several = a multi-label task, reported per column")
+                   help="label column(s), 0/1; several = multi-label, reported per column; one with several "
+                        "--score columns = multi-class (class index or name)")
     p.add_argument("--score", action="append", type=_csv_list, metavar="COLS",
-                   help="score column(s): probabilities in [0,1], one per label column, same order")
+                   help="score column(s) or a pattern ('score:*'): one per label column (same order), or one per "
+                        "class (or one list column) for a multi-class label")
     p.add_argument("--attribute", action="append", type=_csv_list, metavar="COLS",
                    help="sensitive attribute column(s), e.g. sex,age")
     p.add_argument("--bins", action="append", default=[], metavar="NAME=E0,E1,..",
@@ -776,6 +778,43 @@ def _cmd_splits_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep(sub: Any) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a study (a YAML grid of models x datasets x usages x ...) locally or on Ray",
+        parents=[_compute_parent()],
+        description="Expand a study into runs, skip incompatible cells with their reason, reuse finished runs "
+                    "from the store, extract each (model, dataset)'s features once, and run the rest; rerun the "
+                    "same command to resume. Shipped studies: fairmedfm, smoke, fairness-laws, imbalance.")
+    p.add_argument("study", help="a shipped study's name or a study YAML file")
+    p.add_argument("--launcher", default="local", choices=["local", "ray"],
+                   help="local: in this process (or a process pool with --max-parallel); ray: Ray tasks")
+    p.add_argument("--address", help="an existing Ray cluster (HOST:PORT or ray://HOST:PORT); default: a local one")
+    p.add_argument("--max-parallel", type=int, help="tasks at once (local pool size; Ray: CPUs of a local cluster)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (runs, encodes, skipped cells with reasons, a measured cost estimate)")
+    p.add_argument("--status", action="store_true", help="show done / running / failed / skipped cells")
+    p.set_defaults(handler=_cmd_sweep)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fairmedbench.benchmark import sweep
+    from fairmedbench.studies import load_study
+
+    study = load_study(args.study)
+    opts = run_options(args)
+    if args.status:
+        print(sweep.render_status(sweep.read_status(args.out, study.name)))
+        return 0
+    if args.dry_run:
+        print(sweep.render_plan(sweep.make_plan(study, opts), opts))
+        return 0
+    with _stage_progress(quiet=False) as step:
+        result = sweep.sweep(study, opts, launcher=args.launcher, address=args.address,
+                             max_parallel=args.max_parallel, progress=step)
+    print(sweep.render_result(result))
+    return 1 if result.failed or any(c.status == "failed" for c in result.plan.cells) else 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     rows = LISTERS[args.what]()
     if args.json:
@@ -823,7 +862,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit,
-                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs):
+                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs, _add_sweep):
         add(sub)
     return parser
 

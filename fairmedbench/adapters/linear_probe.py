@@ -39,10 +39,12 @@ class LinearProbe(Usage):
 
     name = "lp"
     task = "classification"
+    also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)
     about = "linear probe on cached frozen image features"
     learns = True
     volumes = True
+    caches_features = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""

@@ -84,6 +84,20 @@ class SplitView:
         return self.dataset.load_image(int(self.positions[k]))
 
 
+def split_views(ds: Any, split: Any) -> dict[str, SplitView]:
+    """The train/val/test views features are extracted from (their fingerprint keys the feature cache): the
+    unsampled split, so every run of one (model, dataset, split) shares one encode."""
+    fp = f"{ds.fingerprint}:{split.fingerprint}"
+    return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+
+
+def is_complete(out_dir: Path, config: RunConfig) -> bool:
+    """A finished run of exactly this config: summary.json present and config.json equal to the config."""
+    stored = _stored_identity(out_dir)
+    return (stored is not None and stored == json.loads(json.dumps(config.identity()))
+            and (out_dir / "summary.json").is_file())
+
+
 def run_dir(config: RunConfig, out_root: str | Path) -> Path:
     """<out_root>/runs/<model>/<dataset>/<usage>/<run id>."""
     return Path(out_root) / "runs" / config.model / config.dataset / config.usage / config.run_id
@@ -109,7 +123,10 @@ def run_lock(out_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
 
 def _stored_identity(out_dir: Path) -> dict[str, Any] | None:
     path = out_dir / CONFIG_FILE
-    return store.read_json(path) if path.is_file() else None
+    try:
+        return store.read_json(path) if path.is_file() else None
+    except (OSError, ValueError):  # unreadable: treated as another config (recomputed)
+        return None
 
 
 def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
@@ -119,11 +136,12 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
     with run_lock(out_dir, opts.say):
+        store.remove_partial_files(out_dir)  # what a writer killed mid-write left (we hold the lock)
         stored, identity = _stored_identity(out_dir), json.loads(json.dumps(config.identity()))
         if stored is not None and stored != identity:
             opts.say(f"run folder {out_dir} holds another config under the same id; recomputing it")
             opts = _forced(opts)
-        if stored == identity and (out_dir / "summary.json").exists() and not opts.force:
+        if is_complete(out_dir, config) and not opts.force:
             summary = store.read_json(out_dir / "summary.json")
             docs = [store.read_json(out_dir / f"seed{s}.json") for s in config.seeds]
             opts.say(f"reused the finished run {config.run_id} ({out_dir}); --force recomputes it")
@@ -220,7 +238,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
+    views = split_views(ds, split)
     from fairmedbench.adapters.volumes import prepare_classification
 
     prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
