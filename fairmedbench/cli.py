@@ -538,6 +538,8 @@ def _add_suite(sub: Any) -> None:
     p.add_argument("--revision", help="the model revision shown on the board (default: weights sha256 prefix)")
     p.add_argument("--bundle", required=True, help="folder to write the bundle into")
     p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--entry", action="append", default=[], metavar="KEY",
+                   help="run only this entry (repeatable; default: all; keys: benchmark describe suite NAME)")
     p.set_defaults(handler=_cmd_suite)
 
 
@@ -548,7 +550,7 @@ def _cmd_suite(args: argparse.Namespace) -> int:
 
     with _stage_progress(quiet=False) as step:
         path = run_suite(args.suite, args.model, Path(args.bundle), run_options(args, step), weights=args.weights,
-                         n_boot=args.n_boot, revision=args.revision)
+                         n_boot=args.n_boot, revision=args.revision, entries=args.entry)
     print(f"bundle written: {path}; submit it with: benchmark submit {path} --board {args.suite}")
     return 0
 
@@ -673,8 +675,14 @@ def _list_usages() -> list[dict[str, Any]]:
 def _list_suites() -> list[dict[str, Any]]:
     from fairmedbench.leaderboards.suites import SUITES
 
+    def test_sets(suite: Any) -> list[str]:
+        seen = {e.describe()["test_set"]["name"]: e for e in suite.entries}
+        return [f"{name} ({'fingerprint pending' if e.pending else 'fingerprint ' + str(e.test_fingerprint)[:12]}, "
+                f"{'partial coverage, ranked separately' if e.partial_coverage else 'complete coverage'})"
+                for name, e in seen.items()]
+
     return [{"name": n, "version": SUITES.get(n).version, "entries": len(SUITES.get(n).entries),
-             "about": SUITES.get(n).description} for n in SUITES.names()]
+             "test sets": test_sets(SUITES.get(n)), "about": SUITES.get(n).description} for n in SUITES.names()]
 
 
 def _list_mitigations() -> list[dict[str, Any]]:
@@ -695,7 +703,8 @@ LISTERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
 
 
 def _add_describe(sub: Any) -> None:
-    p = sub.add_parser("describe", help="a dataset's or model's card (+ group counts when data is present)",
+    p = sub.add_parser("describe", help="a dataset's or model's card (+ group counts when data is present), or a "
+                                        "board suite (entries, pinned test sets, coverage rules)",
                        description="Print a card as JSON: for a dataset, with sample and group counts and the "
                                    "split fingerprint when the data is found, else where to get it.")
     p.add_argument("what", choices=sorted(DESCRIBERS))
@@ -718,8 +727,17 @@ def _describe_model(args: argparse.Namespace) -> dict[str, Any]:
     return describe_model(args.name)
 
 
+def _describe_suite(args: argparse.Namespace) -> dict[str, Any]:
+    from fairmedbench.leaderboards.suites import get_suite
+
+    suite = get_suite(args.name)
+    return {"name": suite.name, "version": suite.version, "description": suite.description,
+            "entries": [e.describe() for e in suite.entries]}
+
+
 DESCRIBERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"dataset": _describe_dataset,
-                                                                         "model": _describe_model}
+                                                                         "model": _describe_model,
+                                                                         "suite": _describe_suite}
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:

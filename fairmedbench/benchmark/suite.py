@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from fairmedbench.benchmark.run import RunOptions, run
 from fairmedbench.engine import store
+from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.bundle import write_header, write_result
-from fairmedbench.leaderboards.suites import get_suite
+from fairmedbench.leaderboards.suites import Entry, Suite, get_suite
 from fairmedbench.spec import RunSpec
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -29,15 +30,35 @@ def model_header(model_name: str, weights_identity: str, revision: str | None = 
             "pretraining_data": list(card.pretraining_data), "training_datasets": list(card.training_datasets)}
 
 
+def board_split_file(entry: Entry, opts: RunOptions, suite: Suite) -> str | None:
+    """For an entry on a real test set: write the board's split of the copy at hand (test = the pinned rule's
+    samples present; train/val = the rest) under the results folder and return its path; else None."""
+    if entry.test_set is None:
+        return None
+    from fairmedbench.engine.splits import save_split
+    from fairmedbench.registry.datasets import load_dataset
+
+    ds = load_dataset(entry.dataset, opts.data_root, **entry.dataset_options)
+    split = entry.test_set.split(ds)
+    path = Path(opts.out_root) / "board-splits" / f"{suite.name}-{suite.version}" / f"{entry.key}.split.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return str(save_split(split, path))
+
+
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,
-              n_boot: int = 2000, revision: str | None = None) -> Path:
-    """Run each entry for each of its seeds (reusing finished runs) and write the bundle; returns its path."""
+              n_boot: int = 2000, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
+    """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs) and write
+    the bundle; returns its path. Entries on a real test set run on the board's split (`board_split_file`)."""
     suite = get_suite(suite_name)
+    for key in entries:
+        suite.entry(key)  # unknown keys fail here, listing the suite's entries
+    chosen = [e for e in suite.entries if not entries or e.key in entries]
+    _check_capabilities(model, chosen)
     header: dict[str, Any] | None = None
-    for entry in suite.entries:
+    for entry in chosen:
         spec = RunSpec(model=model, dataset=entry.dataset, attributes=entry.attributes, usage=entry.usage,
                        seeds=entry.seeds, weights=weights, profile=entry.profile, n_boot=n_boot,
-                       dataset_options=entry.dataset_options)
+                       dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite))
         outcome = run(spec, replace(opts))
         for seed, doc in zip(entry.seeds, outcome.seed_docs):
             if header is None:
@@ -47,6 +68,20 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
             frame = pd.read_parquet(outcome.out_dir / f"seed{seed}.predictions.parquet")
             write_result(bundle, entry, seed, doc, frame)
     return bundle
+
+
+def _check_capabilities(model: str, entries: Sequence[Entry]) -> None:
+    """Fail before any work when the model cannot serve an entry's usage (a bundle may answer some entries)."""
+    from fairmedbench.adapters import USAGES
+    from fairmedbench.registry.models import get_card
+
+    caps = set(get_card(model).capabilities)
+    bad = [f"{e.key} (usage {e.usage} needs {', '.join(sorted(set(USAGES.get(e.usage).requires) - caps))})"
+           for e in entries if not set(USAGES.get(e.usage).requires) <= caps]
+    if bad:
+        ok = [e.key for e in entries if set(USAGES.get(e.usage).requires) <= caps]
+        hint = f"; run the others with {' '.join('--entry ' + k for k in ok)}" if ok else ""
+        raise InputError(f"model {model!r} cannot run {'; '.join(bad)}{hint}")
 
 
 def _for_bundle(doc: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,9 @@ pickles or zip archives, Parquet magic present, strict JSON without NaN), within
 (`submit.Limits`); model.json and suite.json follow their schemas; each result validates against
 engine/result_schema.json and matches its entry, seed and model card; predictions.file names the Parquet
 beside it (no absolute path, no '..'); predictions have finite scores and the test ids match the
-board's pinned test set (when pinned; else the result's own test_fingerprint and n_test); and
+board's pinned test set (when pinned; else the result's own test_fingerprint and n_test; on a board whose
+test set ships its id list, `testsets.TestSet.ids_file`, any non-empty subset of it: coverage is recorded
+and partial rows are ranked separately); and
 `metrics.evaluate_classification` / `evaluate_segmentation`, run on the test rows with the settings in
 result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count

@@ -30,8 +30,11 @@ RANKING_RULE = (
     "ties are broken by utility, higher first, then by model name and revision. An undefined value (shown as "
     "'n/a': fewer than two groups with a defined metric, or undefined in any task or seed, since every value "
     "is the mean over the suite's tasks and seeds) ranks last, whatever the sort direction. Clicking a "
-    "column header re-sorts the table by that column; undefined values stay at the bottom. The model summary "
-    "orders models by their mean rank over the rows they answered (lower is better)."
+    "column header re-sorts the table by that column; undefined values stay at the bottom. Rows evaluated on "
+    "part of a board's pinned test set (coverage below 100%: a submitter holding part of the images) are ranked "
+    "separately from complete rows, in their own rank group marked 'partial', since their numbers come from "
+    "another sample of test patients. The model summary orders models by their mean rank over the rows they "
+    "answered (lower is better)."
 )
 
 
@@ -104,15 +107,22 @@ def rank_key(row: dict[str, Any]) -> tuple:
             row["model"], row["revision"])
 
 
+def coverage_group(row: dict[str, Any]) -> str:
+    """'complete' or 'partial': rows answering part of the pinned test set are ranked in their own group."""
+    cov = row.get("coverage")
+    return "partial" if cov is not None and not cov.get("complete", True) else "complete"
+
+
 def rank_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows ordered by (dataset, usage, attribute) then the ranking rule, each given its `rank` in its group."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    """Rows ordered by (dataset, usage, attribute, coverage group: complete first) then the ranking rule, each given
+    its `rank` in its group."""
+    groups: dict[tuple[str, str, str, bool], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["dataset"], r["usage"], r["attribute"]), []).append(r)
+        groups.setdefault((r["dataset"], r["usage"], r["attribute"], coverage_group(r) == "partial"), []).append(r)
     out = []
     for key in sorted(groups):
         for i, r in enumerate(sorted(groups[key], key=rank_key), start=1):
-            out.append({**r, "rank": i})
+            out.append({**r, "rank": i, "rank_group": coverage_group(r)})
     return out
 
 
@@ -143,7 +153,8 @@ def build(board_dir: Path | str, suite: Suite) -> dict[str, Path]:
              "generated_at": generated, "ranking_rule": RANKING_RULE,
              "columns": [{"key": k, "header": h, "better": "high" if board_higher_is_better(k) else "low",
                           "definition": d} for k, h, d in COLUMNS],
-             "flag_legend": legend(), "tiers": list(TIERS), "models": summary, "rows": rows}
+             "entries": [e.describe() for e in suite.entries], "flag_legend": legend(), "tiers": list(TIERS),
+             "models": summary, "rows": rows}
     return {
         "html": write_text(board_dir / "index.html", render.html_page(board)),
         "markdown": write_text(board_dir / "leaderboard.md", render.markdown(board)),

@@ -90,6 +90,15 @@ def fmt(v: Any, digits: int = 3) -> str:
     return f"{float(v):.{digits}f}"
 
 
+def coverage_text(cov: dict[str, Any] | None) -> str:
+    """'evaluated / pinned (share)' of a row's test set, with 'partial' when it answers part of it."""
+    if not cov:
+        return "n/a"
+    share = cov["evaluated"] / cov["pinned"] if cov["pinned"] else math.nan
+    text = f"{cov['evaluated']:,} / {cov['pinned']:,} ({100 * share:.1f}%)"
+    return text if cov.get("complete", True) else f"{text} partial"
+
+
 def _csp() -> str:
     digest = base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode()
     return (f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; img-src data:; "
@@ -163,7 +172,8 @@ def html_page(board: dict[str, Any]) -> str:
         generated_at=board["generated_at"], ranking_rule=board["ranking_rule"], columns=board["columns"],
         rows=[{**r, "provenance_items": _provenance_items(r)} for r in rows], models=board["models"],
         options={k: sorted({r[k] for r in rows}) for k in ("dataset", "attribute", "usage")},
-        scatter=scatter(rows), fmt=fmt, csp=_csp(), script=SCRIPT,
+        scatter=scatter(rows), fmt=fmt, csp=_csp(), script=SCRIPT, entries=board.get("entries", []),
+        coverage=coverage_text,
         flag_legend=board.get("flag_legend") or legend(), tiers=board.get("tiers") or list(TIERS),
         provenance=provenance, provenance_heading="board provenance")
 
@@ -189,15 +199,32 @@ def markdown(board: dict[str, Any]) -> str:
                    f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | "
                    f"{md_cell(', '.join(m.get('tiers', [])))} | {md_cell('; '.join(m['flags']))} |")
     head = (["Dataset", "Usage", "Attribute", "Rank", "Model", "Revision"] + [c["header"] for c in columns]
-            + ["Tier", "Flags"])
-    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * len(columns) + "---|---|"]
+            + ["Tier", "Flags", "Coverage"])
+    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * len(columns) + "---|---|---|"]
     for r in board["rows"]:
         cells = [md_cell(r[k]) for k in ("dataset", "usage", "attribute")] + [str(r["rank"])]
         cells += [md_cell(r["model"]), md_cell(r["revision"])]
         cells += [fmt(r["metrics"].get(c["key"])) for c in columns] + [md_cell(r.get("tier", "self-reported"))]
         cells += [md_cell("; ".join(f"{f['label']} ({f['detail']})" for f in r["flags"]))]
+        cells += [md_cell(coverage_text(r.get("coverage")))]
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Tiers: " + " ".join(f"**{t['key']}**: {md_cell(t['rule'])}" for t in board.get("tiers") or TIERS),
             "", "| Flag | Rule |", "|---|---|"]
     out += [f"| {md_cell(f['label'])} | {md_cell(f['rule'])} |" for f in board.get("flag_legend") or legend()]
+    out += test_sets_markdown(board.get("entries", []))
     return "\n".join(out) + "\n"
+
+
+def test_sets_markdown(entries: list[dict[str, Any]]) -> list[str]:
+    """Lines of the 'Test sets' table: per entry, its test set, pins, coverage rule, attributes, headline."""
+    if not entries:
+        return []
+    out = ["", "| Entry | Test set | Pinned ids | Test fingerprint | Coverage rule | Attributes | Headline |",
+           "|---|---|---:|---|---|---|---|"]
+    for e in entries:
+        t = e["test_set"]
+        n = "pending" if t["n"] is None else f"{t['n']:,}"
+        out.append(f"| {md_cell(e['key'])} | {md_cell(t['name'])} | {n} | "
+                   f"{md_cell(t['fingerprint'] or 'pending')} | {md_cell(t['coverage_rule'])} | "
+                   f"{md_cell(', '.join(e['attributes']))} | {md_cell(e['headline_metric']['label'])} |")
+    return out

@@ -504,6 +504,15 @@ def _check_test_ids(rel: str, cols: _Columns, entry: Entry, ds: dict[str, Any]) 
     ids = cols.test["sample_id"]
     fp = test_fingerprint(ids)
     n = len(ids)
+    if entry.partial_coverage:  # any subset of the pinned ids; the result must describe the ids it holds
+        lines = entry.test_set.check_test_ids(ids, rel)
+        leaked = sorted(set(cols.val.get("sample_id", ())) & entry.test_set.pinned_ids())
+        if leaked:  # a copy split by another rule: the threshold (and likely the training) saw test patients
+            lines.append(f"{rel}: {len(leaked)} validation id(s) belong to the board's test set (first: "
+                         f"{leaked[:3]}); run with `benchmark run-suite`, which uses the board's split")
+        if ds.get("test_fingerprint") != fp or ds.get("n_test") != n:
+            lines.append(f"{rel}: inputs.dataset test_fingerprint/n_test do not describe the {n} test rows")
+        return lines, fp
     lines = []
     n_want = entry.n_test if entry.n_test is not None else ds.get("n_test")
     fp_want = entry.test_fingerprint if entry.test_fingerprint is not None else ds.get("test_fingerprint")
@@ -520,6 +529,13 @@ def _check_test_ids(rel: str, cols: _Columns, entry: Entry, ds: dict[str, Any]) 
     if entry.n_test is not None and ds.get("n_test") != entry.n_test:
         lines.append(f"{rel}: inputs.dataset.n_test is {ds.get('n_test')!r}, the board's test set has {entry.n_test}")
     return lines, fp
+
+
+def _coverage(entry: Entry, n: int) -> dict[str, Any]:
+    """How much of the board's test set a row answers: evaluated / pinned ids (pinned = n when not pinned)."""
+    pinned = entry.n_test if entry.n_test is not None else n
+    return {"test_set": entry.test_set.name if entry.test_set is not None else f"{entry.dataset} test split",
+            "evaluated": n, "pinned": pinned, "complete": n == pinned}
 
 
 def _headline(doc: dict[str, Any], task: str) -> dict[str, dict[str, float | None]]:
@@ -698,7 +714,8 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
             flags += [f"{entry.key} / {attr}: {f['label']}: {f['detail']}" for f in row_flags]
             rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
                          "attribute": attr, "profile": entry.profile, "seeds": [m["seed"] for m in run_meta],
-                         "metrics": metrics, "flags": row_flags, "runs": run_meta})
+                         "metrics": metrics, "flags": row_flags, "runs": run_meta,
+                         "coverage": _coverage(entry, run_meta[0]["n_test"])})
     if lines:
         raise _Stop(lines)
     summary = {"format": SUBMISSION_FORMAT, "suite": {"name": suite.name, "version": suite.version},

@@ -4,6 +4,10 @@ An entry pins the test set a submission must answer: the dataset's split fingerp
 fingerprint (sha256 of the sorted test sample ids joined by newlines) and the number of test samples.
 A fingerprint may be `None` ("pending": not yet pinned); submissions are then checked for internal
 consistency only (their predictions must match the fingerprints they report) and the board says so.
+Entries on real data carry a `TestSet` (testsets.py): the rule that picks the test samples from any copy
+of the data (the provider's official split, or a documented patient-hash rule), its pins, and whether a
+submitter holding part of the images may answer part of it (coverage, ranked separately). Each entry names
+its headline metric from the MetricSpec registry (default: the task's headline metric).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 
 from fairmedbench.engine.splits import test_fingerprint  # noqa: F401  (part of this module's API)
 from fairmedbench.errors import InputError
+from fairmedbench.leaderboards.testsets import TestSet
+from fairmedbench.metrics.specs import headline_metric, metric_spec
 from fairmedbench.registry.base import Registry
 from fairmedbench.tasks.base import TASKS
 
@@ -31,6 +37,8 @@ class Entry:
     test_fingerprint: str | None = None
     n_test: int | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    test_set: TestSet | None = None
+    headline: str = ""
 
     @property
     def dataset_options(self) -> dict[str, Any]:
@@ -42,6 +50,16 @@ class Entry:
             raise ValueError(f"entry {self.key}: task must be one of {TASKS.names()}, got {self.task!r}")
         if not self.attributes or not self.seeds:
             raise ValueError(f"entry {self.key}: needs at least one attribute and one seed")
+        if self.test_set is not None:
+            if (self.test_fingerprint, self.n_test) not in ((None, None), (self.test_set.fingerprint, self.test_set.n)):
+                raise ValueError(f"entry {self.key}: its test pins differ from its test_set's; give them there")
+            object.__setattr__(self, "test_fingerprint", self.test_set.fingerprint)
+            object.__setattr__(self, "n_test", self.test_set.n)
+        spec = metric_spec(self.headline or headline_metric(self.task))
+        if spec.task != self.task:
+            raise ValueError(f"entry {self.key}: headline metric {spec.name!r} is a {spec.task} metric, "
+                             f"not {self.task}")
+        object.__setattr__(self, "headline", spec.name)
 
     @property
     def key(self) -> str:
@@ -55,8 +73,31 @@ class Entry:
 
     @property
     def pending(self) -> bool:
-        """True while any of the test-set pins is not set yet."""
+        """True while any of the test-set pins is not set yet (a real test set pins no split: train/val
+        depend on the copy at hand)."""
+        if self.test_set is not None:
+            return self.test_set.pending
         return None in (self.split_fingerprint, self.test_fingerprint, self.n_test)
+
+    @property
+    def partial_coverage(self) -> bool:
+        """True when a submission may answer part of the pinned test set (evaluated on what it holds)."""
+        return self.test_set is not None and self.test_set.partial_coverage
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description: what runs, what it reports (attributes, headline metric), the test set."""
+        spec = metric_spec(self.headline)
+        test = self.test_set.describe() if self.test_set is not None else {
+            "name": f"{self.dataset} test split", "rule": "the dataset's default split (seed 0)",
+            "source": "the split fingerprint pins train, val and test", "ids_file": None,
+            "fingerprint": self.test_fingerprint, "n": self.n_test,
+            "pending": self.pending, "partial_coverage": False,
+            "coverage_rule": ("fingerprint pending: the result's own test set, checked for consistency only"
+                              if self.pending else f"exactly the {self.n_test} pinned test ids (complete coverage)")}
+        return {"key": self.key, "dataset": self.dataset, "usage": self.usage, "task": self.task,
+                "attributes": list(self.attributes), "seeds": list(self.seeds), "profile": self.profile,
+                "headline_metric": {"name": spec.name, "label": spec.header, "definition": spec.definition},
+                "split_fingerprint": self.split_fingerprint, "options": self.dataset_options, "test_set": test}
 
 
 @dataclass(frozen=True)
@@ -129,22 +170,90 @@ register_suite(Suite(
     "negative and positive controls.",
     tuple(_synth(d, "sam-prompt", "segmentation", (0,)) for d in ("synth-control", "synth-contrast")),
 ))
+# Real test sets. NIH ChestX-ray14's official test_list.txt is not part of its metadata and is not available
+# offline, so the board's test set is a documented patient-level rule over the official metadata
+# (Data_Entry_2017(_v2020).csv, 112,120 images of 30,805 patients): its 22,013 image ids (6,209 patients) ship as
+# package data, derived by `testsets.TestSet.is_test` on that file (tests/leaderboards/test_real_boards.py
+# re-derives them from the real metadata and checks the fingerprint).
+NIH_TEST = TestSet(
+    "NIH ChestX-ray14 test v1 (patient-hash 20%, 22,013 images of 6,209 patients)",
+    "patient-hash:fairmedbench/nih-cxr14/test/v1:0.2",
+    "every image of the patients whose sha256('fairmedbench/nih-cxr14/test/v1:<Patient ID>') falls in the lowest "
+    "20% of the hash range, over the official metadata Data_Entry_2017(_v2020).csv (112,120 images); the "
+    "official test_list.txt is not available offline, and the rule keeps the official split's patient-level "
+    "separation",
+    "7124224c8b5ac53e5a3032420bf33feb03ca6503a77e4dff9dc8053e2805c025", 22013, "nih-cxr14-test-v1.txt.gz")
+# The published patient-level split of HAM10000 (biomedia-mira/subgroup-separability, MIT; patient = lesion_id),
+# read from splits/{train,val,test}.csv in the dataset folder; its 1,002 test image ids are pinned by fingerprint.
+HAM_TEST = TestSet(
+    "HAM10000 test (subgroup-separability patient-level split, 1,002 images)", "provider:test",
+    "splits/test.csv of the patient-level split published by biomedia-mira/subgroup-separability (MIT), with "
+    "the official HAM10000 metadata columns; put the three split files in <ham10000>/splits/",
+    "d2b3714ab12579ec85d5baee0f02ab7ee1d656c012cd47f3fd6cd0589dbc8e33", 1002)
+HAM_OPTIONS = (("split_dir", "splits"),)
+# No copy of these datasets here: their rules are tested on fixtures in the providers' layouts; the pins are
+# set (and the suite version bumped) by whoever first runs the board on the full release.
+CHEXPERT_TEST = TestSet(
+    "CheXpert official validation set (valid.csv, frontal views)", "provider:val",
+    "the official valid.csv (200 patients, labelled by three radiologists), the only labelled held-out set of "
+    "the public release: the board tests on it and carves its own validation set from train.csv")
+MIMIC_TEST = TestSet(
+    "MIMIC-CXR-JPG official test split", "provider:test",
+    "rows with split = test in mimic-cxr-2.0.0-split.csv.gz (the provider's patient-level split)")
+FAIRVLMED_TEST = TestSet(
+    "FairVLMed10k official test set (Test/, 2,000 patients)", "provider:test",
+    "the provider's Test/ folder (7,000 / 1,000 / 2,000 official split by folder)")
+HARVARD_GF_TEST = TestSet(
+    "Harvard-GF official test set (Test/)", "provider:test",
+    "the provider's Test/ folder (folder names assumed from the sibling FairVision releases: see the card)")
+PAPILA_TEST = TestSet(
+    "PAPILA test v1 (patient-hash 20%, both eyes of a patient together)",
+    "patient-hash:fairmedbench/papila/test/v1:0.2",
+    "PAPILA publishes no split: every eye of the patients whose sha256('fairmedbench/papila/test/v1:<ID>') falls "
+    "in the lowest 20% of the hash range (ID as the reader writes it, e.g. '002')")
+SEX_AGE_RACE = ("sex", "age", "race")
+
 register_suite(Suite(
-    "nih-cxr14", "1.0",
-    "NIH ChestX-ray14, official test split, 14 findings: linear probe and CLIP zero-shot, by sex and age.",
-    (Entry("nih-cxr14", SEX_AGE, "lp", seeds=(0, 1, 2)),
-     Entry("nih-cxr14", SEX_AGE, "clip-zs")),
+    "nih-cxr14", "2.0",
+    "NIH ChestX-ray14, any-finding classification (linear probe on frozen features; CLIP zero-shot), by sex and "
+    "age, on a pinned patient-level test set of the official metadata; a partial copy is evaluated on the pinned "
+    "test images it holds and ranked separately.",
+    (Entry("nih-cxr14", SEX_AGE, "lp", seeds=(0, 1, 2), test_set=NIH_TEST),
+     Entry("nih-cxr14", SEX_AGE, "clip-zs", test_set=NIH_TEST)),
 ))
 register_suite(Suite(
-    "ham10000", "1.0",
-    "HAM10000 dermoscopy, patient-level split: melanoma-or-akiec classification (linear probe) and lesion "
-    "segmentation (box-prompted SAM), by sex and age.",
-    (Entry("ham10000", SEX_AGE, "lp", seeds=(0, 1, 2)),
-     Entry("ham10000", SEX_AGE, "sam-prompt", task="segmentation")),
+    "ham10000", "2.0",
+    "HAM10000 dermoscopy, published patient-level split: melanoma-or-akiec classification (linear probe) and "
+    "lesion segmentation (box-prompted SAM), by sex and age.",
+    (Entry("ham10000", SEX_AGE, "lp", seeds=(0, 1, 2), test_set=HAM_TEST, options=HAM_OPTIONS),
+     Entry("ham10000", SEX_AGE, "sam-prompt", task="segmentation", test_set=HAM_TEST, options=HAM_OPTIONS)),
 ))
 register_suite(Suite(
-    "chexpert", "1.0",
-    "CheXpert with CHEXPERT DEMO race, patient-level split: any-finding classification by sex, age and race.",
-    (Entry("chexpert", ("sex", "age", "race"), "lp", seeds=(0, 1, 2)),
-     Entry("chexpert", ("sex", "age", "race"), "clip-zs")),
+    "chexpert", "2.0",
+    "CheXpert with CHEXPERT DEMO race: any-finding classification by sex, age and race, tested on the official "
+    "validation set.",
+    (Entry("chexpert", SEX_AGE_RACE, "lp", seeds=(0, 1, 2), test_set=CHEXPERT_TEST),
+     Entry("chexpert", SEX_AGE_RACE, "clip-zs", test_set=CHEXPERT_TEST)),
+))
+register_suite(Suite(
+    "mimic-cxr", "1.0",
+    "MIMIC-CXR-JPG with MIMIC-IV demographics, official split: any-finding classification by sex, age and race.",
+    (Entry("mimic-cxr", SEX_AGE_RACE, "lp", seeds=(0, 1, 2), test_set=MIMIC_TEST),
+     Entry("mimic-cxr", SEX_AGE_RACE, "clip-zs", test_set=MIMIC_TEST)),
+))
+register_suite(Suite(
+    "fairvlmed10k", "1.0",
+    "FairVLMed10k SLO fundus, official split: glaucoma classification by sex, race, ethnicity and language.",
+    (Entry("fairvlmed10k", ("sex", "race", "ethnicity", "language"), "lp", seeds=(0, 1, 2), test_set=FAIRVLMED_TEST),
+     Entry("fairvlmed10k", ("sex", "race", "ethnicity", "language"), "clip-zs", test_set=FAIRVLMED_TEST)),
+))
+register_suite(Suite(
+    "harvard-gf", "1.0",
+    "Harvard-GF RNFLT maps, official split: glaucoma classification (linear probe) by sex, race and ethnicity.",
+    (Entry("harvard-gf", ("sex", "race", "ethnicity"), "lp", seeds=(0, 1, 2), test_set=HARVARD_GF_TEST),),
+))
+register_suite(Suite(
+    "papila", "1.0",
+    "PAPILA fundus: glaucoma classification (linear probe) by sex and age on a pinned patient-level rule.",
+    (Entry("papila", SEX_AGE, "lp", seeds=(0, 1, 2), test_set=PAPILA_TEST),),
 ))

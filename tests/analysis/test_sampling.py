@@ -132,3 +132,14 @@ def test_bad_test_resample_fails_before_any_work(argv: list[str], message: str, 
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_imported_splits_draw_too() -> None:
+    """A run on an imported split (--split-file, board runs) has split_seed -1: no sampling keeps all, a share draws."""
+    groups, labels = _table()
+    pos = {"train": np.arange(len(groups)), "val": np.arange(3), "test": np.arange(4)}
+    keep = draw(Sampling(), pos, groups, labels, split_seed=-1, seed=0)
+    assert {k: len(v) for k, v in keep.items()} == {"train": len(groups), "val": 3, "test": 4}
+    s = resolve(0.5, None, None, None, "test", groups, pos["train"])
+    chosen = groups[draw(s, pos, groups, labels, split_seed=-1, seed=0)["train"]]
+    assert len(chosen) == 20 and int(np.sum(chosen == "b")) == 10
