@@ -173,6 +173,7 @@ def _check_in_browser(driver: Any, page: Path, shot: Path) -> dict[str, Any]:
     assert facts["broken"] == 0 and facts["open"] == 0
     assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("FMB_SCREENSHOT_DIR"):
+        Path(os.environ["FMB_SCREENSHOT_DIR"]).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(os.environ["FMB_SCREENSHOT_DIR"]) / shot.name)
     return facts
 

@@ -72,13 +72,15 @@ def sample_ids(test_ids: list[str], n: int, seed: int) -> list[str]:
     return sorted(ids[i] for i in pick)
 
 
-def spec_from_document(doc_spec: dict[str, Any], weights: str | None) -> Any:
-    """The RunSpec that resolves to the document's RunConfig, in fp32 without bootstrap, for its one seed."""
+def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file: str | None = None) -> Any:
+    """The RunSpec that resolves to the document's RunConfig, in fp32 without bootstrap, for its one seed; a run
+    on an imported split (a real board's) is re-run on `split_file`, the board's split rebuilt from the data."""
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.spec import RunSpec
 
-    if doc_spec.get("split_seed") == -1:
-        raise InputError("the run used an imported split file; verification re-draws the dataset's own split only")
+    if doc_spec.get("split_seed") == -1 and split_file is None:
+        raise InputError("the run used an imported split file that is not a board's pinned test set; verification "
+                         "re-draws the dataset's own split or rebuilds a real board's")
     if doc_spec.get("sampling"):
         raise InputError(f"the run sampled its splits ({doc_spec['sampling']}); verification replaces the test split "
                          "by a sample of it, which a sampled run would draw differently (board runs are unsampled)")
@@ -91,7 +93,7 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None) -> Any:
     hparams = {**doc_spec.get("train_hparams", {}), **doc_spec.get("usage_hparams", {}),
                **doc_spec.get("mitigation_hparams", {})}
     return RunSpec(**kw, weights=weights, precision="fp32", n_boot=0, seeds=(int(doc_spec["seed"]),),
-                   hparams=hparams)
+                   hparams=hparams, split_file=split_file if doc_spec.get("split_seed") == -1 else None)
 
 
 def _weights_arg(doc_spec: dict[str, Any], weights: str | None) -> str | None:
@@ -103,7 +105,8 @@ def _weights_arg(doc_spec: dict[str, Any], weights: str | None) -> str | None:
     return weights
 
 
-def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any) -> tuple[Any, list[str]]:
+def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
+           split_file: str | None = None) -> tuple[Any, list[str]]:
     """Re-run one result document's config on the sampled test ids; (predictions frame, problems)."""
     import pandas as pd
 
@@ -112,7 +115,7 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any) 
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.models import load_model
 
-    spec = spec_from_document(doc["spec"], _weights_arg(doc["spec"], weights))
+    spec = spec_from_document(doc["spec"], _weights_arg(doc["spec"], weights), split_file)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=True)
     mine, theirs = resolved.config.identity(), doc["spec"]
     differ = sorted(k for k in set(mine) | set(theirs) if k not in OWN_FIELDS and mine.get(k) != theirs.get(k))
@@ -166,6 +169,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     import pandas as pd
 
     from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.benchmark.suite import board_split_file
     from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
     from fairmedbench.leaderboards.suites import get_suite
     from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
@@ -196,6 +200,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
         folder = bundle / "results" / entry.key
         if not folder.is_dir():
             continue
+        split_file = board_split_file(entry, opts, suite)  # real boards: the pinned test set on this copy
         rec: dict[str, Any] = {"passed": False, "reasons": [], "n_compared": 0, "max_abs_diff": None, "seeds": {}}
         for k in entry.seeds:
             doc = _read(folder / f"seed{k}.json")
@@ -211,7 +216,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             if sha is not None and doc["spec"].get("weights") != sha:
                 problems, n, diff = [f"seed {k}: model.json's weights sha256 is not the run's weights"], 0, None
             else:
-                frame, problems = _rerun(doc, ids, weights, opts)
+                frame, problems = _rerun(doc, ids, weights, opts, split_file)
                 n, diff, more = (0, None, []) if frame is None else _compare(sub, frame, ids, block)
                 problems = [f"seed {k}: {p}" for p in problems + more]
             if diff is not None and diff > tol:

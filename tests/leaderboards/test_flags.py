@@ -245,6 +245,7 @@ def test_page_shows_flags_and_tiers_per_row_in_chromium(board: dict[str, Path], 
         assert tiers == [t["key"] for t in TIERS]
         assert len(driver.find_elements("css selector", "script")) == 1
         shot = Path(os.environ.get("FMB_SCREENSHOT_DIR", tmp_path)) / "board-flags-tiers.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
         driver.find_element("id", "board").screenshot(str(shot))
         assert shot.stat().st_size > 10_000
     finally:
