@@ -251,6 +251,11 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+# flags whose row a board shows but does not rank (board.rank_rows): its numbers cannot be trusted (the re-run
+# did not reproduce them, or the predictions are near-perfect or copied from another submission)
+UNRANKED_FLAGS = ("verification-failed", "near-perfect", "duplicate")
+
+
 def row_flags(facts: Facts) -> list[dict[str, str]]:
     """Every flag raised for the row: [{key, label, detail}] in legend order."""
     out = []

@@ -150,7 +150,8 @@ def test_flags_and_verify_leave_empty_rows_out() -> None:
     assert p.attributes["sex"].tolist() == ["f", "m"]
     entry = get_suite("synthetic-seg").entries[0]
     # 2 of 2 scored samples at DSC >= 0.99: near-perfect (counting the empty rows would give 50%, not flagged)
-    assert near_perfect(Facts({"name": "x"}, None, entry, "sex", [p])) == "seed 0: 100% of test samples have DSC >= 0.99"
+    flag = near_perfect(Facts({"name": "x"}, None, entry, "sex", [p]))
+    assert flag == "seed 0: 100% of test samples have DSC >= 0.99"
 
     sub = pd.DataFrame({"sample_id": ["a", "b", "c", "d"], "split": "test", "dsc": [0.5, np.nan, 0.7, np.nan],
                         "iou": [0.4, np.nan, 0.6, np.nan], "empty_gt": [False, True, False, True]})
