@@ -68,6 +68,21 @@ def test_every_test_sample_has_a_row_and_empty_ones_are_unscored(bundle: Path) -
     assert doc["result"]["meta"]["n_samples"] == 4 and doc["result"]["meta"]["n_empty_gt"] == 0
 
 
+def test_a_result_from_before_empty_rows_is_recomputed_not_reused(bundle: Path, tmp_path: Path) -> None:
+    """A stored seed result without usage.n_skipped (its Parquet lacks the empty-mask rows) is run again."""
+    opts = RunOptions(out_root=str(bundle.parent / "results"), cache_dir=str(bundle.parent / "cache"), device="cpu")
+    [doc_path] = list((bundle.parent / "results").rglob("seed0.json"))
+    old = json.loads(doc_path.read_text())
+    old["usage"].pop("n_skipped")
+    doc_path.write_text(json.dumps(old))
+    pred_path = doc_path.with_name("seed0.predictions.parquet")
+    pd.read_parquet(pred_path).query("~empty_gt").to_parquet(pred_path, index=False)  # the old layout
+    again = run_suite("seg-empty", "litemedsam", tmp_path / "bundle", opts, weights="random", n_boot=20)
+    doc, frame = _files(again)
+    assert doc["usage"]["n_skipped"] == 2 and len(frame) == 6 and len(pd.read_parquet(pred_path)) == 6
+    assert doc["result"] == _files(bundle)[0]["result"]
+
+
 def test_metrics_are_those_of_the_prompted_samples(bundle: Path) -> None:
     """The empty rows change no number: the result equals the engine on the prompted rows alone (the runner's
     call before empty rows were written), and the group means are the hand-computed means of those rows."""
