@@ -37,9 +37,11 @@ def _add_evaluate(sub: Any) -> None:
                           "a `source` column")
     src.add_argument("--demo", action="store_true", help="the built-in demo predictions (injected sex disparity)")
     p.add_argument("--label", action="append", type=_csv_list, metavar="COLS",
-                   help="label column(s), 0/1; several = a multi-label task, reported per column")
+                   help="label column(s), 0/1; several = multi-label, reported per column; one with several "
+                        "--score columns = multi-class (class index or name)")
     p.add_argument("--score", action="append", type=_csv_list, metavar="COLS",
-                   help="score column(s): probabilities in [0,1], one per label column, same order")
+                   help="score column(s) or a pattern ('score:*'): one per label column (same order), or one per "
+                        "class (or one list column) for a multi-class label")
     p.add_argument("--attribute", action="append", type=_csv_list, metavar="COLS",
                    help="sensitive attribute column(s), e.g. sex,age")
     p.add_argument("--bins", action="append", default=[], metavar="NAME=E0,E1,..",
@@ -758,6 +760,43 @@ def _cmd_splits_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep(sub: Any) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a study (a YAML grid of models x datasets x usages x ...) locally or on Ray",
+        parents=[_compute_parent()],
+        description="Expand a study into runs, skip incompatible cells with their reason, reuse finished runs "
+                    "from the store, extract each (model, dataset)'s features once, and run the rest; rerun the "
+                    "same command to resume. Shipped studies: fairmedfm, smoke, fairness-laws, imbalance.")
+    p.add_argument("study", help="a shipped study's name or a study YAML file")
+    p.add_argument("--launcher", default="local", choices=["local", "ray"],
+                   help="local: in this process (or a process pool with --max-parallel); ray: Ray tasks")
+    p.add_argument("--address", help="an existing Ray cluster (HOST:PORT or ray://HOST:PORT); default: a local one")
+    p.add_argument("--max-parallel", type=int, help="tasks at once (local pool size; Ray: CPUs of a local cluster)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (runs, encodes, skipped cells with reasons, a measured cost estimate)")
+    p.add_argument("--status", action="store_true", help="show done / running / failed / skipped cells")
+    p.set_defaults(handler=_cmd_sweep)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fairmedbench.benchmark import sweep
+    from fairmedbench.studies import load_study
+
+    study = load_study(args.study)
+    opts = run_options(args)
+    if args.status:
+        print(sweep.render_status(sweep.read_status(args.out, study.name)))
+        return 0
+    if args.dry_run:
+        print(sweep.render_plan(sweep.make_plan(study, opts), opts))
+        return 0
+    with _stage_progress(quiet=False) as step:
+        result = sweep.sweep(study, opts, launcher=args.launcher, address=args.address,
+                             max_parallel=args.max_parallel, progress=step)
+    print(sweep.render_result(result))
+    return 1 if result.failed or any(c.status == "failed" for c in result.plan.cells) else 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     rows = LISTERS[args.what]()
     if args.json:
@@ -776,6 +815,85 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for r in rows:
         table.add_row(*[", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v) for v in r.values()])
     console.print(table)
+    return 0
+
+
+def _add_uncertainty(sub: Any) -> None:
+    """MC dropout and uncertainty disparity (Lu et al. 2021): `run --mc-samples T` (the usage hparam mc_samples)
+    and `evaluate --uncertainty COL|MEASURE` (rejection curves per group and δ of a prediction file)."""
+    from fairmedbench.analysis.uncertainty import MEASURES, PAIR_AGGREGATIONS, PERFORMANCE
+
+    class _McSamples(argparse.Action):
+        def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+            setattr(namespace, self.dest, values)
+            namespace.hparam = [*(getattr(namespace, "hparam", None) or []), f"mc_samples={values}"]
+
+    sub.choices["run"].add_argument(
+        "--mc-samples", type=int, action=_McSamples, metavar="T",
+        help="MC dropout: T >= 2 stochastic passes of the head at inference (= --hparam mc_samples=T; lp or lora "
+             "with --hparam dropout=RATE); scores become the passes' mean, the predictions file gets mc:<t>:<task> "
+             "and unc:<measure> columns and each result an `uncertainty` block (rejection curves per group, δ)")
+    p = sub.choices["evaluate"]
+    g = p.add_argument_group("uncertainty disparity (Lu et al. 2021)")
+    g.add_argument("--uncertainty", metavar="COL|MEASURE",
+                   help=f"rejection curves per group and δ instead of the metrics: a column with one uncertainty "
+                        f"per row, or a measure ({', '.join(MEASURES)}) computed from mc:<t>:<name> MC columns")
+    g.add_argument("--retention-step", type=float, default=0.05, help="retention 100%%..50%% in these steps")
+    g.add_argument("--uncertainty-pm", choices=PERFORMANCE, default=None,
+                   help="performance on the kept cases (default: kappa for multi-class, auc for binary)")
+    g.add_argument("--pair-aggregation", choices=PAIR_AGGREGATIONS, default="sum",
+                   help="δ over group pairs: sum (Lu et al. Eq. 5) or mean")
+    g.add_argument("--patient-column", default="patient_id", metavar="COL",
+                   help="with a measure: average each MC pass per patient when the file has this column")
+    p.set_defaults(handler=_cmd_evaluate_uncertainty)
+
+
+def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
+    if args.uncertainty is None:
+        return _cmd_evaluate(args)
+    from fairmedbench.benchmark.uncertainty import delta_rows, evaluate_uncertainty
+
+    if args.demo or len(args.predictions) != 1:
+        raise InputError("--uncertainty analyses one prediction file: give --predictions FILE")
+    labels = _extend(args.label)
+    if len(labels) > 1:
+        raise InputError(f"--uncertainty analyses one task: give one --label, not {labels}")
+    doc = evaluate_uncertainty(args.predictions[0], args.uncertainty, label=labels[0] if labels else None,
+                               scores=_extend(args.score) or None, attributes=_extend(args.attribute) or None,
+                               split_column=args.split_column, patient_column=args.patient_column,
+                               pm=args.uncertainty_pm, retention_step=args.retention_step,
+                               pair_aggregation=args.pair_aggregation)
+    if args.out:
+        from fairmedbench.engine import store
+
+        store.write_json(args.out, doc)
+    if args.out_table:
+        import pandas as pd
+
+        frame = pd.DataFrame(delta_rows(doc))
+        (frame.to_parquet if args.out_table.endswith(".parquet") else frame.to_csv)(args.out_table, index=False)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for attr, per in doc["curves"].items():
+        for measure, c in per.items():
+            r = c["retention"]
+            delta = "undefined" if c["delta"] is None else f"{c['delta']:.4f}"
+            t = Table(title=f"{attr} / {measure}: δ = {delta} ({c['pair_aggregation']} over pairs, mean over "
+                            f"{len(r)} retention levels; {c['pm']})")
+            t.add_column("group")
+            for x in r:
+                t.add_column(f"{x:.0%}", justify="right")
+            for grp, vals in c["groups"].items():
+                t.add_row(grp, *("—" if v is None else f"{v:.3f}" for v in vals["pm"]))
+            console.print(t)
+            for note in c["notes"]:
+                console.print(f"[cyan]note[/] {note}")
+    console.print(f"[cyan]note[/] {doc['level']}")
     return 0
 
 
@@ -805,8 +923,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit,
-                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs):
+                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs, _add_sweep):
         add(sub)
+    _add_uncertainty(sub)
     return parser
 
 

@@ -45,11 +45,43 @@ class Prepared:
     notes: dict[str, Any]
 
 
+#: MC dropout (Gal & Ghahramani 2016) for heads that declare these hparams: `dropout` is the rate of the head's
+#: dropout on its representation (in training too); `mc_samples` T > 0 keeps it sampling at inference, T passes.
+MC_HPARAMS: Mapping[str, Any] = MappingProxyType({"dropout": 0.0, "mc_samples": 0})
+
+
+def check_mc_hparams(usage: "Usage", given: Mapping[str, Any]) -> None:
+    """`mc_samples` (--mc-samples) only on a usage with head dropout, T >= 2, dropout rate in (0, 1); cheap, so
+    a run refuses it before any work."""
+    from fairmedbench.engine.hparams import coerce
+    from fairmedbench.errors import InputError
+
+    if "dropout" in given and "dropout" in usage.hparams:
+        rate = coerce(f"usage {usage.name!r}", "dropout", given["dropout"], 0.0)
+        if not 0 <= rate < 1:
+            raise InputError(f"usage {usage.name!r}: dropout={rate!r} must be in [0, 1)")
+    if "mc_samples" not in given:
+        return
+    if "mc_samples" not in usage.hparams:
+        with_mc = [n for n in USAGES.names() if "mc_samples" in USAGES.get(n).hparams]
+        raise InputError(f"--mc-samples: usage {usage.name!r} has no dropout layer to sample; MC dropout needs "
+                         f"--usage {' or '.join(with_mc)} with --hparam dropout=RATE (e.g. 0.2)")
+    t = coerce(f"usage {usage.name!r}", "mc_samples", given["mc_samples"], 0)
+    if t == 0:
+        return
+    if t < 2:
+        raise InputError(f"--mc-samples {t}: MC dropout needs T >= 2 samples (e.g. 20), or 0 for none")
+    if not coerce(f"usage {usage.name!r}", "dropout", given.get("dropout", 0.0), 0.0) > 0:
+        raise InputError(f"--mc-samples {t}: usage {usage.name!r} has dropout 0, so every MC sample would be the "
+                         "same; give --hparam dropout=RATE (e.g. 0.2; it also applies in training)")
+
+
 class Usage:
-    """Base of usage adapters: a name, the task it serves and the model capabilities it needs."""
+    """Base of usage adapters: a name, the tasks it serves and the model capabilities it needs."""
 
     name = ""
-    task = "classification"
+    task = "classification"  # the task it serves first
+    also_tasks: tuple[str, ...] = ()  # further tasks the same head serves (lp, lora: multiclass with a softmax)
     requires: tuple[str, ...] = ()
     about = ""
     # this usage's own hyperparameters with their defaults (typed by engine.hparams; read from ctx.hparams)
@@ -58,6 +90,20 @@ class Usage:
     prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
     learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
     volumes = False  # classification: whether it runs on 3D volumes slice by slice (2.5D, adapters.volumes)
+    caches_features = False  # classification: whether `prepare` reads frozen image features from the feature cache
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Every task this usage serves, its first task first."""
+        return (self.task, *self.also_tasks)
+
+    def task_for(self, dataset_tasks: tuple[str, ...] | list[str]) -> str:
+        """The task a run of this usage on a dataset offering `dataset_tasks` is: the first of the dataset's
+        tasks this usage serves (the dataset card's order decides)."""
+        for t in dataset_tasks:
+            if t in self.tasks:
+                return t
+        return self.task
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
@@ -71,9 +117,13 @@ class Usage:
         """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
         raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
 
+    def check_hparams(self, given: Mapping[str, Any]) -> None:
+        """Cheap checks of the hparams given for this usage, before any work (MC dropout's here)."""
+        check_mc_hparams(self, given)
+
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""
-        return {"name": self.name, "task": self.task, "requires": list(self.requires), "learns": self.learns,
+        return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires), "learns": self.learns,
                 "hparams": dict(self.hparams), "about": self.about}
 
 
@@ -81,6 +131,6 @@ USAGES: Registry[Usage] = Registry("usage", plugins=True)
 
 
 def compatible_usages(capabilities: tuple[str, ...] | list[str], tasks: tuple[str, ...] | list[str]) -> list[str]:
-    """Usages whose task the dataset offers and whose needs the model's capabilities cover."""
+    """Usages serving a task the dataset offers and whose needs the model's capabilities cover."""
     return [n for n in USAGES.names()
-            if USAGES.get(n).task in tasks and set(USAGES.get(n).requires) <= set(capabilities)]
+            if set(USAGES.get(n).tasks) & set(tasks) and set(USAGES.get(n).requires) <= set(capabilities)]

@@ -6,11 +6,19 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import MC_HPARAMS, USAGES, Prepared, RunContext, Usage, features_progress
 
 
-def make_linear_head(x_train: np.ndarray, n_outputs: int):  # -> torch.nn.Module
-    """A linear layer preceded by fixed standardisation with the training features' mean and std."""
+def head_dropout(rate: float):  # -> torch.nn.Module
+    """The head's `mc_dropout` on its representation: nn.Dropout(rate), or identity at 0 (numbers unchanged)."""
+    from torch import nn
+
+    return nn.Dropout(rate) if rate > 0 else nn.Identity()
+
+
+def make_linear_head(x_train: np.ndarray, n_outputs: int, dropout: float = 0.0):  # -> torch.nn.Module
+    """A linear layer preceded by fixed standardisation with the training features' mean and std (and dropout
+    at rate `dropout` on the standardised features)."""
     import torch
     from torch import nn
 
@@ -24,9 +32,10 @@ def make_linear_head(x_train: np.ndarray, n_outputs: int):  # -> torch.nn.Module
             self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
             self.register_buffer("std", torch.as_tensor(np.where(std > 1e-8, std, 1.0), dtype=torch.float32))
             self.linear = nn.Linear(x_train.shape[1], n_outputs)
+            self.mc_dropout = head_dropout(dropout)
 
         def representation(self, x: "torch.Tensor") -> "torch.Tensor":
-            return (x - self.mean) / self.std
+            return self.mc_dropout((x - self.mean) / self.std)
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
             return self.linear(self.representation(x))
@@ -39,10 +48,13 @@ class LinearProbe(Usage):
 
     name = "lp"
     task = "classification"
+    also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)
     about = "linear probe on cached frozen image features"
     learns = True
     volumes = True
+    hparams = MC_HPARAMS
+    caches_features = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""
@@ -56,7 +68,12 @@ class LinearProbe(Usage):
                                      progress=features_progress(ctx, model, name))
             inputs[name] = np.array(feats.array, dtype=np.float32)
             notes[name] = {"from_cache": feats.from_cache, "seconds": round(feats.seconds, 3), "key": feats.key}
-        return Prepared(inputs, make_linear_head, {"features": notes})
+        rate = float((ctx.hparams or {}).get("dropout", 0.0))
+
+        def make_head(x_train: np.ndarray, k: int):  # -> torch.nn.Module
+            return make_linear_head(x_train, k, rate)
+
+        return Prepared(inputs, make_head, {"features": notes})
 
 
 USAGES.add("lp", LinearProbe())

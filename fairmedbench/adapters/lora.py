@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import MC_HPARAMS, USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.linear_probe import head_dropout
 from fairmedbench.engine.device import keep_freed_memory, resolve_precision
 from fairmedbench.errors import InputError
 
@@ -85,7 +86,8 @@ def lora_settings(hparams: dict[str, Any] | None,
     targets = (hparams or {}).get("lora_targets")
     if isinstance(targets, str):
         targets = [t.strip() for t in targets.split(",") if t.strip()]
-    return {"r": int(r), "alpha": float(alpha), "dropout": float(dropout), "targets": targets or None}
+    return {"r": int(r), "alpha": float(alpha), "dropout": float(dropout), "targets": targets or None,
+            "head_dropout": float((hparams or {}).get("dropout", 0.0))}
 
 
 def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outputs: int, example: np.ndarray):
@@ -127,6 +129,7 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
             with torch.no_grad():
                 dim = self._encode(torch.as_tensor(example[:1], dtype=torch.float32)).shape[1]
             self.linear = nn.Linear(dim, n_outputs)
+            self.mc_dropout = head_dropout(settings["head_dropout"])
 
         def _encode(self, x: "torch.Tensor") -> "torch.Tensor":
             with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
@@ -140,8 +143,8 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
 
         def representation(self, x: "torch.Tensor") -> "torch.Tensor":
             if torch.is_grad_enabled():
-                return self._encode(x)
-            return torch.cat([self._encode(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+                return self.mc_dropout(self._encode(x))
+            return self.mc_dropout(torch.cat([self._encode(x[i:i + chunk]) for i in range(0, len(x), chunk)]))
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
             return self.linear(self.representation(x))
@@ -161,9 +164,10 @@ class LoRAFineTune(Usage):
 
     name = "lora"
     task = "classification"
+    also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)
     about = "peft LoRA on the image tower's attention + a linear head, trained on pixels"
-    hparams = MappingProxyType({**LORA_DEFAULTS, "lora_targets": None})
+    hparams = MappingProxyType({**LORA_DEFAULTS, "lora_targets": None, **MC_HPARAMS})
     learns = True
     volumes = True
     # A backbone forward and backward per step: fewer epochs, smaller batches and a LoRA-sized lr than the
@@ -180,6 +184,7 @@ class LoRAFineTune(Usage):
             return make_lora_head(model, ctx, settings, k, x_train)
 
         notes = {"lora": {"r": settings["r"], "alpha": settings["alpha"], "dropout": settings["dropout"],
+                          "head_dropout": settings["head_dropout"],
                           "n_target_modules": len(targets),
                           "target_leaves": sorted({t.split(".")[-1] for t in targets}),
                           "image_tower": image_tower_prefix(model.module).rstrip(".") or "whole model"},

@@ -84,6 +84,20 @@ class SplitView:
         return self.dataset.load_image(int(self.positions[k]))
 
 
+def split_views(ds: Any, split: Any) -> dict[str, SplitView]:
+    """The train/val/test views features are extracted from (their fingerprint keys the feature cache): the
+    unsampled split, so every run of one (model, dataset, split) shares one encode."""
+    fp = f"{ds.fingerprint}:{split.fingerprint}"
+    return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+
+
+def is_complete(out_dir: Path, config: RunConfig) -> bool:
+    """A finished run of exactly this config: summary.json present and config.json equal to the config."""
+    stored = _stored_identity(out_dir)
+    return (stored is not None and stored == json.loads(json.dumps(config.identity()))
+            and (out_dir / "summary.json").is_file())
+
+
 def run_dir(config: RunConfig, out_root: str | Path) -> Path:
     """<out_root>/runs/<model>/<dataset>/<usage>/<run id>."""
     return Path(out_root) / "runs" / config.model / config.dataset / config.usage / config.run_id
@@ -109,7 +123,10 @@ def run_lock(out_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
 
 def _stored_identity(out_dir: Path) -> dict[str, Any] | None:
     path = out_dir / CONFIG_FILE
-    return store.read_json(path) if path.is_file() else None
+    try:
+        return store.read_json(path) if path.is_file() else None
+    except (OSError, ValueError):  # unreadable: treated as another config (recomputed)
+        return None
 
 
 def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
@@ -119,11 +136,12 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
     with run_lock(out_dir, opts.say):
+        store.remove_partial_files(out_dir)  # what a writer killed mid-write left (we hold the lock)
         stored, identity = _stored_identity(out_dir), json.loads(json.dumps(config.identity()))
         if stored is not None and stored != identity:
             opts.say(f"run folder {out_dir} holds another config under the same id; recomputing it")
             opts = _forced(opts)
-        if stored == identity and (out_dir / "summary.json").exists() and not opts.force:
+        if is_complete(out_dir, config) and not opts.force:
             summary = store.read_json(out_dir / "summary.json")
             docs = [store.read_json(out_dir / f"seed{s}.json") for s in config.seeds]
             opts.say(f"reused the finished run {config.run_id} ({out_dir}); --force recomputes it")
@@ -210,6 +228,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics."""
     import pandas as pd
 
+    from fairmedbench.analysis.uncertainty import mc_columns, run_uncertainty
     from fairmedbench.metrics import evaluate_classification
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.mitigation import make_mitigation
@@ -220,7 +239,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
+    views = split_views(ds, split)
     from fairmedbench.adapters.volumes import prepare_classification
 
     prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
@@ -233,6 +252,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     mit_h = spec.mitigation_hparams
+    mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
     docs, results, reused = [], [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
@@ -245,7 +265,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         t1 = time.perf_counter()
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
-                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups)
+                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t)
         # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
@@ -262,6 +282,10 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
                 frame[f"score:{t}"] = scores[:, j]
             for a, v in _attr_columns(ds, spec, p).items():
                 frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+            if sr.mc is not None:
+                frame = frame.assign(**mc_columns(sr.mc[name], label_cols))
+                if "patient_id" in ds.samples:
+                    frame["patient_id"] = ds.samples["patient_id"].to_numpy()[p].astype(str)
             rows.append(frame)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
@@ -270,6 +294,10 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
                               "select": sr.fit.select, "best_select_score": _finite(sr.fit.best_score),
                               "val_losses": sr.fit.val_losses, "threshold_policy": policy},
                  "usage": {"name": adapter.name, **prepared.notes}}
+        if sr.mc is not None:
+            pid = ds.samples["patient_id"].to_numpy()[ps["test"]] if "patient_id" in ds.samples else None
+            extra["uncertainty"] = run_uncertainty(y[ps["test"]], sr.mc["test"], label_cols,
+                                                   _attr_columns(ds, spec, ps["test"]), patient_ids=pid)
         if sampling.active:
             extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
                                  "splits": describe(keep, pos, groups, y[:, 0])}

@@ -96,6 +96,9 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
 
     if len(val.y) == 0:
         raise InputError("the validation split is empty: checkpoint and threshold selection need one")
+    if not (np.isin(train.y, (0, 1)).all() and np.isin(val.y, (0, 1)).all()):
+        raise InputError("classification heads train on 0/1 labels; these hold other values (a multi-class label "
+                         "needs the multiclass task: a dataset card that declares it)")
     if cfg.select not in SELECT_RULES:
         raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
     if cfg.select in ("worst_group_auc", "dto") and val.groups is None:
@@ -162,25 +165,54 @@ def predict(head: Any, x: np.ndarray) -> np.ndarray:
         return torch.sigmoid(head(torch.as_tensor(x, dtype=torch.float32))).numpy().astype(np.float64)
 
 
+def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int, softmax: bool = False) -> np.ndarray:
+    """MC dropout (Gal & Ghahramani 2016): (T, n, K) sigmoid (or, with `softmax`, softmax) outputs of `samples`
+    passes with the head's `mc_dropout` layers sampling and everything else in eval mode (a LoRA encoder's own
+    dropout stays off). Seeded by `seed` without touching the global torch RNG."""
+    import torch
+
+    drops = [m for name, m in head.named_modules()
+             if name.split(".")[-1] == "mc_dropout" and isinstance(m, torch.nn.Dropout) and m.p > 0]
+    if not drops:
+        raise InputError("MC dropout: this head has no dropout to sample; give --hparam dropout=RATE (lp or lora)")
+    if samples < 2:
+        raise InputError(f"MC dropout needs at least 2 samples, got {samples}")
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    head.eval()
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            for m in drops:
+                m.train()
+            act = (lambda z: torch.softmax(z.double(), dim=1)) if softmax else torch.sigmoid
+            out = [act(head(xt)).numpy().astype(np.float64) for _ in range(samples)]
+    finally:
+        head.eval()
+    return np.stack(out)
+
+
 @dataclass
 class SeedRun:
-    """One seed's outcome: test scores, thresholds chosen on validation, the selected epoch."""
+    """One seed's outcome: test scores, thresholds chosen on validation, the selected epoch; with MC dropout the
+    (T, n, K) samples of val and test (the scores are then their means)."""
 
     seed: int
     test_scores: np.ndarray
     val_scores: np.ndarray
     thresholds: list[dict[str, Any]]
     fit: FitOutcome
+    mc: dict[str, np.ndarray] | None = None
 
 
 def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
                        make_head: Callable[[np.ndarray, int], Any], mitigation_factory: Callable[[], Mitigation],
                        seeds: list[int], cfg: TrainConfig, threshold_policy: str = "val_youden",
-                       test_groups: np.ndarray | None = None) -> list[SeedRun]:
+                       test_groups: np.ndarray | None = None, mc_samples: int = 0) -> list[SeedRun]:
     """Train one head per seed and predict test inputs; nothing here sees a test label.
 
     `test_groups` are passed only to post-processing mitigations that declare they need the attribute
-    at inference.
+    at inference. With `mc_samples` T > 0 the val and test scores are the means of T MC-dropout passes (the
+    predictive distribution, kept in SeedRun.mc), each pass adjusted by a post-processing mitigation.
     """
     import torch
 
@@ -190,15 +222,22 @@ def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
         mitigation = mitigation_factory()
         torch.manual_seed(seed)  # the head's initial weights depend on the seed only
         model, fit = fit_head(make_head(train.x, k), train, val, cfg, mitigation, seed)
-        pv, pt = predict(model, val.x), predict(model, test_x)
-        mitigation.fit_postprocess(pv, _as2d(val.y), val.groups)
         at_inference = mitigation.needs_attribute_at_inference
-        pv = mitigation.adjust_scores(pv, val.groups if at_inference else None)
-        pt = mitigation.adjust_scores(pt, test_groups if at_inference else None)
+        groups = {"val": val.groups if at_inference else None, "test": test_groups if at_inference else None}
+        mc = None
+        if mc_samples:  # each pass post-processed as a single prediction would be; the scores are their means
+            mc = {"val": mc_predict(model, val.x, mc_samples, seed), "test": mc_predict(model, test_x, mc_samples, seed)}
+            mitigation.fit_postprocess(mc["val"].mean(axis=0), _as2d(val.y), val.groups)
+            mc = {s: np.stack([mitigation.adjust_scores(p, groups[s]) for p in v]) for s, v in mc.items()}
+            pv, pt = mc["val"].mean(axis=0), mc["test"].mean(axis=0)
+        else:
+            pv, pt = predict(model, val.x), predict(model, test_x)
+            mitigation.fit_postprocess(pv, _as2d(val.y), val.groups)
+            pv, pt = mitigation.adjust_scores(pv, groups["val"]), mitigation.adjust_scores(pt, groups["test"])
         yv = _as2d(val.y)
         policy = mitigation.threshold_policy or threshold_policy
         thr = [choose_threshold(policy, yv[:, j], pv[:, j], undefined_ok=True).to_dict() for j in range(k)]
-        runs.append(SeedRun(seed, pt, pv, thr, fit))
+        runs.append(SeedRun(seed, pt, pv, thr, fit, mc))
     return runs
 
 

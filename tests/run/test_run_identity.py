@@ -18,6 +18,7 @@ from tests.datasets.fmb_ds_fixtures import make_nih
 
 BASE = ["--model", "litemedsam", "--weights", "random", "--dataset", "synth-contrast", "--dataset-option", "n=24"]
 SEG = [*BASE, "--usage", "sam-prompt"]
+LP_DROPOUT = [*BASE, "--usage", "lp", "--hparam", "dropout=0.2"]
 LP = [*BASE, "--usage", "lp", "--attribute", "sex"]
 
 
@@ -43,6 +44,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "precision": ([*BASE, "--precision", "fp32"], [*BASE, "--precision", "bf16"]),
         "skip_bad": (BASE, [*BASE, "--skip-bad"]),
         "prompt": (SEG, [*SEG, "--prompt", "center"]),
+        "mc_samples": (LP_DROPOUT, [*LP_DROPOUT, "--mc-samples", "3"]),
         "train_group_share": (LP, [*LP, "--train-group-share", "0.5"]),
         "share_group": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--share-group", "male"]),
         "train_size": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--train-size", "4"]),
