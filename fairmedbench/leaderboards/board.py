@@ -29,8 +29,9 @@ COLUMNS = (
 RANKING_RULE = (
     "Rows are ranked within each (dataset, usage, attribute): verified rows above self-reported rows, then by ES "
     "(equity-scaled utility), higher first; ties are broken by utility, higher first, then by model name and "
-    "revision. A row whose verification failed, or flagged near-perfect or duplicate predictions, is shown but "
-    "not ranked (rank '—', listed after the ranked rows, the reason in its flags). An undefined value (shown as "
+    "revision. A row whose verification failed, or flagged near-perfect predictions, or duplicate predictions "
+    "unless the row is verified (a copy cannot unrank the verified original), is shown but not ranked (rank '—', "
+    "listed after the ranked rows, the reason in its flags). An undefined value (shown as "
     "'n/a': fewer than two groups with a defined metric, or undefined in any task or seed, since every value "
     "is the mean over the suite's tasks and seeds) ranks last, whatever the sort direction. Clicking a "
     "column header re-sorts the table by that column; undefined values stay at the bottom. The model summary "
@@ -101,8 +102,11 @@ def _num(v: Any) -> float:
 
 
 def unranked_reason(row: dict[str, Any]) -> str | None:
-    """Why a row is shown but not ranked (its UNRANKED_FLAGS labels), or None when it is ranked."""
-    labels = [f["label"] for f in row["flags"] if f["key"] in UNRANKED_FLAGS]
+    """Why a row is shown but not ranked (its UNRANKED_FLAGS labels), or None when it is ranked. `duplicate` is
+    symmetric, so it does not unrank a verified row: a copy must not unrank the original it copied."""
+    verified = row.get("tier") == "verified"
+    labels = [f["label"] for f in row["flags"]
+              if f["key"] in UNRANKED_FLAGS and not (f["key"] == "duplicate" and verified)]
     return ", ".join(labels) if labels else None
 
 

@@ -82,13 +82,14 @@ def _flag(key: str, label: str) -> dict[str, str]:
 
 
 def _rows_with_tiers_and_flags() -> list[dict[str, Any]]:
-    """A forged row (best ES, near-perfect, verification failed), a duplicate, a verified row with a low ES, two
-    self-reported rows (one with a flag that does not unrank: still ranked)."""
+    """A forged row (best ES, near-perfect, verification failed), a self-reported copy of a verified row with a
+    low ES, two self-reported rows (one with a flag that does not unrank: still ranked)."""
     return [{**_row("forged", 0.99, 0.999), "tier": "self-reported",
              "flags": [_flag("near-perfect", "near-perfect predictions"),
                        _flag("verification-failed", "verification failed")]},
             {**_row("copy", 0.9, 0.9), "flags": [_flag("duplicate", "duplicate predictions")]},
-            {**_row("verified-low", 0.3, 0.6), "tier": "verified"},
+            {**_row("verified-low", 0.3, 0.6), "tier": "verified",  # copied by "copy": stays ranked
+             "flags": [_flag("duplicate", "duplicate predictions")]},
             {**_row("self-high", 0.8, 0.85), "flags": [_flag("no-weights-hash", "no weights hash")]},
             _row("self-mid", 0.5, 0.7)]
 
@@ -101,6 +102,7 @@ def test_untrusted_rows_are_unranked_and_verified_rows_rank_first() -> None:
     assert [(m["model"], m["mean_rank"]) for m in model_summary(rows)] == [
         ("verified-low", 1.0), ("self-high", 2.0), ("self-mid", 3.0), ("copy", None), ("forged", None)]
     assert "verified rows above self-reported rows" in RANKING_RULE and "not ranked (rank '—'" in RANKING_RULE
+    assert "unless the row is verified" in RANKING_RULE
     board = {"suite": {"name": "t", "version": "1", "description": "d"}, "ranking_rule": RANKING_RULE,
              "columns": [{"key": "es", "header": "ES", "better": "high", "definition": "e"}],
              "models": model_summary(rows), "rows": rows}
@@ -248,7 +250,8 @@ def test_unranked_rows_in_the_browser(tmp_path: Path, browser: Any) -> None:
     legend = browser.find_element("xpath", "//h2[text()='Flags']/following-sibling::p[1]").text
     assert legend == ("A flag states one fact about a row, checked by one rule. A flagged row is still ranked, "
                       "except one flagged near-perfect predictions, duplicate predictions or verification failed: "
-                      "that row is shown unranked (rank '—', after the ranked rows). Verified rows rank above "
+                      "that row is shown unranked (rank '—', after the ranked rows); a verified row stays ranked "
+                      "despite a duplicate flag (a copy cannot unrank the original). Verified rows rank above "
                       "self-reported rows.")
     browser.find_elements("css selector", "#board thead th")[_column(browser, "es")].click()
     browser.find_elements("css selector", "#board thead th")[0].click()  # back to rank order: unranked stay last
