@@ -386,9 +386,8 @@ def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, sp
                           opts: RunOptions, out_dir: Path, info: dict[str, Any],
                           t_load: float) -> tuple[list[dict], list[Any], list[int]]:
     """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
-    when the usage learns), DSC per test sample, metrics by group."""
-    import pandas as pd
-
+    when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
+    truth gives no prompt: its row has empty_gt=True and no score, and usage.skipped says why)."""
     from fairmedbench.metrics.seg_fairness import evaluate_segmentation
     from fairmedbench.tasks.segmentation import run_segmentation
 
@@ -418,17 +417,14 @@ def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, sp
         res = evaluate_segmentation(out.dsc, _attr_columns(ds, spec, p), iou=out.iou, hd95=out.hd95 or None,
                                     profile=spec.profile,
                                     n_boot=spec.n_boot, seed=seed)
-        frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": "test",
-                              "seed": seed, "dsc": out.dsc, "iou": out.iou, "empty_gt": False})
-        if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
-            frame["hd95"] = out.hd95
-        for a, v in _attr_columns(ds, spec, p).items():
-            frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         pred_name = f"seed{seed}.predictions.parquet"
+        frame = _segmentation_frame(ds, spec, seed, out, split.test)
         store.write_parquet(out_dir / pred_name, frame)
+        ids = ds.samples["sample_id"].to_numpy().astype(str)
         extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
                                            "prompted_slices": int(sum(out.prompted_slices)),
-                                           "skipped": {str(k): v for k, v in out.skipped.items()}, **notes}}
+                                           "n_skipped": len(out.skipped),
+                                           "skipped": {ids[k]: v for k, v in out.skipped.items()}, **notes}}
         timings = {"load": t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
         if training is not None:
             extra["training"] = training
@@ -439,6 +435,32 @@ def run_segmentation_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, sp
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any) -> Any:
+    """One predictions row per test sample in split order: DSC/IoU (HD95 for 3D) of the prompted ones; an
+    unprompted one (empty ground truth) has empty_gt=True and null scores, so the test ids stay complete while
+    the metrics, computed on prompted rows only, ignore it."""
+    import pandas as pd
+
+    pos = np.asarray(test, dtype=np.int64)
+    at = {int(i): k for k, i in enumerate(out.positions)}
+    missing = [int(i) for i in pos if int(i) not in at and int(i) not in out.skipped]
+    if missing:  # the runner scores or skips every test sample; anything else is a bug, not a row to drop
+        raise RuntimeError(f"segmentation returned no outcome for {len(missing)} test sample(s)")
+    k = np.array([at.get(int(i), -1) for i in pos])
+    scored = k >= 0
+
+    def column(values: list[float]) -> np.ndarray:
+        return np.where(scored, np.asarray(values, dtype=np.float64)[np.maximum(k, 0)] if values else np.nan, np.nan)
+
+    frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str), "split": "test",
+                          "seed": seed, "dsc": column(out.dsc), "iou": column(out.iou), "empty_gt": ~scored})
+    if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
+        frame["hd95"] = column(out.hd95)
+    for a, v in _attr_columns(ds, spec, pos).items():
+        frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+    return frame
 
 
 def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict[str, Any],

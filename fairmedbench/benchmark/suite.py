@@ -60,6 +60,9 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
                        seeds=entry.seeds, weights=weights, profile=entry.profile, n_boot=n_boot,
                        dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite))
         outcome = run(spec, replace(opts))
+        if outcome.reused and any(_predates_empty_rows(d) for d in outcome.seed_docs):
+            opts.say(f"{entry.key}: the stored run predates one predictions row per test sample; recomputing it")
+            outcome = run(spec, replace(opts, force=True))
         for seed, doc in zip(entry.seeds, outcome.seed_docs):
             if header is None:
                 header = model_header(model, doc["inputs"]["model"]["weights"], revision)
@@ -82,6 +85,11 @@ def _check_capabilities(model: str, entries: Sequence[Entry]) -> None:
         ok = [e.key for e in entries if set(USAGES.get(e.usage).requires) <= caps]
         hint = f"; run the others with {' '.join('--entry ' + k for k in ok)}" if ok else ""
         raise InputError(f"model {model!r} cannot run {'; '.join(bad)}{hint}")
+
+
+def _predates_empty_rows(doc: dict[str, Any]) -> bool:
+    """A segmentation result written before empty-mask samples got a (null-score) row: no usage.n_skipped."""
+    return doc["kind"] == "run-segmentation" and "n_skipped" not in doc.get("usage", {})
 
 
 def _for_bundle(doc: dict[str, Any], header: dict[str, Any]) -> dict[str, Any]:

@@ -157,9 +157,18 @@ def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tup
     missing = [i for i in want.set_index(key).index if i not in got.index]
     if missing:
         return 0, None, [f"the re-run has no score for {len(missing)} submitted item(s), e.g. {missing[0]}"]
-    a = want.set_index(key)[score_cols].to_numpy(dtype=np.float64)
-    b = got.loc[want.set_index(key).index, score_cols].to_numpy(dtype=np.float64)
-    return int(a.size), float(np.max(np.abs(a - b))) if a.size else None, []
+    index = want.set_index(key).index
+    scored, problems = np.ones(len(index), dtype=bool), []
+    if "empty_gt" in want.columns:  # segmentation: an empty ground truth has no score; the data must agree
+        claimed = want["empty_gt"].to_numpy(dtype=bool)
+        found = got.loc[index, "empty_gt"].to_numpy(dtype=bool)
+        if (claimed != found).any():
+            problems.append(f"{int((claimed != found).sum())} sampled item(s) disagree with the data on whether "
+                            f"the ground truth is empty, e.g. {index[np.argmax(claimed != found)]}")
+        scored = ~(claimed | found)
+    a = want.set_index(key)[score_cols].to_numpy(dtype=np.float64)[scored]
+    b = got.loc[index, score_cols].to_numpy(dtype=np.float64)[scored]
+    return int(a.size), float(np.max(np.abs(a - b))) if a.size else None, problems
 
 
 def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
@@ -206,8 +215,12 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             doc = _read(folder / f"seed{k}.json")
             block = doc["predictions"]
             sub = pd.read_parquet(folder / block["file"])
-            ids = sample_ids(sub.loc[sub[block["columns"]["split"]] == "test", block["columns"]["id"]].astype(str)
-                             .tolist(), sample, seed)
+            test = sub[sub[block["columns"]["split"]] == "test"]
+            empty = test["empty_gt"].to_numpy(dtype=bool) if "empty_gt" in test else np.zeros(len(test), bool)
+            # scores are compared on a sample of scored ids; a sample of the unscored (empty ground truth) ids is
+            # re-run as well, so rows wrongly marked empty (left out of every metric) are caught
+            ids = sorted(sample_ids(test.loc[~empty, block["columns"]["id"]].astype(str).tolist(), sample, seed)
+                         + sample_ids(test.loc[empty, block["columns"]["id"]].astype(str).tolist(), sample, seed))
             # an unknown precision gets the widest default (bf16's)
             tol = tolerance if tolerance is not None else TOLERANCE.get(str(doc["spec"].get("precision")),
                                                                         TOLERANCE["bf16"])

@@ -5,6 +5,7 @@ Parquet beside it, described by the document's `predictions` block (`predictions
   classification: columns `sample_id`, `split` (val | test), `seed`, `label:<task>`, `score:<task>`
                   (probabilities), `attr:<attribute>` (group names; null = missing);
   segmentation:   columns `sample_id`, `split` (test), `seed`, `dsc`, `iou`, `empty_gt`, `attr:<attribute>`.
+                  A run's row with `empty_gt` true was not prompted: null dsc/iou, left out of the metrics.
 Every metric in `result` can be recomputed from those rows with `fairmedbench.metrics` and the settings
 in `result.meta` (profile, threshold policy, n_boot, seed, ci_level, min_group_size, operating points).
 """

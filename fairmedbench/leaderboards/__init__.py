@@ -24,7 +24,10 @@ answer a subset of the suite's entries, but every seed of each entry it answers.
   predictions = tasks.base.get_task(task).predictions_block("seed<k>.predictions.parquet", tasks, attributes).
 test_fingerprint = sha256 hex of "\\n".join(sorted(test sample ids)) in utf-8 (`suites.test_fingerprint`).
 The Parquet holds val and test rows (classification; val picks the threshold) or test rows (segmentation;
-columns dsc, iou, empty_gt and optionally hd95), seed = k on every row, attr:<a> = group names (null = missing).
+columns dsc, iou, empty_gt and optionally hd95: one row per test sample; a sample with an empty ground truth
+cannot be prompted, so its row has empty_gt true and null scores, it counts as a covered test id and is left out
+of every metric and flag; the result's usage.skipped, when present, names exactly those sample ids), seed = k
+on every row, attr:<a> = group names (null = missing).
 
 `submit` accepts a bundle only when: every file is a regular .json or .parquet file (no symlinks, no
 pickles or zip archives, Parquet magic present, strict JSON without NaN), within the size limits
@@ -50,6 +53,8 @@ submission.json summary; a rejected one writes nothing.
 `board.build` reads one submission.json per accepted submission and writes leaderboards/<board>/index.html
 (static: inline CSS/JS/SVG, a Content-Security-Policy that allows only its own script and no network;
 every submitted text HTML-escaped), leaderboard.md (README tables) and board.json; the ranking rule,
-NaN last, is `board.RANKING_RULE` and is printed on the page, with the flag and tier legends. Flags are
-recomputed at build time from the stored predictions, against every other accepted submission.
+NaN last, is `board.RANKING_RULE` and is printed on the page, with the flag and tier legends: verified rows rank
+above self-reported ones, and a row flagged `flags.UNRANKED_FLAGS` (verification failed, near-perfect or
+duplicate predictions) is shown unranked after the ranked rows. Flags are recomputed at build time from the
+stored predictions, against every other accepted submission.
 """

@@ -10,7 +10,8 @@ from typing import Any
 
 from fairmedbench.engine.store import write_text
 from fairmedbench.leaderboards import render
-from fairmedbench.leaderboards.flags import Facts, SeedPredictions, legend, read_predictions, row_flags
+from fairmedbench.leaderboards.flags import (UNRANKED_FLAGS, Facts, SeedPredictions, legend, read_predictions,
+                                             row_flags)
 from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT
 from fairmedbench.leaderboards.suites import Suite
 from fairmedbench.leaderboards.tiers import TIERS, entry_record, read_verification, tier_of
@@ -26,15 +27,18 @@ COLUMNS = (
     ("ece_gap", "ECE gap", "largest minus smallest group expected calibration error"),
 )
 RANKING_RULE = (
-    "Rows are ranked within each (dataset, usage, attribute) by ES (equity-scaled utility), higher first; "
-    "ties are broken by utility, higher first, then by model name and revision. An undefined value (shown as "
+    "Rows are ranked within each (dataset, usage, attribute): verified rows above self-reported rows, then by ES "
+    "(equity-scaled utility), higher first; ties are broken by utility, higher first, then by model name and "
+    "revision. A row whose verification failed, or flagged near-perfect predictions, or duplicate predictions "
+    "unless the row is verified (a copy cannot unrank the verified original), is shown but not ranked (rank '—', "
+    "listed after the ranked rows, the reason in its flags). An undefined value (shown as "
     "'n/a': fewer than two groups with a defined metric, or undefined in any task or seed, since every value "
     "is the mean over the suite's tasks and seeds) ranks last, whatever the sort direction. Clicking a "
     "column header re-sorts the table by that column; undefined values stay at the bottom. Rows evaluated on "
     "part of a board's pinned test set (coverage below 100%: a submitter holding part of the images) are ranked "
     "separately from complete rows, in their own rank group marked 'partial', since their numbers come from "
-    "another sample of test patients. The model summary orders models by their mean rank over the rows they "
-    "answered (lower is better)."
+    "another sample of test patients. The model summary orders models by their mean rank over their ranked rows "
+    "(lower is better; none when no row is ranked)."
 )
 
 
@@ -100,10 +104,21 @@ def _num(v: Any) -> float:
     return math.nan if v is None else float(v)
 
 
+def unranked_reason(row: dict[str, Any]) -> str | None:
+    """Why a row is shown but not ranked (its UNRANKED_FLAGS labels), or None when it is ranked. `duplicate` is
+    symmetric, so it does not unrank a verified row: a copy must not unrank the original it copied."""
+    verified = row.get("tier") == "verified"
+    labels = [f["label"] for f in row["flags"]
+              if f["key"] in UNRANKED_FLAGS and not (f["key"] == "duplicate" and verified)]
+    return ", ".join(labels) if labels else None
+
+
 def rank_key(row: dict[str, Any]) -> tuple:
-    """Sort key of the ranking rule: ES high first, then utility high first, NaN last, then names."""
+    """Sort key of the ranking rule: ranked rows first, verified before self-reported, ES high first, then
+    utility high first, NaN last, then names."""
     es, ut = _num(row["metrics"].get("es")), _num(row["metrics"].get("utility"))
-    return (math.isnan(es), -es if not math.isnan(es) else 0.0, math.isnan(ut), -ut if not math.isnan(ut) else 0.0,
+    return (unranked_reason(row) is not None, row.get("tier") != "verified", math.isnan(es),
+            -es if not math.isnan(es) else 0.0, math.isnan(ut), -ut if not math.isnan(ut) else 0.0,
             row["model"], row["revision"])
 
 
@@ -115,19 +130,21 @@ def coverage_group(row: dict[str, Any]) -> str:
 
 def rank_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows ordered by (dataset, usage, attribute, coverage group: complete first) then the ranking rule, each given
-    its `rank` in its group."""
+    its `rank` in its group (None for an unranked row, with the reason in `unranked`)."""
     groups: dict[tuple[str, str, str, bool], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["usage"], r["attribute"], coverage_group(r) == "partial"), []).append(r)
     out = []
     for key in sorted(groups):
         for i, r in enumerate(sorted(groups[key], key=rank_key), start=1):
-            out.append({**r, "rank": i, "rank_group": coverage_group(r)})
+            why = unranked_reason(r)
+            out.append({**r, "rank": None if why else i, "rank_group": coverage_group(r), "unranked": why})
     return out
 
 
 def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (model, revision): mean rank over its rows, rows answered, mean utility / ES (None if any undefined)."""
+    """Per (model, revision): mean rank over its ranked rows (None if none), rows answered, mean utility / ES
+    (None if any undefined)."""
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault((r["model"], r["revision"]), []).append(r)
@@ -136,11 +153,12 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def mean(col: str) -> float | None:
             vals = [_num(r["metrics"].get(col)) for r in rs]
             return None if any(math.isnan(v) for v in vals) else sum(vals) / len(vals)
-        out.append({"model": model, "revision": rev, "mean_rank": sum(r["rank"] for r in rs) / len(rs),
+        ranks = [r["rank"] for r in rs if r["rank"] is not None]
+        out.append({"model": model, "revision": rev, "mean_rank": sum(ranks) / len(ranks) if ranks else None,
                     "rows": len(rs), "utility": mean("utility"), "es": mean("es"), "gap": mean("gap"),
                     "flags": sorted({f["label"] for r in rs for f in r["flags"]}),
                     "tiers": sorted({r["tier"] for r in rs})})
-    return sorted(out, key=lambda s: (s["mean_rank"], s["model"], s["revision"]))
+    return sorted(out, key=lambda s: (s["mean_rank"] is None, s["mean_rank"] or 0.0, s["model"], s["revision"]))
 
 
 def build(board_dir: Path | str, suite: Suite) -> dict[str, Path]:

@@ -55,9 +55,23 @@ class Facts:
     verification: dict[str, Any] | None = None  # this entry's verification record, if any
 
 
+# segmentation columns that are null on a row with an empty ground truth (no prompt, so no score)
+SCORED_COLUMNS = ("dsc", "iou", "hd95")
+
+
+def scored_rows(test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Segmentation test columns without the empty-ground-truth rows (covered test ids, but never scored: every
+    metric and flag is computed on prompted samples only); classification columns unchanged."""
+    if "empty_gt" not in test:
+        return test
+    keep = ~np.asarray(test["empty_gt"], dtype=bool)
+    return {k: np.asarray(v)[keep] for k, v in test.items()}
+
+
 def from_columns(test: dict[str, np.ndarray], block: dict[str, Any], seed: int) -> SeedPredictions:
-    """Test-row columns (as `submit` reads them, or a stored Parquet's) -> SeedPredictions."""
+    """Test-row columns (as `submit` reads them, or a stored Parquet's) -> SeedPredictions of the scored rows."""
     cols = block["columns"]
+    test = scored_rows(test)
     if cols.get("labels"):
         labels = np.column_stack([np.asarray(test[c], dtype=np.float64) for c in cols["labels"]])
         scores = np.column_stack([np.asarray(test[c], dtype=np.float64) for c in cols["scores"]])
@@ -235,6 +249,11 @@ FLAGS: tuple[Flag, ...] = (
          "weights on a seeded sample of test items and the per-sample scores did not match within the tolerance.",
          verification_failed),
 )
+
+
+# flags whose row a board shows but does not rank (board.rank_rows): its numbers cannot be trusted (the re-run
+# did not reproduce them, or the predictions are near-perfect or copied from another submission)
+UNRANKED_FLAGS = ("verification-failed", "near-perfect", "duplicate")
 
 
 def row_flags(facts: Facts) -> list[dict[str, str]]:

@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from fairmedbench import __version__
-from fairmedbench.leaderboards.flags import legend
+from fairmedbench.leaderboards.flags import UNRANKED_FLAGS, legend
 from fairmedbench.leaderboards.tiers import TIERS
 from fairmedbench.report.html import TEMPLATES, Figure, Shape
 
@@ -175,6 +175,7 @@ def html_page(board: dict[str, Any]) -> str:
         scatter=scatter(rows), fmt=fmt, csp=_csp(), script=SCRIPT, entries=board.get("entries", []),
         coverage=coverage_text,
         flag_legend=board.get("flag_legend") or legend(), tiers=board.get("tiers") or list(TIERS),
+        unranked_flags=UNRANKED_FLAGS,
         provenance=provenance, provenance_heading="board provenance")
 
 
@@ -195,17 +196,19 @@ def markdown(board: dict[str, Any]) -> str:
            "| Model | Revision | Mean rank | Rows | Mean utility | Mean ES | Mean gap | Tiers | Flags |",
            "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for m in board["models"]:
-        out.append(f"| {md_cell(m['model'])} | {md_cell(m['revision'])} | {m['mean_rank']:.2f} | {m['rows']} | "
+        out.append(f"| {md_cell(m['model'])} | {md_cell(m['revision'])} | {fmt(m['mean_rank'], 2)} | {m['rows']} | "
                    f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | "
                    f"{md_cell(', '.join(m.get('tiers', [])))} | {md_cell('; '.join(m['flags']))} |")
     head = (["Dataset", "Usage", "Attribute", "Rank", "Model", "Revision"] + [c["header"] for c in columns]
             + ["Tier", "Flags", "Coverage"])
     out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * len(columns) + "---|---|---|"]
     for r in board["rows"]:
-        cells = [md_cell(r[k]) for k in ("dataset", "usage", "attribute")] + [str(r["rank"])]
+        cells = [md_cell(r[k]) for k in ("dataset", "usage", "attribute")]
+        cells += ["—" if r["rank"] is None else str(r["rank"])]
         cells += [md_cell(r["model"]), md_cell(r["revision"])]
         cells += [fmt(r["metrics"].get(c["key"])) for c in columns] + [md_cell(r.get("tier", "self-reported"))]
-        cells += [md_cell("; ".join(f"{f['label']} ({f['detail']})" for f in r["flags"]))]
+        cells += [md_cell("; ".join(([f"unranked: {r['unranked']}"] if r.get("unranked") else [])
+                                    + [f"{f['label']} ({f['detail']})" for f in r["flags"]]))]
         cells += [md_cell(coverage_text(r.get("coverage")))]
         out.append("| " + " | ".join(cells) + " |")
     out += ["", "Tiers: " + " ".join(f"**{t['key']}**: {md_cell(t['rule'])}" for t in board.get("tiers") or TIERS),

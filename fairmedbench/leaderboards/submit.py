@@ -25,7 +25,7 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
-from fairmedbench.leaderboards.flags import Facts, from_columns
+from fairmedbench.leaderboards.flags import SCORED_COLUMNS, Facts, from_columns, scored_rows
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
@@ -302,8 +302,8 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if get_task(entry.task).sample_labels:  # labels and scores per sample; else per-sample DSC/IoU
         want.update({c: "label" for c in cols["labels"]})
         want.update({c: "score" for c in cols["scores"]})
-    else:
-        want.update({"dsc": "score", "iou": "score", "empty_gt": "label"})
+    else:  # empty_gt first: it says which rows were not prompted (they carry null scores)
+        want.update({"empty_gt": "label", "dsc": "score", "iou": "score"})
         if "hd95" in table.column_names:
             want["hd95"] = "distance"
     want.update({c: "attr" for c in cols["attributes"]})
@@ -312,6 +312,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if problems:
         raise _Stop(problems)
     arrays: dict[str, np.ndarray] = {}
+    unscored: np.ndarray | None = None  # segmentation: rows with an empty ground truth (no prompt, no score)
     for name, role in want.items():
         col = table.column(name)
         t = col.type
@@ -328,12 +329,21 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if not ok:
             problems.append(f"{rel}: column {name!r} has type {t}, not usable as {role}")
             continue
-        if role != "attr" and col.null_count:
+        nullable = unscored is not None and name in SCORED_COLUMNS
+        if role != "attr" and col.null_count and not nullable:
             problems.append(f"{rel}: column {name!r} has {col.null_count} missing or NaN value(s); every sample "
-                            "needs a finite value")
+                            "needs a finite value" + (" (null only where empty_gt is true)" if name in
+                                                      SCORED_COLUMNS else ""))
             continue
         if role in ("score", "label", "distance", "int"):
-            arr = np.asarray(col.to_numpy(), dtype=np.float64)
+            full = np.asarray(col.to_numpy(), dtype=np.float64)
+            arr = full
+            if nullable:
+                given = int((~np.isnan(full) & unscored).sum())
+                if given:
+                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with empty_gt true; an "
+                                    "empty ground truth is not prompted or scored, so leave it null there")
+                arr = full[~unscored]
             bad = ~np.isfinite(arr) if role != "distance" else np.isinf(arr) | (arr < 0)
             if bad.any():
                 kind = "NaN" if np.isnan(arr).any() else "infinite"
@@ -344,7 +354,9 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                 problems.append(f"{rel}: column {name!r} must hold values in [0, 1]")
             if role == "label" and not np.isin(arr, (0.0, 1.0)).all():
                 problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
-            arrays[name] = arr
+            elif name == "empty_gt" and not get_task(entry.task).sample_labels:
+                unscored = arr == 1.0
+            arrays[name] = full
         elif role == "attr":
             arrays[name] = np.array([None if v is None else _label(v) for v in col.to_pylist()], dtype=object)
         else:
@@ -399,6 +411,7 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     """The result the metric engine gives on these predictions with the document's own settings."""
     res, block = doc["result"], doc["predictions"]
     meta, reports = res["meta"], res["reports"]
+    test = scored_rows(cols.test)  # segmentation: prompted samples only, as the run computed them
     attrs_named = list(block["attributes"])
     first = {}
     for r in reports:
@@ -406,7 +419,7 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     missing = [a for a in attrs_named if a not in first]
     if missing:
         raise _Stop([f"{rel}: no report for attribute(s) {missing}"])
-    attributes = {a: _attribute(a, cols.test[f"attr:{a}"], list(first[a]["groups"]), rel) for a in attrs_named}
+    attributes = {a: _attribute(a, test[f"attr:{a}"], list(first[a]["groups"]), rel) for a in attrs_named}
     crossed = "|".join(attrs_named)
     intersect = len(attrs_named) > 1 and crossed in first
     n_boot = _setting(meta, ("n_boot",), rel)
@@ -417,12 +430,12 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
                   min_group_size=_setting(meta, ("min_group_size",), rel), intersect=intersect)
     try:
         if not get_task(entry.task).sample_labels:
-            out = evaluate_segmentation(cols.test["dsc"], attributes, iou=cols.test["iou"],
-                                        hd95=cols.test.get("hd95"), empty_gt=cols.test["empty_gt"] > 0.5, **common)
+            out = evaluate_segmentation(test["dsc"], attributes, iou=test["iou"],
+                                        hd95=test.get("hd95"), empty_gt=test["empty_gt"] > 0.5, **common)
         else:
             tasks = list(block["tasks"])
-            y = np.column_stack([cols.test[f"label:{t}"] for t in tasks])
-            s = np.column_stack([cols.test[f"score:{t}"] for t in tasks])
+            y = np.column_stack([test[f"label:{t}"] for t in tasks])
+            s = np.column_stack([test[f"score:{t}"] for t in tasks])
             val = len(cols.val[block["columns"]["id"]]) > 0
             vy = np.column_stack([cols.val[f"label:{t}"] for t in tasks]) if val else None
             vs = np.column_stack([cols.val[f"score:{t}"] for t in tasks]) if val else None
@@ -536,6 +549,21 @@ def _coverage(entry: Entry, n: int) -> dict[str, Any]:
     pinned = entry.n_test if entry.n_test is not None else n
     return {"test_set": entry.test_set.name if entry.test_set is not None else f"{entry.dataset} test split",
             "evaluated": n, "pinned": pinned, "complete": n == pinned}
+
+
+def _check_skipped(rel: str, doc: dict[str, Any], cols: _Columns) -> list[str]:
+    """A segmentation run's usage block (when it has one) names exactly the test rows with empty_gt as skipped."""
+    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    if "empty_gt" not in cols.test or "skipped" not in usage:
+        return []
+    skipped, n = usage["skipped"], usage.get("n_skipped")
+    empty = sorted(str(i) for i in cols.test["sample_id"][cols.test["empty_gt"] == 1.0])
+    if not isinstance(skipped, dict) or sorted(skipped) != empty or (n is not None and n != len(empty)):
+        named = sorted(skipped) if isinstance(skipped, dict) else []
+        odd = sorted(set(named) ^ set(empty))
+        return [f"{rel}: usage.skipped names {len(named)} sample(s) (n_skipped {n!r}), the predictions have "
+                f"{len(empty)} row(s) with empty_gt" + (f"; e.g. {odd[0]!r} is in one only" if odd else "")]
+    return []
 
 
 def _headline(doc: dict[str, Any], task: str) -> dict[str, dict[str, float | None]]:
@@ -676,6 +704,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                 cols = _read_predictions(prel, files[prel], entry, doc["predictions"], k)
                 ds = doc["inputs"]["dataset"]
                 problems, fp = _check_test_ids(prel, cols, entry, ds)
+                problems += _check_skipped(rel, doc, cols)
                 prev = split_seen.setdefault(entry.dataset, ds.get("split_fingerprint"))
                 if prev != ds.get("split_fingerprint"):
                     problems.append(f"{rel}: split fingerprint differs from another result on {entry.dataset} "

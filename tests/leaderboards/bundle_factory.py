@@ -80,14 +80,15 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
                                          intersect=intersect)
         kind = "classification"
     else:
-        dsc = np.clip(0.5 + 0.1 * q + r.normal(0, 0.15, N_TEST), 0, 1)
+        # about 10% empty ground truths: not prompted, so no score, and left out of the metrics (as a run does)
+        empty = r.random(N_TEST) < 0.1
+        dsc = np.where(empty, np.nan, np.clip(0.5 + 0.1 * q + r.normal(0, 0.15, N_TEST), 0, 1))
         frame = pd.DataFrame({"sample_id": test["sample_id"], "split": "test", "seed": seed, "dsc": dsc,
-                              "iou": dsc / (2 - dsc), "empty_gt": r.random(N_TEST) < 0.1,
-                              **{f"attr:{a}": test[a] for a in attrs}})
-        result = evaluate_segmentation(dsc, {a: frame[f"attr:{a}"].to_numpy() for a in attrs},
-                                       iou=frame["iou"].to_numpy(), empty_gt=frame["empty_gt"].to_numpy(),
-                                       n_boot=N_BOOT, seed=seed, min_group_size=10, profile=entry.profile,
-                                       intersect=intersect)
+                              "iou": dsc / (2 - dsc), "empty_gt": empty, **{f"attr:{a}": test[a] for a in attrs}})
+        scored = frame[~empty]
+        result = evaluate_segmentation(scored["dsc"].to_numpy(), {a: scored[f"attr:{a}"].to_numpy() for a in attrs},
+                                       iou=scored["iou"].to_numpy(), n_boot=N_BOOT, seed=seed, min_group_size=10,
+                                       profile=entry.profile, intersect=intersect)
         tasks, kind = ("segmentation",), "segmentation"
     spec = {"model": model["name"], "dataset": entry.dataset, "attributes": list(entry.attributes),
             "usage": entry.usage, "seeds": list(entry.seeds), "profile": entry.profile, "n_boot": N_BOOT, "seed": seed}

@@ -15,7 +15,7 @@ from bundle_factory import model_card, pending_synthetic_suite, write_bundle
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards import render
-from fairmedbench.leaderboards.board import RANKING_RULE, rank_rows
+from fairmedbench.leaderboards.board import RANKING_RULE, model_summary, rank_rows
 
 XSS = "<script>alert(1)</script>"
 
@@ -40,10 +40,12 @@ def test_board_files_and_ranking(built: dict[str, Path]) -> None:
     assert {(r["model"], r["revision"]) for r in rows} == {("alpha-fm", "r1"), ("beta-fm", XSS)}
     for key in {(r["dataset"], r["usage"], r["attribute"]) for r in rows}:
         group = [r for r in rows if (r["dataset"], r["usage"], r["attribute"]) == key]
-        assert [r["rank"] for r in group] == [1, 2]
-        assert group[0]["metrics"]["es"] >= group[1]["metrics"]["es"]
+        # alpha-fm's near-perfect rows have the higher ES but are shown unranked, after beta-fm's
+        assert [(r["model"], r["rank"], r["unranked"]) for r in group] == [
+            ("beta-fm", 1, None), ("alpha-fm", None, "near-perfect predictions")]
+        assert group[1]["metrics"]["es"] > group[0]["metrics"]["es"]
         assert all(r["seeds"] == [0, 1, 2] for r in group)
-    assert board["models"][0]["model"] == "alpha-fm"
+    assert [(m["model"], m["mean_rank"]) for m in board["models"]] == [("beta-fm", 1.0), ("alpha-fm", None)]
     md = built["markdown"].read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and XSS not in md
     html = built["html"].read_text()
@@ -73,6 +75,42 @@ def test_ranking_rule_puts_undefined_last() -> None:
                       _row("low", 0.2, 0.95)])
     assert [(r["model"], r["rank"]) for r in rows] == [("c", 1), ("a", 2), ("b", 3), ("low", 4), ("nan-es", 5)]
     assert "undefined value" in RANKING_RULE and "ranks last" in RANKING_RULE
+
+
+def _flag(key: str, label: str) -> dict[str, str]:
+    return {"key": key, "label": label, "detail": "d"}
+
+
+def _rows_with_tiers_and_flags() -> list[dict[str, Any]]:
+    """A forged row (best ES, near-perfect, verification failed), a self-reported copy of a verified row with a
+    low ES, two self-reported rows (one with a flag that does not unrank: still ranked)."""
+    return [{**_row("forged", 0.99, 0.999), "tier": "self-reported",
+             "flags": [_flag("near-perfect", "near-perfect predictions"),
+                       _flag("verification-failed", "verification failed")]},
+            {**_row("copy", 0.9, 0.9), "flags": [_flag("duplicate", "duplicate predictions")]},
+            {**_row("verified-low", 0.3, 0.6), "tier": "verified",  # copied by "copy": stays ranked
+             "flags": [_flag("duplicate", "duplicate predictions")]},
+            {**_row("self-high", 0.8, 0.85), "flags": [_flag("no-weights-hash", "no weights hash")]},
+            _row("self-mid", 0.5, 0.7)]
+
+
+def test_untrusted_rows_are_unranked_and_verified_rows_rank_first() -> None:
+    rows = rank_rows(_rows_with_tiers_and_flags())
+    assert [(r["model"], r["rank"], r["unranked"]) for r in rows] == [
+        ("verified-low", 1, None), ("self-high", 2, None), ("self-mid", 3, None),
+        ("forged", None, "near-perfect predictions, verification failed"), ("copy", None, "duplicate predictions")]
+    assert [(m["model"], m["mean_rank"]) for m in model_summary(rows)] == [
+        ("verified-low", 1.0), ("self-high", 2.0), ("self-mid", 3.0), ("copy", None), ("forged", None)]
+    assert "verified rows above self-reported rows" in RANKING_RULE and "not ranked (rank '—'" in RANKING_RULE
+    assert "unless the row is verified" in RANKING_RULE
+    board = {"suite": {"name": "t", "version": "1", "description": "d"}, "ranking_rule": RANKING_RULE,
+             "columns": [{"key": "es", "header": "ES", "better": "high", "definition": "e"}],
+             "models": model_summary(rows), "rows": rows}
+    md = render.markdown(board).splitlines()
+    forged = next(line for line in md if "| forged |" in line and line.startswith("| d |"))
+    assert forged.startswith("| d | u | sex | — | forged |")
+    assert "unranked: near-perfect predictions, verification failed; near-perfect predictions (d)" in forged
+    assert "| forged | r1 | n/a | 1 |" in "\n".join(md)  # the model summary: no mean rank
 
 
 def test_markdown_cells_cannot_break_the_table() -> None:
@@ -184,6 +222,41 @@ def test_undefined_values_stay_last_in_the_browser(tmp_path: Path, browser: Any)
         assert math.isnan(values[-1]) and not any(math.isnan(v) for v in values[:-1])
     assert browser.find_elements("css selector", "#board tbody tr")[-1].find_elements("css selector", "td")[1].text \
         == "m2"
+
+
+def test_unranked_rows_in_the_browser(tmp_path: Path, browser: Any) -> None:
+    """The page shows unranked rows last with rank '—' and the reason first in their flag cell; the legend
+    states the rule. A screenshot of the table is saved (and to $FMB_SCREENSHOT_DIR when set)."""
+    rows = rank_rows(_rows_with_tiers_and_flags())
+    board = {"suite": {"name": "t", "version": "1", "description": "d"}, "generated_at": "now",
+             "ranking_rule": RANKING_RULE, "models": model_summary(rows),
+             "columns": [{"key": "utility", "header": "Utility", "better": "high", "definition": "u"},
+                         {"key": "es", "header": "ES", "better": "high", "definition": "e"}], "rows": rows}
+    page = tmp_path / "index.html"
+    page.write_text(render.html_page(board))
+    browser.set_window_size(1500, 900)
+    browser.get(page.as_uri())
+    _no_alert(browser)
+    shot = tmp_path / "board-unranked.png"  # the page as it opens: the rule's order
+    assert browser.find_element("id", "board").screenshot(str(shot)) and shot.stat().st_size > 5_000
+    if os.environ.get("FMB_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["FMB_SCREENSHOT_DIR"]) / shot.name)
+    cells = [[c.text for c in r.find_elements("css selector", "td")[:2]]
+             for r in browser.find_elements("css selector", "#board tbody tr")]
+    assert cells == [["1", "verified-low"], ["2", "self-high"], ["3", "self-mid"], ["—", "forged"], ["—", "copy"]]
+    reason = browser.find_elements("css selector", "#board tbody tr")[3].find_element("css selector",
+                                                                                     ".flags-cell .flag")
+    assert reason.text == "unranked: near-perfect predictions, verification failed"
+    legend = browser.find_element("xpath", "//h2[text()='Flags']/following-sibling::p[1]").text
+    assert legend == ("A flag states one fact about a row, checked by one rule. A flagged row is still ranked, "
+                      "except one flagged near-perfect predictions, duplicate predictions or verification failed: "
+                      "that row is shown unranked (rank '—', after the ranked rows); a verified row stays ranked "
+                      "despite a duplicate flag (a copy cannot unrank the original). Verified rows rank above "
+                      "self-reported rows.")
+    browser.find_elements("css selector", "#board thead th")[_column(browser, "es")].click()
+    browser.find_elements("css selector", "#board thead th")[0].click()  # back to rank order: unranked stay last
+    assert [c.text for c in browser.find_elements("css selector", "#board tbody td:nth-child(1)")] == [
+        "1", "2", "3", "—", "—"]
 
 
 def test_every_submitted_text_is_escaped_on_the_page() -> None:

