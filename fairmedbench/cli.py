@@ -331,6 +331,16 @@ def _add_run_options(p: Any) -> None:
                         "profile that chooses its own threshold, such as fairmedfm, refuses one)")
     p.add_argument("--prompt", default="bbox", choices=list(PROMPT_MODES),
                    help="segmentation prompt derived from the ground truth")
+    g = p.add_argument_group("sampling after feature extraction (seeded per run seed; part of the run's identity)")
+    g.add_argument("--train-group-share", type=float, metavar="S",
+                   help="share S in [0, 1] of --share-group in a training set of fixed size (fairness laws)")
+    g.add_argument("--share-group", metavar="GROUP",
+                   help="a group of the first attribute (default: its smallest group in the training split)")
+    g.add_argument("--train-size", type=int, metavar="N",
+                   help="training set size for --train-group-share (default: the largest at which every share fits)")
+    g.add_argument("--prevalence", type=float, metavar="P",
+                   help="impose class prevalence P in every group of one split (imbalance study)")
+    g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
 
@@ -353,7 +363,9 @@ def run_spec(args: argparse.Namespace) -> Any:
                    split_seed=args.split_seed, split_file=args.split_file, weights=args.weights, profile=args.profile,
                    threshold=args.threshold, n_boot=args.n_boot, precision=args.precision, prompt=args.prompt,
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
-                   dataset_options=parse_hparams(args.dataset_option))
+                   dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
+                   share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
+                   prevalence_on=args.prevalence_on)
 
 
 def _add_run(sub: Any) -> None:

@@ -31,6 +31,13 @@ class RunSpec:
     skip_bad: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)
+    # sampling after feature extraction (analysis.sampling): a group's share of a fixed-size training set, and
+    # a class prevalence imposed in every group of the train or test split
+    train_group_share: float | None = None
+    share_group: str | None = None  # default: the smallest group of the first attribute in the training split
+    train_size: int | None = None  # default: the largest size at which every share from 0 to 1 fits
+    prevalence: float | None = None
+    prevalence_on: str = "test"
 
 
 def _canonical(value: Any) -> Any:
@@ -66,6 +73,7 @@ class RunConfig:
     split_policy: str
     split_seed: int
     split_fingerprint: str  # the split actually used (seeded, official or imported)
+    sampling: dict[str, Any]  # analysis.sampling.Sampling.identity(): {} when no split is sampled
     threshold: str  # resolved: the user's policy, the profile's own, or val_youden
     profile: str
     precision: str  # resolved: fp32 or bf16

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fairmedbench import __version__
 from fairmedbench.engine.hparams import split_by_owner
 from fairmedbench.errors import InputError, MissingResourceError
@@ -17,6 +19,7 @@ from fairmedbench.spec import RunConfig, RunSpec
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import Usage
+    from fairmedbench.analysis.sampling import Sampling
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.datasets.card import DatasetCard
     from fairmedbench.registry.datasets.dataset import Dataset
@@ -84,6 +87,7 @@ def check_spec(spec: RunSpec) -> Checked:
     """Every name, option and hyperparameter of `spec` validated; cheap (cards and registries only)."""
     from fairmedbench.adapters import USAGES
     from fairmedbench.adapters.volumes import VOLUME_HPARAMS, volume_settings
+    from fairmedbench.analysis.sampling import check_request
     from fairmedbench.metrics.profiles import check_threshold, get_profile
     from fairmedbench.metrics.thresholds import parse_policy
     from fairmedbench.mitigation import MITIGATIONS, make_mitigation
@@ -141,6 +145,8 @@ def check_spec(spec: RunSpec) -> Checked:
     plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
     plugin.check_task(task)
     _check_config(task, train_h)
+    check_request(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
+                  attributes, task.name)
     return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
                    dict(plugin.hparams))
 
@@ -183,6 +189,16 @@ def files_fingerprint(ds: Dataset) -> str:
     return h.hexdigest()
 
 
+def resolve_sampling(spec: RunSpec, checked: Checked, ds: Dataset, split: Split) -> Sampling:
+    """The run's sampling with its defaults (share group, training size) read from the training split."""
+    from fairmedbench.analysis.sampling import resolve
+
+    groups = (ds.samples[f"attr:{checked.attributes[0]}"].to_numpy() if checked.attributes
+              else np.full(len(ds.samples), None, dtype=object))
+    return resolve(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
+                   groups, split.train)
+
+
 def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",
                 verify_weights: bool = True) -> Resolved:
     """Check `spec`, read the dataset's table and split, locate the weights and resolve the precision: the
@@ -203,6 +219,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     files = files_fingerprint(ds)
     data_fp = hashlib.sha256(f"{ds.fingerprint}|{files}".encode()).hexdigest()
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
+    sampling = resolve_sampling(spec, checked, ds, split)
     config = RunConfig(
         engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,
         dataset_version=checked.dataset_card.version, data_fingerprint=data_fp,
@@ -211,6 +228,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
         train_hparams=checked.train_hparams, mitigation=spec.mitigation,
         mitigation_hparams=checked.mitigation_hparams, split_policy=split.policy,
         split_seed=spec.split_seed if not spec.split_file else -1, split_fingerprint=split_fp,
+        sampling=sampling.identity(),
         threshold=checked.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
         seeds=tuple(spec.seeds))
     return Resolved(checked, config, ds, split, weights, device)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from fairmedbench.analysis.sampling import Sampling, describe, draw
 from fairmedbench.benchmark.resolve import Resolved, resolve_run
 from fairmedbench.engine import store
 from fairmedbench.engine.results import RunResult
@@ -226,8 +227,9 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = _training_groups(spec, ds)
-    arrays = {k: SplitArrays(prepared.inputs[k], y[p], None if codes is None else codes[p], n_groups)
-              for k, p in pos.items()}
+    sampling = Sampling(**spec.sampling)
+    groups = (ds.samples[f"attr:{spec.attributes[0]}"].to_numpy() if spec.attributes
+              else np.full(len(ds.samples), None, dtype=object))
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     mit_h = spec.mitigation_hparams
@@ -236,6 +238,10 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         path = out_dir / f"seed{seed}.json"
         if _reuse(path, opts, docs, reused, seed):
             continue
+        keep = draw(sampling, pos, groups, y[:, 0], spec.split_seed, seed)  # all of each split unless sampled
+        ps = {k: p[keep[k]] for k, p in pos.items()}
+        arrays = {k: SplitArrays(_rows(prepared.inputs[k], keep[k]), y[p], None if codes is None else codes[p],
+                                 n_groups) for k, p in ps.items()}
         t1 = time.perf_counter()
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
@@ -244,11 +250,11 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
         res = evaluate_classification(
-            y[split.test], sr.test_scores, _attr_columns(ds, spec, split.test), task_names=label_cols,
-            threshold=policy, val_y_true=y[split.val], val_y_score=sr.val_scores, profile=spec.profile,
+            y[ps["test"]], sr.test_scores, _attr_columns(ds, spec, ps["test"]), task_names=label_cols,
+            threshold=policy, val_y_true=y[ps["val"]], val_y_score=sr.val_scores, profile=spec.profile,
             n_boot=spec.n_boot, seed=seed)
         rows = []
-        for name, p, scores in (("val", split.val, sr.val_scores), ("test", split.test, sr.test_scores)):
+        for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores)):
             frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
                                   "seed": seed})
             for j, t in enumerate(label_cols):
@@ -264,6 +270,9 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
                               "select": sr.fit.select, "best_select_score": _finite(sr.fit.best_score),
                               "val_losses": sr.fit.val_losses, "threshold_policy": policy},
                  "usage": {"name": adapter.name, **prepared.notes}}
+        if sampling.active:
+            extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
+                                 "splits": describe(keep, pos, groups, y[:, 0])}
         doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
                         {"load": t_load, "prepare": t_prep, "train": t_train,
                          "metrics": time.perf_counter() - t1 - t_train})
@@ -271,6 +280,11 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """`x[keep]`, or `x` itself when every row is kept (a memory-mapped feature array is not copied)."""
+    return x if len(keep) == len(x) else x[keep]
 
 
 def _stage(ctx: Any, name: str) -> Callable[[int, int], None] | None:

@@ -18,6 +18,7 @@ from tests.datasets.fmb_ds_fixtures import make_nih
 
 BASE = ["--model", "litemedsam", "--weights", "random", "--dataset", "synth-contrast", "--dataset-option", "n=24"]
 SEG = [*BASE, "--usage", "sam-prompt"]
+LP = [*BASE, "--usage", "lp", "--attribute", "sex"]
 
 
 def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
@@ -42,6 +43,11 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "precision": ([*BASE, "--precision", "fp32"], [*BASE, "--precision", "bf16"]),
         "skip_bad": (BASE, [*BASE, "--skip-bad"]),
         "prompt": (SEG, [*SEG, "--prompt", "center"]),
+        "train_group_share": (LP, [*LP, "--train-group-share", "0.5"]),
+        "share_group": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--share-group", "male"]),
+        "train_size": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--train-size", "4"]),
+        "prevalence": (LP, [*LP, "--prevalence", "0.3"]),
+        "prevalence_on": ([*LP, "--prevalence", "0.3"], [*LP, "--prevalence", "0.3", "--prevalence-on", "train"]),
     }
 
 
