@@ -113,6 +113,21 @@ def _model_facts(name: str) -> dict[str, str | None]:
     return {"model_kind": card.kind, "model_family": card.family}
 
 
+def _resolved_sampling(cols: dict[str, Any], sampling: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The cell's sampling columns with the run's resolved values (defaults such as the share group and the
+    training size are filled in by the run); a cell that names another value than its run is an error."""
+    out = dict(cols)
+    for k, v in sampling.items():
+        if k not in out:
+            continue
+        mine = out[k]
+        if mine is not None and mine != v and not (isinstance(v, float) and math.isclose(float(mine), v)):
+            raise InputError(f"run {run_id}: the plan's cell says {k}={mine!r} but the run was made with {v!r}; "
+                             "the plan and the results disagree (rerun `benchmark sweep`)")
+        out[k] = v
+    return out
+
+
 def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str, Any]]:
     """One row per (task column, attribute, metric, scope/group) of one finished run, summarised across seeds."""
     summary_path = folder / "summary.json"
@@ -122,6 +137,7 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
     summary = store.read_json(summary_path)
     results = [RunResult(store.read_json(folder / f), folder) for f in summary["files"]]
     kind = results[0].kind.removeprefix("run-")
+    cols = _resolved_sampling(cols, results[0].spec.get("sampling") or {}, run_id)
     keys: dict[tuple[str, str, str, str], int] = {}
     per_seed: list[dict[tuple[str, str, str, str], tuple[float, float, float, int]]] = []
     for res in results:

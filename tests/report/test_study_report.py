@@ -20,14 +20,19 @@ from fairmedbench.report.study import CELL_FIELDS, read_plan, write_study_report
 from fairmedbench.spec import RunSpec
 
 MODELS = ("c2l", "imagenet-resnet50")
-DATASETS = ("synth-underrep", "synth-control")
+DATASET = "synth-underrep"
+# one dataset table for every run, so each model encodes once and every mitigation, share and prevalence reuses it
+# (sampling is drawn after feature extraction); half the training split is female so every share can be drawn
+DS_OPTIONS = {"n": 60, "config": {"female_share_train": 0.5}}
 MITIGATIONS = ("erm", "resampling")
+SHARES = (0.0, 0.5, 1.0)
+PREVALENCES = (0.3, 0.5)
 SEEDS = (0, 1)
 
 
-def _cell(model: str, dataset: str, mitigation: str, **kw: Any) -> dict[str, Any]:
-    cell = {"model": model, "dataset": dataset, "usage": "lp", "mitigation": mitigation, "prompt": None,
-            "attributes": ["sex"], "seeds": list(SEEDS), "hparams": {"epochs": 5}, "train_group_share": None,
+def _cell(model: str, mitigation: str, **kw: Any) -> dict[str, Any]:
+    cell = {"model": model, "dataset": DATASET, "usage": "lp", "mitigation": mitigation, "prompt": None,
+            "attributes": ["sex", "age"], "seeds": list(SEEDS), "hparams": {"epochs": 5}, "train_group_share": None,
             "share_group": None, "train_size": None, "prevalence": None, "prevalence_on": None}
     cell.update(kw)
     assert set(cell) == set(CELL_FIELDS)
@@ -51,23 +56,31 @@ def write_plan(out: Path, name: str, entries: list[tuple[dict[str, Any], Any]]) 
     return path
 
 
+def _run(cell: dict[str, Any], opts: RunOptions) -> Any:
+    spec = RunSpec(model=cell["model"], weights="random", dataset=DATASET, usage="lp", mitigation=cell["mitigation"],
+                   seeds=SEEDS, attributes=tuple(cell["attributes"]), n_boot=20, dataset_options=DS_OPTIONS,
+                   hparams=cell["hparams"], train_group_share=cell["train_group_share"],
+                   share_group=cell["share_group"], prevalence=cell["prevalence"],
+                   prevalence_on=cell["prevalence_on"] or "test")
+    return run(spec, opts)
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("study")
     out = tmp / "results"
-    opts = RunOptions(out_root=str(out), cache_dir=str(tmp / "cache"), device="cpu")
-    entries = []
-    for model in MODELS:
-        for ds in DATASETS:
-            for mit in MITIGATIONS:
-                cell = _cell(model, ds, mit)
-                spec = RunSpec(model=model, weights="random", dataset=ds, usage="lp", mitigation=mit, seeds=SEEDS,
-                               attributes=("sex",), n_boot=20, dataset_options={"n": 40}, hparams=cell["hparams"])
-                entries.append((cell, run(spec, opts)))
-    entries.append((_cell("c2l", "synth-control", "erm", usage="clip-zs"), None))
-    plan = write_plan(out, "mini", entries)
+    opts = RunOptions(out_root=str(out), cache_dir=str(tmp / "cache"), device="cpu", log=lambda m: None)
+    base = [_cell(m, mit) for m in MODELS for mit in MITIGATIONS]
+    sweeps = ([_cell("c2l", "erm", attributes=["sex"], train_group_share=s, share_group="female") for s in SHARES]
+              + [_cell("c2l", "erm", attributes=["sex"], prevalence=p, prevalence_on="test") for p in PREVALENCES])
+    entries = [(c, _run(c, opts)) for c in base + sweeps]
+    skipped = (_cell("c2l", "erm", usage="clip-zs"), None)
+    plan = write_plan(out, "mini", [*entries, skipped])
     report = write_study_report(plan, out, tmp / "report")
-    return {"tmp": tmp, "out": out, "plan": plan, "report": report, "runs": [o for _, o in entries if o]}
+    base_plan = write_plan(out, "base", [*entries[:len(base)], skipped])
+    base_report = write_study_report(base_plan, out, tmp / "base-report")
+    return {"tmp": tmp, "out": out, "plan": plan, "report": report, "base": base_report,
+            "runs": [o for _, o in entries]}
 
 
 def test_table_rows_equal_the_runs_metrics(study: dict[str, Any]) -> None:
@@ -80,7 +93,7 @@ def test_table_rows_equal_the_runs_metrics(study: dict[str, Any]) -> None:
             keys |= {(r["task"], r["attribute"], r["metric"], r["group"]) for r in res.fairness().records()}
         expected += len(keys)
         assert (table["run_id"] == outcome.config.run_id).sum() == len(keys)
-    assert len(table) == expected and table["run_id"].nunique() == len(study["runs"]) == 8
+    assert len(table) == expected and table["run_id"].nunique() == len(study["runs"]) == 9
     assert set(table["scope"]) == {"overall", "group", "between"}
     assert len(pd.read_csv(rep.csv)) == expected
 
@@ -101,14 +114,18 @@ def test_table_values_are_the_seed_mean_with_a_t_interval(study: dict[str, Any])
     female = table[(table["run_id"] == outcome.config.run_id) & (table["metric"] == "auc")
                    & (table["group"] == "female")].iloc[0]
     assert female["scope"] == "group" and female["model_kind"] == "vision" and female["model"] == "c2l"
-    assert (female["mitigation"], female["dataset"], female["attributes"]) == ("erm", "synth-underrep", "sex")
+    assert (female["mitigation"], female["dataset"], female["attributes"]) == ("erm", "synth-underrep", "sex,age")
+    # the sweep columns hold the run's resolved sampling (the default training size filled in)
+    swept = table[table["train_group_share"] == 0.5].iloc[0]
+    assert swept["share_group"] == "female" and swept["train_size"] == 18
 
 
 def test_figures_and_page_exist(study: dict[str, Any]) -> None:
     rep = study["report"]
     names = {p.name for p in rep.figures}
-    for stem in ("fig2-gap-classification", "fig4-tradeoff-classification",
-                 "fig5-groups-synth-underrep-sex-lp", "cd-models-gap-classification"):
+    for stem in ("fig2-gap-classification", "fig4-tradeoff-classification", "fig5-groups-synth-underrep-sex-lp",
+                 "fig5-groups-synth-underrep-age-lp", "cd-models-gap-classification", "fairness-laws-0",
+                 "imbalance-0"):
         assert {f"{stem}.png", f"{stem}.svg"} <= names
     assert all(p.is_file() and p.stat().st_size > 1000 for p in rep.figures)
     page = rep.html.read_text()
@@ -116,16 +133,19 @@ def test_figures_and_page_exist(study: dict[str, Any]) -> None:
     assert page.count("data:image/png;base64,") == len(rep.figures) // 2
     assert any(a.startswith("Bias exists in ") and " of 4 FM × dataset configurations" in a for a in rep.answers)
     assert any(a.startswith("resampling against ERM") for a in rep.answers)
+    assert any(a.startswith("Fairness law (c2l · synth-underrep") and "interpolation MAE" in a for a in rep.answers)
+    assert "clip usages need a vision-language model" in page and not rep.notes
     # sections without data are left out with a note
-    assert any("no train_group_share sweep" in n for n in rep.notes)
-    assert any("no prevalence sweep" in n for n in rep.notes)
-    assert "clip usages need a vision-language model" in page
+    notes = study["base"].notes
+    assert any("no train_group_share sweep" in n for n in notes) and any("no prevalence sweep" in n for n in notes)
+    assert "Left out: the study has no prevalence sweep." in study["base"].html.read_text()
 
 
 def test_paired_difference_against_erm(study: dict[str, Any]) -> None:
     table = study["report"].table
-    pick = lambda mit: table[(table["model"] == "c2l") & (table["dataset"] == "synth-underrep")  # noqa: E731
-                             & (table["mitigation"] == mit) & (table["metric"] == "auc_gap")].iloc[0]
+    pick = lambda mit: table[(table["model"] == "c2l") & (table["mitigation"] == mit)  # noqa: E731
+                             & (table["attribute"] == "sex") & (table["metric"] == "auc_gap")
+                             & table["train_group_share"].isna() & table["prevalence"].isna()].iloc[0]
     d = np.array(pick("resampling")["seed_values"]) - np.array(pick("erm")["seed_values"])
     from fairmedbench.report.study import _paired
     from fairmedbench.metrics.specs import metric_spec
