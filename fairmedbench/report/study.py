@@ -254,21 +254,19 @@ class _Builder:
     """Builds the sections and answers of one study page from the tidy table."""
 
     def __init__(self, table: Any, fig_dir: Path) -> None:
-        self.all = table
         self.fig_dir = fig_dir
         self.figures: list[Path] = []
         self.answers: list[str] = []
-        first = table[table["task_index"] == 0] if len(table) else table
-        base = first["train_group_share"].isna() & first["prevalence"].isna() if len(table) else []
-        self.base = first[base] if len(table) else table
-        self.erm = self.base[self.base["mitigation"] == "erm"] if len(table) else table
+        self.first = table[table["task_index"] == 0]  # figures and answers use each run's first task column
+        self.base = self.first[self.first["train_group_share"].isna() & self.first["prevalence"].isna()]
+        self.erm = self.base[self.base["mitigation"] == "erm"]
 
     def _save(self, paths: list[Path], alt: str) -> dict[str, Any]:
         self.figures.extend(paths)
         return _img(paths, alt)
 
     def kinds(self, frame: Any) -> list[str]:
-        return sorted(frame["task_kind"].unique()) if len(frame) else []
+        return sorted(frame["task_kind"].unique())
 
     # -- Figs 2/3 and the bias answer
     def gaps(self) -> _Section:
@@ -407,7 +405,7 @@ class _Builder:
     def mitigations(self) -> _Section:
         sec = _Section("mitigations", "Mitigations against ERM (FairMedFM Table 2)")
         base = self.base
-        others = sorted(m for m in base["mitigation"].unique() if m != "erm") if len(base) else []
+        others = sorted(m for m in base["mitigation"].unique() if m != "erm")
         if not others:
             sec.note = "the study has no mitigation besides ERM"
             return sec
@@ -421,14 +419,13 @@ class _Builder:
                 spec = names[key]
                 scope = "overall" if key == "util" else "between"
                 m = sub[(sub["metric"] == spec.name) & (sub["scope"] == scope)]
-                erm = m[m["mitigation"] == "erm"].set_index(list(CONFIG))
+                erm = m[m["mitigation"] == "erm"]
                 for _, r in m.iterrows():
-                    k = tuple(r[c] for c in CONFIG)
                     row = {"dataset": r["dataset"], "usage": r["usage"], "model": r["model"],
                            "attribute": r["attribute"], "mitigation": r["mitigation"], "metric": spec.header,
                            "mean [95% CI]": _fmt(r["mean"], r["ci_low"], r["ci_high"]), "vs ERM (paired)": ""}
-                    if r["mitigation"] != "erm" and k in erm.index:
-                        ref = erm.loc[[k]].iloc[0]
+                    ref = _erm_match(erm, r) if r["mitigation"] != "erm" else None
+                    if ref is not None:
                         d = _paired(r, ref, spec)
                         if d is not None:
                             row["vs ERM (paired)"] = _fmt(d.mean, d.ci_low, d.ci_high)
@@ -521,8 +518,7 @@ class _Builder:
     # -- sweeps
     def fairness_laws(self) -> _Section:
         sec = _Section("fairness-laws", "Fairness laws: utility against a group's training share (Meissen et al.)")
-        first = self.all[self.all["task_index"] == 0] if len(self.all) else self.all
-        sweep = first[first["train_group_share"].notna()] if len(first) else first
+        sweep = self.first[self.first["train_group_share"].notna()]
         if not len(sweep):
             sec.note = "the study has no train_group_share sweep"
             return sec
@@ -568,8 +564,7 @@ class _Builder:
 
     def imbalance(self) -> _Section:
         sec = _Section("imbalance", "Class imbalance: metrics by prevalence (Mosquera et al.)")
-        first = self.all[self.all["task_index"] == 0] if len(self.all) else self.all
-        sweep = first[first["prevalence"].notna()] if len(first) else first
+        sweep = self.first[self.first["prevalence"].notna()]
         if not len(sweep):
             sec.note = "the study has no prevalence sweep"
             return sec
@@ -611,6 +606,27 @@ def _num(v: float) -> str:
 
 def _p(v: float) -> str:
     return f"{v:.3g}" if v is not None and math.isfinite(v) else "undefined"
+
+
+def _erm_match(erm: Any, row: Any) -> Any:
+    """The ERM row of the same configuration: equal in every CONFIG field, hparams included when an ERM run has
+    the same ones, else the only ERM run that differs from it in hparams alone (a mitigation's own
+    hyperparameters); None when there is none or it is ambiguous."""
+    keys = [c for c in CONFIG if c != "hparams"]
+    same = np.ones(len(erm), dtype=bool)
+    for c in keys:
+        col = erm[c]
+        same &= (col.isna().to_numpy() & _missing(row[c])) | (col == row[c]).to_numpy()
+    cands = erm[same]
+    exact = cands[cands["hparams"] == row["hparams"]]
+    if len(exact) == 1:
+        return exact.iloc[0]
+    return cands.iloc[0] if len(cands) == 1 else None
+
+
+def _missing(v: Any) -> bool:
+    """Whether a cell value is missing (None or NaN)."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _paired(row: Any, ref: Any, spec: MetricSpec) -> Any:

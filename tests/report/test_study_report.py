@@ -23,7 +23,7 @@ MODELS = ("c2l", "imagenet-resnet50")
 DATASET = "synth-underrep"
 # one dataset table for every run, so each model encodes once and every mitigation, share and prevalence reuses it
 # (sampling is drawn after feature extraction); half the training split is female so every share can be drawn
-DS_OPTIONS = {"n": 60, "config": {"female_share_train": 0.5}}
+DS_OPTIONS = {"n": 60, "config": {"female_share_train": 0.5, "size": 64}}
 MITIGATIONS = ("erm", "resampling")
 SHARES = (0.0, 0.5, 1.0)
 PREVALENCES = (0.3, 0.5)
@@ -169,6 +169,12 @@ def test_plan_errors(tmp_path: Path, study: dict[str, Any]) -> None:
     with pytest.raises(InputError, match="no finished run"):
         write_study_report(p, study["out"], tmp_path / "r")
     plan = json.loads(study["plan"].read_text())
+    swept = next(c for c in plan["cells"] if c["cell"]["train_group_share"] == 0.5)
+    swept["cell"]["train_group_share"] = 0.9
+    p.write_text(json.dumps(plan))
+    with pytest.raises(InputError, match="train_group_share=0.9 but the run was made with 0.5"):
+        write_study_report(p, study["out"], tmp_path / "r")
+    plan = json.loads(study["plan"].read_text())
     plan["cells"][0]["run_dir"] = "runs/missing"
     p.write_text(json.dumps(plan))
     with pytest.raises(MissingResourceError, match="summary.json is missing"):
@@ -203,3 +209,34 @@ def test_page_in_chromium_leads_with_the_answers(study: dict[str, Any]) -> None:
         assert not driver.find_element("css selector", "details.provenance-block").get_attribute("open")
     finally:
         driver.quit()
+
+
+# --- acceptance: the fairness-laws sweep on its presets -------------------------------------------------------
+
+def _law_fits(table: pd.DataFrame, dataset: str) -> dict[str, Any]:
+    from fairmedbench.analysis.fairness_laws import fairness_laws
+    from fairmedbench.report.study import _seed_rows
+
+    g = table[(table["dataset"] == dataset) & (table["scope"] == "group") & (table["metric"] == "auc")]
+    res = fairness_laws(_seed_rows(g, "train_group_share"), "female", metrics=("auc",))
+    return {f.group: f for f in res.fits}
+
+
+@pytest.mark.slow
+def test_fairness_laws_minority_auc_rises_with_its_share_and_the_control_stays_flat(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    opts = RunOptions(out_root=str(out), cache_dir=str(tmp_path / "cache"), device="cpu", log=lambda m: None)
+    entries = []
+    for ds in ("synth-laws", "synth-laws-control"):
+        for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+            cell = {**_cell("c2l", "erm", attributes=["sex"], hparams={}, train_group_share=share,
+                            share_group="female"), "dataset": ds, "seeds": [0, 1, 2]}
+            spec = RunSpec(model="c2l", weights="random", dataset=ds, usage="lp", attributes=("sex",), seeds=(0, 1, 2),
+                           n_boot=200, train_group_share=share, share_group="female")
+            entries.append((cell, run(spec, opts)))
+    rep = write_study_report(write_plan(out, "fairness-laws", entries), out, tmp_path / "report")
+    laws = _law_fits(rep.table, "synth-laws")["female"]
+    assert laws.slope_ci_low > 0 and laws.r > 0.9 and math.isfinite(laws.interp_mae)
+    control = _law_fits(rep.table, "synth-laws-control")["female"]
+    assert control.slope_ci_includes_0
+    assert any(a.startswith("Fairness law (c2l · synth-laws ·") and "interpolation MAE" in a for a in rep.answers)
