@@ -19,7 +19,9 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.report.study import CELL_FIELDS, read_plan, write_study_report
 from fairmedbench.spec import RunSpec
 
-MODELS = ("c2l", "imagenet-resnet50")
+# two ResNet-18 encoders with different random weights: the cheapest pair of distinct FMs
+WEIGHTS = {"c2l": "random", "moco-cxr": "random:1"}
+MODELS = tuple(WEIGHTS)
 DATASET = "synth-underrep"
 # one dataset table for every run, so each model encodes once and every mitigation, share and prevalence reuses it
 # (sampling is drawn after feature extraction); half the training split is female so every share can be drawn
@@ -57,7 +59,7 @@ def write_plan(out: Path, name: str, entries: list[tuple[dict[str, Any], Any]]) 
 
 
 def _run(cell: dict[str, Any], opts: RunOptions) -> Any:
-    spec = RunSpec(model=cell["model"], weights="random", dataset=DATASET, usage="lp", mitigation=cell["mitigation"],
+    spec = RunSpec(model=cell["model"], weights=WEIGHTS[cell["model"]], dataset=DATASET, usage="lp", mitigation=cell["mitigation"],
                    seeds=SEEDS, attributes=tuple(cell["attributes"]), n_boot=20, dataset_options=DS_OPTIONS,
                    hparams=cell["hparams"], train_group_share=cell["train_group_share"],
                    share_group=cell["share_group"], prevalence=cell["prevalence"],
