@@ -590,11 +590,14 @@ class _Builder:
             frames = res.frames()
             sec.tables.append(_table(f"{label}: line per group and metric against prevalence", frames["fits"]))
             sec.tables.append(_table(f"{label}: per prevalence and group, across seeds", frames["points"]))
-            moves = [f"{f.metric} ({f.group}) {'flat' if f.slope_ci_includes_0 else 'moves'}"
-                     for f in res.fits if f.group == "all" and math.isfinite(f.slope_ci_low)]
-            if moves:
-                self.answers.append(f"Imbalance ({label}): slope interval over prevalence includes 0 → flat: "
-                                    + ", ".join(moves) + ".")
+            whole = [f for f in res.fits if f.group == "all" and math.isfinite(f.slope_ci_low)]
+            if whole:
+                flat = [metric_spec(f.metric).header for f in whole if f.slope_ci_includes_0]
+                moving = [f"{metric_spec(f.metric).header} ({f.slope:+.3f} per unit prevalence)" for f in whole
+                          if not f.slope_ci_includes_0]
+                self.answers.append(f"Imbalance ({label}), whole population: flat across prevalences (slope "
+                                    f"interval includes 0): {', '.join(flat) or 'none'}; moving: "
+                                    f"{', '.join(moving) or 'none'}.")
         if not sec.figures:
             sec.note = "the prevalence sweep has fewer than two prevalences with a finished run"
         return sec
