@@ -243,7 +243,7 @@ class _Section:
 
 def _table(caption: str, frame: Any) -> dict[str, Any]:
     return {"caption": caption, "columns": [str(c) for c in frame.columns],
-            "rows": [["—" if isinstance(v, float) and not math.isfinite(v) else
+            "rows": [["" if v is None else "—" if isinstance(v, float) and not math.isfinite(v) else
                       f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
                      for row in frame.itertuples(index=False)]}
 
