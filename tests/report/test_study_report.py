@@ -28,7 +28,7 @@ DATASET = "synth-underrep"
 DS_OPTIONS = {"n": 60, "config": {"female_share_train": 0.5, "size": 64}}
 MITIGATIONS = ("erm", "resampling")
 SHARES = (0.0, 0.5, 1.0)
-PREVALENCES = (0.3, 0.5)
+PREVALENCES = (0.2, 0.35, 0.5)  # three: a line with an interval needs three points
 SEEDS = (0, 1)
 
 
@@ -95,7 +95,7 @@ def test_table_rows_equal_the_runs_metrics(study: dict[str, Any]) -> None:
             keys |= {(r["task"], r["attribute"], r["metric"], r["group"]) for r in res.fairness().records()}
         expected += len(keys)
         assert (table["run_id"] == outcome.config.run_id).sum() == len(keys)
-    assert len(table) == expected and table["run_id"].nunique() == len(study["runs"]) == 9
+    assert len(table) == expected and table["run_id"].nunique() == len(study["runs"]) == 10
     assert set(table["scope"]) == {"overall", "group", "between"}
     assert len(pd.read_csv(rep.csv)) == expected
 
