@@ -66,7 +66,18 @@ def _add_evaluate(sub: Any) -> None:
     seg.add_argument("--mask-threshold", type=float, default=0.5)
     seg.add_argument("--hd95", action="store_true", help="also compute HD95 (slower)")
     p.add_argument("--out", metavar="FILE.json", help="result JSON (default results/evaluate/<name>-<id>/)")
+    p.add_argument("--test-resample", metavar="SPEC",
+                   help="also evaluate a resampled test set (seeded by --seed; ids stored in the JSON): "
+                        "balanced:ATTR (equal group sizes, each group's prevalence kept) | prevalence:ATTR (equal "
+                        "positives and negatives per group) | matched:ATTR:AGE_BINS (balanced, with the pooled "
+                        "age-bin distribution per label, bins [e_i,e_i+1) from --age-column, e.g. "
+                        "matched:sex:0,40,60,80)")
+    p.add_argument("--age-column", default="age", metavar="COL",
+                   help="numeric age column used by --test-resample matched:... (default: age)")
     p.add_argument("--out-table", metavar="FILE", help="tidy table, .csv or .parquet")
+    p.add_argument("--report", metavar="FILE.html",
+                   help="also write a self-contained audit page: disparities with CIs first, then ROC/PR, "
+                        "calibration, rates at the global FPR-0.2 threshold, KS tests, resampled test set")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
     p.set_defaults(handler=_cmd_evaluate)
 
@@ -83,7 +94,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, seed=args.seed, logits=args.logits,
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
-        mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table)
+        mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
+        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv))
     if opts.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
     if len(sources) > 1:
@@ -99,6 +111,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     console = Console()
     render(outcome.result, console)
+    if outcome.resampled is not None:
+        from fairmedbench.report.terminal import render_resampled
+
+        render_resampled(outcome.result, outcome.resampled, outcome.document["test_resample"], console)
     for note in outcome.notes:
         console.print(f"[cyan]note[/] {note}")
     for task, thr in outcome.result.meta.get("thresholds", {}).items():
@@ -341,6 +357,10 @@ def _add_run_options(p: Any) -> None:
     g.add_argument("--prevalence", type=float, metavar="P",
                    help="impose class prevalence P in every group of one split (imbalance study)")
     g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
+    g.add_argument("--test-resample", metavar="SPEC",
+                   help="also report a resampled test set: balanced:ATTR (equal group sizes, own prevalence), "
+                        "prevalence:ATTR (equal positives and negatives per group) or matched:ATTR:AGE_BINS "
+                        "(balanced and age-matched, e.g. matched:sex:0,40,60,80); seeded by the run seed")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
 
@@ -365,7 +385,7 @@ def run_spec(args: argparse.Namespace) -> Any:
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
-                   prevalence_on=args.prevalence_on)
+                   prevalence_on=args.prevalence_on, test_resample=args.test_resample)
 
 
 def _add_run(sub: Any) -> None:
@@ -399,6 +419,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     console = Console()
     render_run(outcome, console)
+    resampled = [r for r in outcome.seeds if "test_resample" in r.doc]
+    if resampled:
+        from fairmedbench.engine.results import RunResult
+        from fairmedbench.report.terminal import render_resampled
+
+        first = resampled[0]
+        console.print(f"resampled test set ({first.doc['test_resample']['params']['spec']}), seed "
+                      f"{first.spec['seed']}; every seed's draw and result are in its seed JSON")
+        render_resampled(first.fairness(), RunResult({**first.doc, "result": first.doc["test_resample"]["result"]},
+                                                     outcome.out_dir).fairness(), first.doc["test_resample"], console)
     if report:
         console.print(f"report: {report}")
     return 0
@@ -538,6 +568,43 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     for line in outcome.lines():
         print(line, file=sys.stdout if outcome.accepted else sys.stderr)
     return 0 if outcome.accepted else 1
+
+
+def _add_verify(sub: Any) -> None:
+    from fairmedbench.benchmark.verify import DEFAULT_SAMPLE
+
+    p = sub.add_parser("verify", help="re-run a submitted model on a sample of test items; mark its rows verified",
+                       parents=[_compute_parent()],
+                       description="Re-run the model of a bundle or stored submission from its declared weights, "
+                                   "in fp32, on a seeded random sample of each entry's test items (a learned head "
+                                   "is re-trained with the declared seed) and compare every per-sample score with "
+                                   "the submitted one; the outcome is recorded beside a stored submission's "
+                                   "submission.json, and its rows show as verified only when every entry passed.")
+    p.add_argument("bundle", help="a stored submission (leaderboards/<board>/submissions/<model>/<revision>) or a "
+                                  "bundle folder (checked, not recorded)")
+    p.add_argument("--board", help="the board suite (default: the bundle's suite.json)")
+    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+                   help=f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    p.add_argument("--tolerance", type=float,
+                   help="absolute tolerance on per-sample scores (default: by the precision the run recorded, "
+                        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)")
+    p.add_argument("--weights", help="the weights file when the card's default source is not available here")
+    p.set_defaults(handler=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from fairmedbench.benchmark.verify import verify_bundle
+
+    with _stage_progress(quiet=False) as step:
+        outcome = verify_bundle(args.bundle, args.board, sample=args.sample, seed=args.seed,
+                                tolerance=args.tolerance, weights=args.weights,
+                                opts=replace(run_options(args, step), cache_dir=None))
+    for line in outcome.lines():
+        print(line, file=sys.stdout if outcome.passed else sys.stderr)
+    return 0 if outcome.passed else 1
 
 
 def _add_leaderboard(sub: Any) -> None:
@@ -691,6 +758,43 @@ def _cmd_splits_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep(sub: Any) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a study (a YAML grid of models x datasets x usages x ...) locally or on Ray",
+        parents=[_compute_parent()],
+        description="Expand a study into runs, skip incompatible cells with their reason, reuse finished runs "
+                    "from the store, extract each (model, dataset)'s features once, and run the rest; rerun the "
+                    "same command to resume. Shipped studies: fairmedfm, smoke, fairness-laws, imbalance.")
+    p.add_argument("study", help="a shipped study's name or a study YAML file")
+    p.add_argument("--launcher", default="local", choices=["local", "ray"],
+                   help="local: in this process (or a process pool with --max-parallel); ray: Ray tasks")
+    p.add_argument("--address", help="an existing Ray cluster (HOST:PORT or ray://HOST:PORT); default: a local one")
+    p.add_argument("--max-parallel", type=int, help="tasks at once (local pool size; Ray: CPUs of a local cluster)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (runs, encodes, skipped cells with reasons, a measured cost estimate)")
+    p.add_argument("--status", action="store_true", help="show done / running / failed / skipped cells")
+    p.set_defaults(handler=_cmd_sweep)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fairmedbench.benchmark import sweep
+    from fairmedbench.studies import load_study
+
+    study = load_study(args.study)
+    opts = run_options(args)
+    if args.status:
+        print(sweep.render_status(sweep.read_status(args.out, study.name)))
+        return 0
+    if args.dry_run:
+        print(sweep.render_plan(sweep.make_plan(study, opts), opts))
+        return 0
+    with _stage_progress(quiet=False) as step:
+        result = sweep.sweep(study, opts, launcher=args.launcher, address=args.address,
+                             max_parallel=args.max_parallel, progress=step)
+    print(sweep.render_result(result))
+    return 1 if result.failed or any(c.status == "failed" for c in result.plan.cells) else 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     rows = LISTERS[args.what]()
     if args.json:
@@ -712,6 +816,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_docs(sub: Any) -> None:
+    p = sub.add_parser("docs", help="build the documentation site (mkdocs build --strict)",
+                       description="Build the documentation site from a source checkout: the hand-written pages "
+                                   "in docs/ plus the metric sheet and the catalogues generated from the "
+                                   "registries (plugins included), with mkdocs build --strict.")
+    p.add_argument("--out", default="site", help="the site's folder (default: site)")
+    p.add_argument("--config", default="mkdocs.yml", help="the mkdocs config (default: ./mkdocs.yml)")
+    p.set_defaults(handler=_cmd_docs)
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from fairmedbench.report.docs import build_site
+
+    site = build_site(args.config, args.out)
+    print(f"site: {site / 'index.html'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -719,8 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit, _add_leaderboard, _add_list, _add_describe,
-                _add_splits):
+    for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit,
+                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs, _add_sweep):
         add(sub)
     return parser
 

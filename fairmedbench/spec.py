@@ -38,6 +38,7 @@ class RunSpec:
     train_size: int | None = None  # default: the largest size at which every share from 0 to 1 fits
     prevalence: float | None = None
     prevalence_on: str = "test"
+    test_resample: str | None = None  # balanced:ATTR | prevalence:ATTR | matched:ATTR:AGE_BINS, reported beside the test set
 
 
 def _canonical(value: Any) -> Any:

@@ -46,3 +46,14 @@ def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         store._atomic(tmp_path / "x.json", boom)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_folder_loses_the_partial_files_of_a_killed_writer(tmp_path) -> None:
+    """kill -9 during write_json leaves `.<name>.*.tmp`; the next holder of the run lock removes it, and only it."""
+    from fairmedbench.engine.store import remove_partial_files, write_json
+
+    write_json(tmp_path / "seed0.json", {"a": 1})
+    (tmp_path / ".seed1.json.x1y2.tmp").write_text('{"trunc')
+    gone = remove_partial_files(tmp_path)
+    assert [p.name for p in gone] == [".seed1.json.x1y2.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0.json"]

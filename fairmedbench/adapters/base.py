@@ -58,6 +58,7 @@ class Usage:
     prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
     learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
     volumes = False  # classification: whether it runs on 3D volumes slice by slice (2.5D, adapters.volumes)
+    caches_features = False  # classification: whether `prepare` reads frozen image features from the feature cache
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
@@ -77,7 +78,7 @@ class Usage:
                 "hparams": dict(self.hparams), "about": self.about}
 
 
-USAGES: Registry[Usage] = Registry("usage")
+USAGES: Registry[Usage] = Registry("usage", plugins=True)
 
 
 def compatible_usages(capabilities: tuple[str, ...] | list[str], tasks: tuple[str, ...] | list[str]) -> list[str]:

@@ -20,6 +20,7 @@ class ClipAdapt(Usage):
     hparams = PROMPT_HPARAMS
     learns = True
     volumes = True
+    caches_features = True
     # Prototypes are unit-norm vectors of ~512 coordinates of ~0.04: the probe's lr of 3e-3 would rotate them
     # away from the text initialisation within a few steps.
     train_defaults = MappingProxyType({"lr": 1e-3})

@@ -174,6 +174,7 @@ class ClipZeroShot(Usage):
     about = "CLIP zero-shot: prompt-ensembled class text embeddings vs cached image features"
     hparams = PROMPT_HPARAMS
     volumes = True
+    caches_features = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and the fixed zero-shot head."""

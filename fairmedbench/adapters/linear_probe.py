@@ -43,6 +43,7 @@ class LinearProbe(Usage):
     about = "linear probe on cached frozen image features"
     learns = True
     volumes = True
+    caches_features = True
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""

@@ -25,6 +25,7 @@ class Sampling:
     train_size: int | None = None
     prevalence: float | None = None
     prevalence_on: str | None = None
+    test_resample: str | None = None  # analysis.resample spec: a second, resampled test set reported beside
 
     @property
     def active(self) -> bool:
@@ -65,11 +66,12 @@ def check_request(share: float | None, share_group: str | None, train_size: int 
 
 
 def resolve(share: float | None, share_group: str | None, train_size: int | None, prevalence: float | None,
-            prevalence_on: str, groups: np.ndarray, train: np.ndarray) -> Sampling:
+            prevalence_on: str, groups: np.ndarray, train: np.ndarray, test_resample: str | None = None) -> Sampling:
     """Fill in the share group (default: the smallest group of the first attribute in the training split) and
     the fixed training size (default: the largest size at which every share from 0 to 1 can be drawn)."""
     if share is None:
-        return Sampling(prevalence=prevalence, prevalence_on=prevalence_on if prevalence is not None else None)
+        return Sampling(prevalence=prevalence, prevalence_on=prevalence_on if prevalence is not None else None,
+                        test_resample=test_resample)
     values = groups[train]
     present = sorted({v for v in values if isinstance(v, str)})
     if len(present) < 2:
@@ -87,11 +89,14 @@ def resolve(share: float | None, share_group: str | None, train_size: int | None
                          f"{need_other} others; the training split has {n_group} and {n_other}. Use --train-size "
                          f"{most} or less (every share from 0 to 1 fits)")
     return Sampling(train_group_share=float(share), share_group=group, train_size=int(size),
-                    prevalence=prevalence, prevalence_on=prevalence_on if prevalence is not None else None)
+                    prevalence=prevalence, prevalence_on=prevalence_on if prevalence is not None else None,
+                    test_resample=test_resample)
 
 
 def _rng(split_seed: int, seed: int) -> np.random.Generator:
-    return np.random.default_rng([int(split_seed), int(seed), 0x5A3F])
+    # split_seed is -1 for an imported split (--split-file, board runs): SeedSequence takes only non-negative
+    # entropy, so it is taken mod 2**32 (every seed from 0 to 2**32 - 1 keeps its stream)
+    return np.random.default_rng([int(split_seed) % 2 ** 32, int(seed), 0x5A3F])
 
 
 def _group_share(sampling: Sampling, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:

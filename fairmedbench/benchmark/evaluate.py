@@ -48,18 +48,27 @@ class EvaluateOptions:
     volume: str | None = None
     mask_threshold: float = 0.5
     hd95: bool = False
+    test_resample: str | None = None
+    age_column: str = "age"
     out: str | None = None
     out_table: str | None = None
+    report: str | None = None
+    command: list[str] = field(default_factory=list)
+
+
+#: options that say where results go (or how they were asked for), not what is computed: out of the run id
+OUTPUT_ONLY = ("out", "out_table", "report", "command")
 
 
 @dataclass
 class EvaluateOutcome:
-    """The saved result document, the engine's result and where files went."""
+    """The saved result document, the engine's result (and the resampled test set's) and where files went."""
 
     document: dict[str, Any]
     result: FairnessResult
     paths: dict[str, str]
     notes: list[str]
+    resampled: FairnessResult | None = None
 
 
 def _sniff(path: Path) -> str:
@@ -205,15 +214,21 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
 
     bins = {k: Bins(v, opts.bins_closed) for k, v in opts.bins.items()}
     t_read = time.perf_counter() - t0
+    resampled: Resampling | None = None
+    audit = None
     if opts.masks:
+        if opts.test_resample or opts.report:
+            raise InputError("--test-resample and --report work on classification predictions, not on --masks")
         result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins)
     else:
-        result, per_sample = _classification(df, val, test, opts, source, notes, progress, bins)
+        result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress, bins)
     t_metrics = time.perf_counter() - t0 - t_read
-    spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in ("out", "out_table")}}
+    spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}}
     doc = store.result_document("evaluate-segmentation" if opts.masks else "evaluate-classification", spec,
                                 result.to_dict(), inputs, {"read": t_read, "metrics": t_metrics})
     doc["notes"] = notes
+    if resampled is not None:
+        doc["test_resample"] = {**resampled.sample.to_dict(), "result": resampled.result.to_dict()}
     out = Path(opts.out) if opts.out else Path("results") / "evaluate" / f"{Path(source).stem}-{doc['run_id']}" / \
         "result.json"
     paths = {"result": str(out)}
@@ -224,16 +239,49 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         store.write_parquet(pred_path, per_sample)
     paths["predictions"] = str(pred_path)
     if opts.out_table:
-        store.write_table(opts.out_table, result.to_frame())
+        store.write_table(opts.out_table, _tidy(result, resampled.result if resampled else None, doc))
         paths["table"] = opts.out_table
     doc["files"] = {"predictions": pred_path.name}
     store.write_json(out, doc)
-    return EvaluateOutcome(doc, result, paths, notes)
+    if opts.report:
+        from fairmedbench.report.audit import write_audit_report
+
+        paths["report"] = str(write_audit_report(Path(opts.report), doc, audit, command=opts.command))
+    return EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
+
+
+def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[str, Any]) -> Any:
+    """The tidy table; with a resampled test set, both sets' rows and a `test_set` column."""
+    if resampled is None:
+        return result.to_frame()
+    import pandas as pd
+
+    spec = doc["test_resample"]["params"]["spec"]
+    return pd.concat([result.to_frame().assign(test_set="original"),
+                      resampled.to_frame().assign(test_set=f"resampled {spec}")], ignore_index=True)
+
+
+@dataclass
+class Resampling:
+    """The resampled test set (ids, counts, how it was drawn) and the metrics on it."""
+
+    sample: Any
+    result: FairnessResult
 
 
 def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                     notes: list[str], progress: Callable[[int, int, str], None] | None,
-                    bins: dict[str, Any]) -> tuple[FairnessResult, dict[str, np.ndarray]]:
+                    bins: dict[str, Any]) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, Any]:
+    spec = None
+    if opts.test_resample:
+        from fairmedbench.analysis.resample import parse_test_resample
+
+        spec = parse_test_resample(opts.test_resample)  # a bad spec fails before any metric
+        if spec.attribute not in opts.attributes:
+            raise InputError(f"--test-resample {spec}: {spec.attribute!r} is not among the attributes "
+                             f"{opts.attributes}; add --attribute {spec.attribute}")
+        if spec.method == "matched":
+            _columns(df, [opts.age_column], "age (--age-column, for matched resampling)", source)
     if not opts.labels or not opts.scores:
         raise InputError("give --label and --score columns (several, comma-separated, for a multi-label task)")
     if len(opts.labels) != len(opts.scores):
@@ -251,18 +299,50 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
             notes.append("no validation rows: operating threshold fixed:0.5 (give split=val rows to use val_youden)")
     task_names = list(opts.labels)
     attrs = {a: df[a][test] for a in opts.attributes}
-    result = evaluate_classification(
-        y[test], s[test], attrs, task_names=task_names, bins=bins, intersect=opts.intersect,
-        threshold=policy, val_y_true=y[val] if val.any() else None, val_y_score=s[val] if val.any() else None,
-        profile=opts.profile, n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
-        logits=False, on_step=progress)
+    common = dict(task_names=task_names, bins=bins, intersect=opts.intersect, threshold=policy,
+                  val_y_true=y[val] if val.any() else None, val_y_score=s[val] if val.any() else None,
+                  profile=opts.profile, n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
+                  logits=False)
+    result = evaluate_classification(y[test], s[test], attrs, on_step=progress, **common)
+    resampling = audit = None
+    if spec is not None or opts.report:
+        from fairmedbench.metrics.classification import resolve_attributes
+
+        resolved = resolve_attributes(attrs, int(test.sum()), bins, opts.intersect)
+    if opts.report:
+        from fairmedbench.report.audit import AuditData
+
+        audit = AuditData(task_names, y[test], s[test], {a.name: a for a in resolved})
+    if spec is not None:
+        sample = _resample(df, test, y[test, 0], spec, resolved, opts)
+        pos = sample.positions
+        if len(opts.labels) > 1:
+            notes.append(f"test set resampled on the first label column {opts.labels[0]!r}")
+        resampling = Resampling(sample, evaluate_classification(
+            y[test][pos], s[test][pos], {a: v[pos] for a, v in attrs.items()}, **common))
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, *opts.labels, *opts.scores,
                                       *opts.attributes]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
     if opts.logits:
         for c, k in zip(opts.scores, range(s.shape[1])):
             per_sample[f"{c}__prob"] = s[test, k]
-    return result, per_sample
+    return result, per_sample, resampling, audit
+
+
+def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: Any, resolved: list[Any],
+              opts: EvaluateOptions) -> Any:
+    """Draw the --test-resample set from the test rows: groups as evaluated (binned where --bins says so),
+    ids from --id-column (else the row number in the file), ages from --age-column (matched only)."""
+    from fairmedbench.analysis.resample import resample_test_set
+
+    attr = next(a for a in resolved if a.name == spec.attribute)
+    names = np.array(attr.groups + (None,), dtype=object)
+    ids = df[opts.id_column][test] if opts.id_column else np.nonzero(test)[0]
+    columns = {"group_col": spec.attribute, "label_col": opts.labels[0]}
+    if spec.method == "matched":
+        columns["age_col"] = opts.age_column
+    return resample_test_set(spec, names[attr.codes], y, ids, opts.seed,
+                             df[opts.age_column][test] if spec.method == "matched" else None, columns)
 
 
 def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
@@ -338,12 +418,14 @@ def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
 
     if opts.demo:
         raise InputError("--demo takes no --predictions files")
+    if opts.report:
+        raise InputError("--report writes one page for one predictions file; give one file (or drop --report)")
     for s in sources:  # every file is checked before any is evaluated
         p = Path(s)
         if not p.is_file():
             raise MissingResourceError(f"predictions file {p} not found" if not p.exists() else f"{p} is a folder")
     batch_id = store.run_id({"kind": "evaluate-batch", "sources": sources,
-                             "spec": {k: v for k, v in asdict(opts).items() if k not in ("out", "out_table")}})
+                             "spec": {k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}})
     out_dir = Path(opts.out) if opts.out else Path("results") / "evaluate" / f"batch-{batch_id}"
     stems = [Path(s).stem for s in sources]
     names = stems if len(set(stems)) == len(stems) else [f"{i:04d}-{st}" for i, st in enumerate(stems)]
@@ -353,12 +435,14 @@ def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
                       labels=list(opts.labels), scores=list(opts.scores), attributes=list(opts.attributes))
         outcome = run_evaluate(one)
         outcomes.append(outcome)
-        rows += [{"source": src, **r} for r in outcome.result.records()]
+        rows += [{"source": src, **r} for r in _tidy(outcome.result, outcome.resampled, outcome.document)
+                 .to_dict("records")]
         if progress:
             progress(i + 1, len(sources), f"evaluated {name}")
     import pandas as pd
 
     table = opts.out_table or str(out_dir / "table.csv")
     store.write_table(table, pd.DataFrame(rows, columns=["source", "task", "attribute", "group", "metric", "value",
-                                                         "ci_low", "ci_high", "n"]))
+                                                         "ci_low", "ci_high", "n"]
+                                          + (["test_set"] if opts.test_resample else [])))
     return BatchOutcome(outcomes, table, str(out_dir))

@@ -147,6 +147,8 @@ def check_spec(spec: RunSpec) -> Checked:
     _check_config(task, train_h)
     check_request(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
                   attributes, task.name)
+    if spec.test_resample is not None:
+        test_resample_age_column(spec.test_resample, dcard, attributes, task.name)
     return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
                    dict(plugin.hparams))
 
@@ -189,14 +191,39 @@ def files_fingerprint(ds: Dataset) -> str:
     return h.hexdigest()
 
 
+def test_resample_age_column(text: str, dcard: DatasetCard, attributes: tuple[str, ...], task: str) -> str | None:
+    """Check a --test-resample spec against the run (its attribute is one of the run's, the task has labels);
+    for `matched`, the raw numeric age column: the card's binned attribute named age."""
+    from fairmedbench.analysis.resample import parse_test_resample
+
+    rs = parse_test_resample(text)
+    if task != "classification":
+        raise InputError(f"--test-resample resamples a labelled test set; this run's task is {task}")
+    if rs.attribute not in attributes:
+        raise InputError(f"--test-resample {text}: attribute {rs.attribute!r} is not one of this run's "
+                         f"({', '.join(attributes)}); add --attribute {rs.attribute}")
+    if rs.method != "matched":
+        return None
+    ages = [a for a in dcard.attributes if a.bins and a.name.startswith("age")]
+    if not ages:
+        raise InputError(f"--test-resample {text}: matched needs each sample's age; dataset {dcard.name!r} has no "
+                         "numeric age attribute")
+    return ages[0].column
+
+
 def resolve_sampling(spec: RunSpec, checked: Checked, ds: Dataset, split: Split) -> Sampling:
     """The run's sampling with its defaults (share group, training size) read from the training split."""
     from fairmedbench.analysis.sampling import resolve
 
     groups = (ds.samples[f"attr:{checked.attributes[0]}"].to_numpy() if checked.attributes
               else np.full(len(ds.samples), None, dtype=object))
+    resample = None
+    if spec.test_resample is not None:
+        from fairmedbench.analysis.resample import parse_test_resample
+
+        resample = str(parse_test_resample(spec.test_resample))  # canonical: one spelling, one run id
     return resolve(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
-                   groups, split.train)
+                   groups, split.train, resample)
 
 
 def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",

@@ -84,6 +84,20 @@ class SplitView:
         return self.dataset.load_image(int(self.positions[k]))
 
 
+def split_views(ds: Any, split: Any) -> dict[str, SplitView]:
+    """The train/val/test views features are extracted from (their fingerprint keys the feature cache): the
+    unsampled split, so every run of one (model, dataset, split) shares one encode."""
+    fp = f"{ds.fingerprint}:{split.fingerprint}"
+    return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+
+
+def is_complete(out_dir: Path, config: RunConfig) -> bool:
+    """A finished run of exactly this config: summary.json present and config.json equal to the config."""
+    stored = _stored_identity(out_dir)
+    return (stored is not None and stored == json.loads(json.dumps(config.identity()))
+            and (out_dir / "summary.json").is_file())
+
+
 def run_dir(config: RunConfig, out_root: str | Path) -> Path:
     """<out_root>/runs/<model>/<dataset>/<usage>/<run id>."""
     return Path(out_root) / "runs" / config.model / config.dataset / config.usage / config.run_id
@@ -109,7 +123,10 @@ def run_lock(out_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
 
 def _stored_identity(out_dir: Path) -> dict[str, Any] | None:
     path = out_dir / CONFIG_FILE
-    return store.read_json(path) if path.is_file() else None
+    try:
+        return store.read_json(path) if path.is_file() else None
+    except (OSError, ValueError):  # unreadable: treated as another config (recomputed)
+        return None
 
 
 def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
@@ -119,11 +136,12 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
     with run_lock(out_dir, opts.say):
+        store.remove_partial_files(out_dir)  # what a writer killed mid-write left (we hold the lock)
         stored, identity = _stored_identity(out_dir), json.loads(json.dumps(config.identity()))
         if stored is not None and stored != identity:
             opts.say(f"run folder {out_dir} holds another config under the same id; recomputing it")
             opts = _forced(opts)
-        if stored == identity and (out_dir / "summary.json").exists() and not opts.force:
+        if is_complete(out_dir, config) and not opts.force:
             summary = store.read_json(out_dir / "summary.json")
             docs = [store.read_json(out_dir / f"seed{s}.json") for s in config.seeds]
             opts.say(f"reused the finished run {config.run_id} ({out_dir}); --force recomputes it")
@@ -220,7 +238,7 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
     tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
+    views = split_views(ds, split)
     from fairmedbench.adapters.volumes import prepare_classification
 
     prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
@@ -273,6 +291,9 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         if sampling.active:
             extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
                                  "splits": describe(keep, pos, groups, y[:, 0])}
+        if sampling.test_resample:
+            extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
+                                                     (y[ps["val"]], sr.val_scores), seed)
         doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
                         {"load": t_load, "prepare": t_prep, "train": t_train,
                          "metrics": time.perf_counter() - t1 - t_train})
@@ -280,6 +301,37 @@ def run_classification_task(spec: RunConfig, adapter: Any, model: Any, ds: Any, 
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, scores: np.ndarray,
+                    label_cols: list[str], policy: str | None, val: tuple[np.ndarray, np.ndarray],
+                    seed: int) -> dict[str, Any]:
+    """The run's test set resampled as --test-resample asks (seeded by the run seed) and evaluated like the
+    original: the drawn ids, their counts and the result, stored beside the original's."""
+    from fairmedbench.analysis.resample import parse_test_resample, resample_test_set
+    from fairmedbench.benchmark.resolve import test_resample_age_column
+    from fairmedbench.metrics import evaluate_classification
+
+    rs = parse_test_resample(str(spec.sampling["test_resample"]))
+    age_col = test_resample_age_column(str(rs), ds.card, spec.attributes, spec.task)
+    ages = None if age_col is None else _numeric(ds.samples[age_col].to_numpy()[test])
+    group_col = f"attr:{rs.attribute}"
+    sample = resample_test_set(rs, ds.samples[group_col].to_numpy()[test], y[test, 0],
+                               ds.samples["sample_id"].to_numpy()[test], seed, ages=ages,
+                               columns={"group_col": group_col, "label_col": label_cols[0],
+                                        **({"age_col": age_col} if age_col else {})})
+    p = sample.positions
+    res = evaluate_classification(y[test][p], scores[p], {a: v[p] for a, v in _attr_columns(ds, spec, test).items()},
+                                  task_names=label_cols, threshold=policy, val_y_true=val[0], val_y_score=val[1],
+                                  profile=spec.profile, n_boot=spec.n_boot, seed=seed)
+    return {**sample.to_dict(), "result": res.to_dict()}
+
+
+def _numeric(values: np.ndarray) -> np.ndarray:
+    """Numbers as float (unparseable cells NaN: left out by the age bins)."""
+    import pandas as pd
+
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
 
 
 def _rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:

@@ -61,6 +61,16 @@ def _atomic(path: Path, write: Any) -> Path:
     return path
 
 
+def remove_partial_files(folder: Path | str) -> list[Path]:
+    """Delete the temporary files (`.<name>.*.tmp`) that a process killed mid-write (kill -9) left in `folder`.
+    Call it only while holding the folder's lock: a live writer's temporary file would go too."""
+    gone = []
+    for tmp in Path(folder).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+        gone.append(tmp)
+    return gone
+
+
 STAGING_PREFIX = ".tmp-"
 
 

@@ -6,6 +6,10 @@ usage, task, metric profile, seeds and the pinned test set). A submission is a b
     BUNDLE/
       model.json   {"name", "revision", "weights_sha256" (64 hex or null), "license", "family",
                     "kind" (vision | vision-language | segmentation), "pretraining_data": [dataset names]}
+                   name matches ^[a-z0-9][a-z0-9._-]{0,63}$ and is a registered model card (its fields equal the
+                   card's), or the bundle carries
+      card.json    a new card (`submit.CARD_SCHEMA`): name, description (the only free text), family, kind,
+                   license, weights {url, hub_id}, pretraining_data, training_datasets
       suite.json   {"name", "version"}                      the suite (= board) the bundle answers
       results/<entry_key>/seed<k>.json                      a result document (engine.store.result_document)
       results/<entry_key>/seed<k>.predictions.parquet       its predictions (engine.store module docstring)
@@ -31,13 +35,19 @@ board's pinned test set (when pinned; else the result's own test_fingerprint and
 `metrics.evaluate_classification` / `evaluate_segmentation`, run on the test rows with the settings in
 result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count
-and threshold within 1e-9. Results on a dataset in the model's pretraining_data are flagged (not
-zero-shot). An accepted bundle is copied, from the bytes that were checked, to a staging folder under
-the board and renamed to leaderboards/<board>/submissions/<model>/<revision>/ (names made folder-safe by
-`submit.slug`) with a submission.json summary; a rejected one writes nothing.
+and threshold within 1e-9. Recomputation proves the arithmetic, not where the predictions came from: every row
+carries the flags of `flags.FLAGS` (one fact and one check each: no weights hash, weights not public, data seen
+in pretraining, near-perfect or duplicate predictions, implausible group scores, test set not pinned,
+verification failed) and a tier (`tiers`): `self-reported`, or `verified` once `benchmark verify` re-ran the
+model from its declared weights on a seeded sample of test items and matched every per-sample score
+(verification.json beside submission.json, bound to its sha256). An accepted bundle is copied, from the bytes
+that were checked, to a staging folder under the board and renamed to
+leaderboards/<board>/submissions/<model>/<revision>/ (names made folder-safe by `submit.slug`) with a
+submission.json summary; a rejected one writes nothing.
 
 `board.build` reads one submission.json per accepted submission and writes leaderboards/<board>/index.html
 (static: inline CSS/JS/SVG, a Content-Security-Policy that allows only its own script and no network;
 every submitted text HTML-escaped), leaderboard.md (README tables) and board.json; the ranking rule,
-NaN last, is `board.RANKING_RULE` and is printed on the page.
+NaN last, is `board.RANKING_RULE` and is printed on the page, with the flag and tier legends. Flags are
+recomputed at build time from the stored predictions, against every other accepted submission.
 """

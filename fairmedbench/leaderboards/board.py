@@ -10,8 +10,10 @@ from typing import Any
 
 from fairmedbench.engine.store import write_text
 from fairmedbench.leaderboards import render
+from fairmedbench.leaderboards.flags import Facts, SeedPredictions, legend, read_predictions, row_flags
 from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT
 from fairmedbench.leaderboards.suites import Suite
+from fairmedbench.leaderboards.tiers import TIERS, entry_record, read_verification, tier_of
 from fairmedbench.metrics.specs import board_higher_is_better
 
 # (key, header, what it is); which direction is better comes from the MetricSpec registry
@@ -41,21 +43,51 @@ def submission_dirs(board_dir: Path) -> list[Path]:
     return sorted(p.parent for p in base.glob(f"*/*/{SUBMISSION_FILE}") if not p.parent.name.startswith("."))
 
 
+def _predictions(sub: Path, rows: list[dict[str, Any]]) -> tuple[dict[str, list[SeedPredictions]], dict[str, set]]:
+    """Per entry of a stored submission: its seeds' test predictions and the weight identities of its runs."""
+    preds: dict[str, list[SeedPredictions]] = {}
+    weights: dict[str, set] = {}
+    for r in rows:
+        if r["entry"] in preds:
+            continue
+        preds[r["entry"]], weights[r["entry"]] = [], set()
+        for run in r.get("runs", []):
+            doc = json.loads((sub / run["file"]).read_text())
+            block = doc["predictions"]
+            data = (sub / Path(run["file"]).parent / block["file"]).read_bytes()
+            preds[r["entry"]].append(read_predictions(data, block, int(run["seed"])))
+            weights[r["entry"]].add(str(doc["spec"].get("weights")))
+    return preds, weights
+
+
 def load_rows(board_dir: Path, suite: Suite) -> list[dict[str, Any]]:
-    """One row per (submission, entry, attribute) from the submissions' summaries (one small file each)."""
-    rows = []
+    """One row per (submission, entry, attribute) from the submissions' summaries, with its flags (`flags.FLAGS`,
+    computed here against every other accepted submission) and its tier (`tiers`)."""
+    board_dir = Path(board_dir)
+    subs = []
     for sub in submission_dirs(board_dir):
         summary = json.loads((sub / SUBMISSION_FILE).read_text())
         if summary.get("format") != SUBMISSION_FORMAT or summary.get("suite") != {"name": suite.name,
                                                                                  "version": suite.version}:
             continue
+        subs.append((sub, summary, *_predictions(sub, summary["rows"]), read_verification(sub)))
+    rows = []
+    for sub, summary, preds, weights, record in subs:
         model = summary["model"]
         rel = sub.relative_to(board_dir).as_posix()
         for r in summary["rows"]:
-            rows.append({**r, "model": model["name"], "revision": model["revision"],
+            entry = suite.entry(r["entry"])
+            others = [(f"{s[1]['model']['name']} {s[1]['model']['revision']}", s[2][r["entry"]])
+                      for s in subs if s[0] != sub and r["entry"] in s[2]]
+            check = entry_record(record, r["entry"])
+            facts = Facts(model, summary.get("card"), entry, r["attribute"].split("|")[0], preds[r["entry"]],
+                          frozenset(weights[r["entry"]]), others, check)
+            rows.append({**r, "model": model["name"], "revision": model["revision"], "flags": row_flags(facts),
+                         "tier": tier_of(check), "verification": check,
                          "provenance": {"weights_sha256": model.get("weights_sha256"), "license": model.get("license"),
                                         "family": model.get("family"), "kind": model.get("kind"),
                                         "pretraining_data": model.get("pretraining_data", []),
+                                        "description": (summary.get("card") or {}).get("description"),
                                         "accepted_at": summary.get("accepted_at"), "folder": rel,
                                         "runs": r.get("runs", [])}})
     return rows
@@ -96,7 +128,8 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return None if any(math.isnan(v) for v in vals) else sum(vals) / len(vals)
         out.append({"model": model, "revision": rev, "mean_rank": sum(r["rank"] for r in rs) / len(rs),
                     "rows": len(rs), "utility": mean("utility"), "es": mean("es"), "gap": mean("gap"),
-                    "flags": sorted({f for r in rs for f in r["flags"]})})
+                    "flags": sorted({f["label"] for r in rs for f in r["flags"]}),
+                    "tiers": sorted({r["tier"] for r in rs})})
     return sorted(out, key=lambda s: (s["mean_rank"], s["model"], s["revision"]))
 
 
@@ -110,7 +143,7 @@ def build(board_dir: Path | str, suite: Suite) -> dict[str, Path]:
              "generated_at": generated, "ranking_rule": RANKING_RULE,
              "columns": [{"key": k, "header": h, "better": "high" if board_higher_is_better(k) else "low",
                           "definition": d} for k, h, d in COLUMNS],
-             "models": summary, "rows": rows}
+             "flag_legend": legend(), "tiers": list(TIERS), "models": summary, "rows": rows}
     return {
         "html": write_text(board_dir / "index.html", render.html_page(board)),
         "markdown": write_text(board_dir / "leaderboard.md", render.markdown(board)),

@@ -12,13 +12,16 @@ MODEL_FIELDS = ("name", "revision", "weights_sha256", "license", "family", "kind
                 "training_datasets")
 
 
-def write_header(bundle: Path | str, model: dict[str, Any], suite: Suite) -> None:
-    """model.json (the model card's fields) and suite.json (which board suite the bundle answers)."""
+def write_header(bundle: Path | str, model: dict[str, Any], suite: Suite, card: dict[str, Any] | None = None) -> None:
+    """model.json (the model card's fields), suite.json (which board suite the bundle answers) and, for a model
+    that is not registered, card.json (its new card, `submit.CARD_SCHEMA`)."""
     missing = [k for k in MODEL_FIELDS if k not in model]
     if missing:
         raise ValueError(f"model card lacks {missing}")
     store.write_json(Path(bundle) / "model.json", {k: model[k] for k in MODEL_FIELDS})
     store.write_json(Path(bundle) / "suite.json", {"name": suite.name, "version": suite.version})
+    if card is not None:
+        store.write_json(Path(bundle) / "card.json", card)
 
 
 def result_paths(bundle: Path | str, entry: Entry, seed: int) -> tuple[Path, Path]:

@@ -15,6 +15,8 @@ from html import escape
 from typing import Any
 
 from fairmedbench import __version__
+from fairmedbench.leaderboards.flags import legend
+from fairmedbench.leaderboards.tiers import TIERS
 from fairmedbench.report.html import TEMPLATES, Figure, Shape
 
 SCRIPT = """
@@ -98,6 +100,7 @@ def _provenance_items(row: dict[str, Any]) -> list[tuple[str, Any]]:
     p = row["provenance"]
     runs = p.get("runs", [])
     return [
+        ("description", p.get("description") or "registered card (benchmark describe model NAME)"),
         ("weights sha256", p.get("weights_sha256") or "not given"),
         ("license", p.get("license")), ("family", p.get("family")), ("kind", p.get("kind")),
         ("pretraining data", ", ".join(p.get("pretraining_data") or []) or "none listed"),
@@ -161,6 +164,7 @@ def html_page(board: dict[str, Any]) -> str:
         rows=[{**r, "provenance_items": _provenance_items(r)} for r in rows], models=board["models"],
         options={k: sorted({r[k] for r in rows}) for k in ("dataset", "attribute", "usage")},
         scatter=scatter(rows), fmt=fmt, csp=_csp(), script=SCRIPT,
+        flag_legend=board.get("flag_legend") or legend(), tiers=board.get("tiers") or list(TIERS),
         provenance=provenance, provenance_heading="board provenance")
 
 
@@ -178,16 +182,22 @@ def markdown(board: dict[str, Any]) -> str:
     suite, columns = board["suite"], board["columns"]
     out = [f"### Leaderboard: {md_cell(suite['name'])} v{md_cell(suite['version'])}", "",
            f"Ranking rule: {board['ranking_rule']}", "",
-           "| Model | Revision | Mean rank | Rows | Mean utility | Mean ES | Mean gap | Flags |",
-           "|---|---|---:|---:|---:|---:|---:|---|"]
+           "| Model | Revision | Mean rank | Rows | Mean utility | Mean ES | Mean gap | Tiers | Flags |",
+           "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for m in board["models"]:
         out.append(f"| {md_cell(m['model'])} | {md_cell(m['revision'])} | {m['mean_rank']:.2f} | {m['rows']} | "
-                   f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | {md_cell('; '.join(m['flags']))} |")
-    head = ["Dataset", "Usage", "Attribute", "Rank", "Model", "Revision"] + [c["header"] for c in columns] + ["Flags"]
-    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * len(columns) + "---|"]
+                   f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | "
+                   f"{md_cell(', '.join(m.get('tiers', [])))} | {md_cell('; '.join(m['flags']))} |")
+    head = (["Dataset", "Usage", "Attribute", "Rank", "Model", "Revision"] + [c["header"] for c in columns]
+            + ["Tier", "Flags"])
+    out += ["", "| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * len(columns) + "---|---|"]
     for r in board["rows"]:
         cells = [md_cell(r[k]) for k in ("dataset", "usage", "attribute")] + [str(r["rank"])]
         cells += [md_cell(r["model"]), md_cell(r["revision"])]
-        cells += [fmt(r["metrics"].get(c["key"])) for c in columns] + [md_cell("; ".join(r["flags"]))]
+        cells += [fmt(r["metrics"].get(c["key"])) for c in columns] + [md_cell(r.get("tier", "self-reported"))]
+        cells += [md_cell("; ".join(f"{f['label']} ({f['detail']})" for f in r["flags"]))]
         out.append("| " + " | ".join(cells) + " |")
+    out += ["", "Tiers: " + " ".join(f"**{t['key']}**: {md_cell(t['rule'])}" for t in board.get("tiers") or TIERS),
+            "", "| Flag | Rule |", "|---|---|"]
+    out += [f"| {md_cell(f['label'])} | {md_cell(f['rule'])} |" for f in board.get("flag_legend") or legend()]
     return "\n".join(out) + "\n"

@@ -25,6 +25,8 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.leaderboards.flags import Facts, from_columns
+from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
@@ -32,7 +34,6 @@ from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
-from fairmedbench.registry.models import seen_in_pretraining
 from fairmedbench.tasks.base import get_task
 
 TOLERANCE = 1e-9
@@ -42,11 +43,16 @@ SEED_JSON_RE = re.compile(r"^seed(\d{1,6})\.json$")
 SUBMISSION_FILE = "submission.json"
 SUBMISSION_FORMAT = "fairmedbench-submission/1"
 
+# Names shown on a board and used as folder names: lower-case letters, digits, '.', '_', '-' (free text goes only
+# in a bundle card's description, escaped on the page)
+SAFE_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+SAFE_NAME_RE = re.compile(SAFE_NAME)
+CARD_FILE = "card.json"
 MODEL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["name", "revision", "weights_sha256", "license", "family", "kind", "pretraining_data"],
     "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "name": {"type": "string", "pattern": SAFE_NAME},
         "revision": {"type": "string", "minLength": 1, "maxLength": 100},
         "weights_sha256": {"anyOf": [{"type": "string", "pattern": "^[0-9a-f]{64}$"}, {"type": "null"}]},
         "license": {"type": "string", "maxLength": 200},
@@ -55,6 +61,26 @@ MODEL_SCHEMA: dict[str, Any] = {
         "pretraining_data": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
         "training_datasets": {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,63}$"},
                               "maxItems": 200},
+    },
+}
+# A new model card submitted in the bundle (card.json) for a name that is not registered: metadata only
+# (the board cannot load it, so its rows stay self-reported); free text only in `description`.
+CARD_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "required": ["name", "description", "family", "kind", "license", "weights", "pretraining_data",
+                 "training_datasets"],
+    "properties": {
+        "name": {"type": "string", "pattern": SAFE_NAME},
+        "description": {"type": "string", "maxLength": 2000},
+        "family": {"type": "string", "pattern": SAFE_NAME},
+        "kind": {"enum": ["vision", "vision-language", "segmentation"]},
+        "license": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+_ -]{0,63}$"},
+        "weights": {"type": "object", "additionalProperties": False,
+                    "properties": {"url": {"type": ["string", "null"], "pattern": r"^https://[^\s<>\"']{1,500}$"},
+                                   "hub_id": {"type": ["string", "null"],
+                                              "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96}$"}}},
+        "pretraining_data": {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 200},
+        "training_datasets": {"type": "array", "items": {"type": "string", "pattern": SAFE_NAME}, "maxItems": 200},
     },
 }
 SUITE_SCHEMA: dict[str, Any] = {
@@ -526,6 +552,44 @@ def validate_bundle(bundle: Path | str, suite: Suite, limits: Limits | None = No
         return list(stop.args[0]), None, {}
 
 
+def check_model_name(name: Any) -> str | None:
+    """Why `name` cannot be a model name on a board (None when it can): the safe pattern, said plainly."""
+    if isinstance(name, str) and SAFE_NAME_RE.match(name):
+        return None
+    return (f"model.json: model name {name!r} is refused: a model name is 1-64 characters of a-z, 0-9, '.', '_' "
+            "and '-', starting with a letter or digit (no '/', spaces, capitals or markup); put free text in "
+            f"the description of the bundle's {CARD_FILE}")
+
+
+def _card_lines(model: dict[str, Any], files: dict[str, bytes]) -> tuple[list[str], dict[str, Any] | None]:
+    """A registered model must match its registry card; any other name needs a schema-valid card.json."""
+    from fairmedbench.registry.models import MODELS, get_card
+
+    name = model["name"]
+    if name in MODELS:
+        if CARD_FILE in files:
+            return [f"{CARD_FILE}: {name!r} is a registered model card; a bundle may not redefine it (drop "
+                    f"{CARD_FILE}, or submit under a new name)"], None
+        card = get_card(name)
+        want = {"license": card.license, "family": card.family, "kind": card.kind,
+                "pretraining_data": list(card.pretraining_data), "training_datasets": list(card.training_datasets)}
+        return [f"model.json: {k} is {model.get(k)!r} but the registered card {name!r} says {v!r}"
+                for k, v in want.items() if model.get(k, [] if k == "training_datasets" else None) != v], None
+    if CARD_FILE not in files:
+        return [f"model.json: {name!r} is not a registered model (benchmark list models); use a registered name, "
+                f"or add {CARD_FILE} to the bundle: a new card with name, description, family, kind, license, "
+                "weights {url, hub_id}, pretraining_data and training_datasets (leaderboards.submit.CARD_SCHEMA)"
+                ], None
+    card = _strict_json(files[CARD_FILE], CARD_FILE)
+    lines = _schema_lines(CARD_FILE, card, CARD_SCHEMA)
+    if lines:
+        return lines, None
+    lines = [f"model.json: {k} is {model.get(k)!r} but {CARD_FILE} says {card[k]!r}"
+             for k in ("name", "family", "kind", "license", "pretraining_data", "training_datasets")
+             if model.get(k, [] if k == "training_datasets" else None) != card[k]]
+    return lines, card
+
+
 def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
               ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
     lines: list[str] = []
@@ -535,17 +599,22 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
             lines.append(f"{name}: missing")
             continue
         heads[name] = _strict_json(files[name], name)
-        lines += _schema_lines(name, heads[name], schema)
+        bad_name = check_model_name(heads[name]["name"]) if name == "model.json" and isinstance(
+            heads[name], dict) and "name" in heads[name] else None
+        lines += [bad_name] if bad_name else _schema_lines(name, heads[name], schema)
     if lines:
         raise _Stop(lines)
     model, suite_doc = heads["model.json"], heads["suite.json"]
+    lines, card = _card_lines(model, files)
+    if lines:
+        raise _Stop(lines)
     if (suite_doc["name"], suite_doc["version"]) != (suite.name, suite.version):
         raise _Stop([f"suite.json: answers suite {suite_doc['name']!r} version {suite_doc['version']!r}, but this "
                      f"board is {suite.name!r} version {suite.version!r}"])
     layout: dict[str, dict[int, str]] = {}
     for rel in files:
         parts = rel.split("/")
-        if len(parts) == 1 and rel in ("model.json", "suite.json"):
+        if len(parts) == 1 and rel in ("model.json", "suite.json", CARD_FILE):
             continue
         if len(parts) == 3 and parts[0] == "results":
             m = SEED_JSON_RE.match(parts[2])
@@ -554,8 +623,8 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                 continue
             if re.match(r"^seed\d{1,6}\.predictions\.parquet$", parts[2]):
                 continue
-        lines.append(f"{rel}: unexpected file (layout: model.json, suite.json, results/<entry>/seed<k>.json "
-                     "and seed<k>.predictions.parquet)")
+        lines.append(f"{rel}: unexpected file (layout: model.json, suite.json, optional {CARD_FILE}, "
+                     "results/<entry>/seed<k>.json and seed<k>.predictions.parquet)")
     for key in sorted(layout):
         if key not in suite.keys():
             lines.append(f"results/{key}: not an entry of suite {suite.name!r} (entries: {', '.join(suite.keys())})")
@@ -566,9 +635,6 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
         raise _Stop(lines)
 
     rows, flags, split_seen = [], [], {}
-    weights = model.get("weights_sha256")
-    if weights is None:
-        flags.append("model.json gives no weights_sha256: the weights cannot be identified")
     for entry in suite.entries:
         if entry.key not in layout:
             continue
@@ -578,7 +644,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                 lines.append(f"results/{entry.key}: seed {k} is missing (the suite asks for seeds {list(entry.seeds)})")
         for k in sorted(set(seeds) - set(entry.seeds)):
             lines.append(f"{seeds[k]}: seed {k} is not one of the suite's seeds {list(entry.seeds)}")
-        per_seed, test_fps, run_meta = [], set(), []
+        per_seed, test_fps, run_meta, preds, weights = [], set(), [], [], set()
         for k in entry.seeds:
             if k not in seeds:
                 continue
@@ -612,6 +678,8 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                                  for d in diffs[:MAX_LINES_PER_FILE]]
                                 + ([f"{rel}: ... and {more} more differences"] if more > 0 else []))
                 per_seed.append(_headline(doc, entry.task))
+                preds.append(from_columns(cols.test, doc["predictions"], k))
+                weights.add(str(doc["spec"].get("weights")))
                 run_meta.append({"seed": k, "run_id": doc["run_id"], "file": rel, "created_at": doc["created_at"],
                                  "fairmedbench_version": doc["fairmedbench_version"],
                                  "git_commit": doc.get("git_commit"), "n_test": len(cols.test["sample_id"]),
@@ -622,22 +690,19 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
             lines.append(f"results/{entry.key}: the seeds were evaluated on different test sets")
         if lines or not per_seed:
             continue
-        row_flags = []
-        if seen_in_pretraining(model["name"], entry.dataset, model.get("training_datasets")):
-            row_flags.append(f"not zero-shot: {entry.dataset} is in the model's pretraining data")
-        if entry.pending:
-            row_flags.append("fingerprints pending: test set checked for consistency only")
-        flags += [f"{entry.key}: {f}" for f in row_flags]
         for attr in per_seed[0]:
             metrics = {c: _mean([math.nan if s[attr][c] is None else s[attr][c] for s in per_seed])
                        for c in per_seed[0][attr]}
+            # the flags this bundle raises on its own; `board.build` recomputes them with the other submissions
+            row_flags = row_flags_of(Facts(model, card, entry, attr.split("|")[0], preds, frozenset(weights)))
+            flags += [f"{entry.key} / {attr}: {f['label']}: {f['detail']}" for f in row_flags]
             rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
                          "attribute": attr, "profile": entry.profile, "seeds": [m["seed"] for m in run_meta],
                          "metrics": metrics, "flags": row_flags, "runs": run_meta})
     if lines:
         raise _Stop(lines)
     summary = {"format": SUBMISSION_FORMAT, "suite": {"name": suite.name, "version": suite.version},
-               "model": model, "flags": flags,
+               "model": model, "card": card, "flags": flags,
                "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())},
                "rows": rows}
     return [], summary, files

@@ -92,7 +92,7 @@ _add("eqodds_diff", C, "gap", False, UNIT, "max(ΔTPR, ΔFPR) at the operating t
 # per-group metrics (each with its gap)
 _add("prevalence", C, "group", None, UNIT, "fraction of positives (fixed in each resample: the bootstrap is "
      "stratified by label within each group)")
-_add("ap", C, "group", True, UNIT, "average precision, step integral (sklearn average_precision_score)")
+_add("ap", C, "group", True, UNIT, "average precision, step integral (sklearn average_precision_score)", label="AP")
 _add("brier", C, "group", False, UNIT, "mean (p - y)^2")
 _add("brier_pos", C, "group", False, UNIT, "mean (p - y)^2 over positives")
 _add("brier_neg", C, "group", False, UNIT, "mean (p - y)^2 over negatives")
@@ -111,13 +111,17 @@ _add("youden_j_max", C, "group", True, UNIT, "the group's own maximum of TPR - F
 _add("sauroc", C, "group", True, UNIT, "subgroup AUROC: AUC on all positives and the group's negatives",
      label="sAUROC", table=True)
 _add("fpr_at_tpr95", C, "group", False, UNIT, "FPR per group at the largest threshold with overall TPR >= 0.95")
-_add("tpr_at_fpr20", C, "group", True, UNIT, "TPR per group at the smallest threshold with overall FPR <= 0.2")
-_add("fpr_at_fpr20", C, "group", False, UNIT, "FPR per group at the smallest threshold with overall FPR <= 0.2")
+_add("tpr_at_fpr20", C, "group", True, UNIT, "TPR per group at the smallest threshold with overall FPR <= 0.2",
+     label="TPR@FPR.2")
+_add("fpr_at_fpr20", C, "group", False, UNIT, "FPR per group at the smallest threshold with overall FPR <= 0.2",
+     label="FPR@FPR.2")
 _add("youden_j_at_fpr20", C, "group", True, SIGNED_UNIT, "TPR - FPR per group at the smallest threshold with "
-     "overall FPR <= 0.2")
+     "overall FPR <= 0.2", label="J@FPR.2")
 for _m in ("ap", "brier", "balanced_brier", "tpr", "fpr", "tnr", "ppv", "acc", "f1", "selection_rate",
-           "youden_j_max", "sauroc", "tpr_at_fpr20", "fpr_at_fpr20"):
+           "youden_j_max", "sauroc"):
     _gap(_m, C)
+_gap("tpr_at_fpr20", C, label="ΔTPR@FPR.2")
+_gap("fpr_at_fpr20", C, label="ΔFPR@FPR.2")
 _gap("fpr_at_tpr95", C, label="ΔFPR@95TPR", table=True)
 _gap("youden_j", C, bounds=(0.0, 2.0))
 _gap("youden_j_at_fpr20", C, bounds=(0.0, 2.0))

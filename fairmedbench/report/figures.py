@@ -111,3 +111,155 @@ def _save(fig, plt, path: Path) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+# --- figures for the HTML pages (run, compare, audit): returned as data: URIs, so a page stays one file ---------
+
+def data_uri(fig, plt) -> str:
+    """The figure as a base64 PNG data: URI (the pages' Content-Security-Policy allows img-src data: only)."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _by_group(labels: np.ndarray, names: Sequence[str]):
+    """(index, name, mask) per group, in the given order."""
+    for i, g in enumerate(names):
+        yield i, g, labels == g
+
+
+def _two_class(y: np.ndarray) -> bool:
+    return len(y) > 0 and y.min() != y.max()
+
+
+def roc_by_group(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], title: str,
+                 point: tuple[float, Sequence[float], Sequence[float]] | None = None) -> str:
+    """ROC curve per group (sklearn roc_curve); groups with one class are listed as such, not drawn. `point`
+    = (threshold, FPR per group, TPR per group) marks each group's operating point at one global threshold."""
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    ax.plot([0, 1], [0, 1], color="#bbb", ls="--", lw=1)
+    for i, g, m in _by_group(labels, names):
+        c = COLORS[i % len(COLORS)]
+        if not _two_class(y[m]):
+            ax.plot([], [], color=c, label=f"{g} (one class: no curve)")
+            continue
+        fpr, tpr, _ = roc_curve(y[m], s[m])
+        ax.plot(fpr, tpr, color=c, lw=1.5, label=f"{g} (AUC {roc_auc_score(y[m], s[m]):.3f}, n={int(m.sum())})")
+        if point is not None and np.isfinite(point[1][i]) and np.isfinite(point[2][i]):
+            ax.plot(point[1][i], point[2][i], "o", color=c, ms=5)
+    ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="false positive rate", ylabel="true positive rate")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    return data_uri(fig, plt)
+
+
+def pr_by_group(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], title: str) -> str:
+    """Precision-recall curve per group (sklearn precision_recall_curve, AP in the legend) with each group's
+    prevalence as its chance level."""
+    from sklearn.metrics import average_precision_score, precision_recall_curve
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    for i, g, m in _by_group(labels, names):
+        c = COLORS[i % len(COLORS)]
+        if not _two_class(y[m]):
+            ax.plot([], [], color=c, label=f"{g} (one class: no curve)")
+            continue
+        prec, rec, _ = precision_recall_curve(y[m], s[m])
+        ax.step(rec, prec, where="post", color=c, lw=1.5,
+                label=f"{g} (AP {average_precision_score(y[m], s[m]):.3f}, prev {y[m].mean():.2f})")
+        ax.axhline(y[m].mean(), color=c, ls=":", lw=1)
+    ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="recall", ylabel="precision")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower left")
+    return data_uri(fig, plt)
+
+
+def reliability_by_group(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], title: str,
+                         n_bins: int = 10) -> str:
+    """Observed positive fraction against mean predicted probability per group (sklearn calibration_curve,
+    equal-width bins; empty bins are left out)."""
+    from sklearn.calibration import calibration_curve
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 4.0))
+    ax.plot([0, 1], [0, 1], color="#bbb", ls="--", lw=1)
+    for i, g, m in _by_group(labels, names):
+        if not m.any():
+            continue
+        frac, mean = calibration_curve(y[m], s[m], n_bins=n_bins, strategy="uniform")
+        ax.plot(mean, frac, "o-", color=COLORS[i % len(COLORS)], ms=3, lw=1.2, label=f"{g} (n={int(m.sum())})")
+    ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="mean predicted probability", ylabel="observed positive fraction")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="upper left")
+    return data_uri(fig, plt)
+
+
+def score_ecdf_by_group(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], title: str) -> str:
+    """Empirical CDF of the scores per group, negatives (left) and positives (right): what the KS tests compare."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.2), sharey=True)
+    for ax, cls, what in ((axes[0], 0, "negatives"), (axes[1], 1, "positives")):
+        for i, g, m in _by_group(labels, names):
+            v = np.sort(s[m & (y == cls)])
+            if len(v):
+                ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", color=COLORS[i % len(COLORS)], lw=1.2,
+                        label=f"{g} (n={len(v)})")
+        ax.set(xlim=(0, 1), xlabel=f"score ({what})")
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("fraction ≤ score")
+    fig.suptitle(title, fontsize=10)
+    return data_uri(fig, plt)
+
+
+def intervals_by_group(names: Sequence[str], values: Sequence[float | None], lows: Sequence[float | None],
+                       highs: Sequence[float | None], title: str, ylabel: str) -> str:
+    """One point per group with its 95% CI whisker (groups without a value are named, not drawn)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(3.2, 0.7 * len(names) + 1.6), 3.2))
+    for i, (g, v, lo, hi) in enumerate(zip(names, values, lows, highs)):
+        c = COLORS[i % len(COLORS)]
+        if v is None:
+            ax.text(i, 0.5, "undefined", ha="center", fontsize=7, color=c, rotation=90)
+            continue
+        err = None if lo is None or hi is None else [[v - lo], [hi - v]]
+        ax.errorbar([i], [v], yerr=err, fmt="o", color=c, capsize=4)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, fontsize=8, rotation=30 if max(map(len, names), default=0) > 6 else 0)
+    ax.set(xlim=(-0.6, len(names) - 0.4), ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", color="#eee")
+    return data_uri(fig, plt)
+
+
+def utility_gap_scatter(labels: Sequence[str], utility: Sequence[float], gap: Sequence[float], *, title: str,
+                        xlabel: str, ylabel: str, xerr: Sequence[tuple[float, float]] | None = None,
+                        yerr: Sequence[tuple[float, float]] | None = None, front: Sequence[bool] | None = None) -> str:
+    """Utility (x) against a fairness gap (y), one labelled point each, optional 95% CI bars on both axes; the
+    points marked in `front` (non-dominated) are filled and joined, the others hollow (no `front`: all filled,
+    none joined)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.0, 4.0))
+    join = front is not None
+    front = list(front) if front is not None else [True] * len(labels)
+    for i, (lab, u, g) in enumerate(zip(labels, utility, gap)):
+        c = COLORS[i % len(COLORS)]
+        xe = None if xerr is None else [[u - xerr[i][0]], [xerr[i][1] - u]]
+        ye = None if yerr is None else [[g - yerr[i][0]], [yerr[i][1] - g]]
+        ax.errorbar([u], [g], xerr=xe, yerr=ye, fmt="o", color=c, mfc=c if front[i] else "white", capsize=3, ms=7,
+                    label=lab + ("" if front[i] else " (dominated)"))
+    on = sorted((u, g) for u, g, f in zip(utility, gap, front) if f)
+    if join and len(on) > 1:
+        ax.plot(*zip(*on), color="#555", ls="--", lw=1, zorder=0)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(color="#eee")
+    ax.legend(fontsize=7, loc="best")
+    return data_uri(fig, plt)

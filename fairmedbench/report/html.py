@@ -1,12 +1,13 @@
-"""One self-contained HTML page per run and per comparison: ROC and reliability per group, per-group bars with
-CIs, the fairness-utility points, and the provenance. Pages are jinja2 templates (report/templates, autoescaped,
-sharing base.html.j2 with the leaderboard page); figures are inline SVG whose geometry is computed here and
-written, escaped, by the `svg` macro. No network, no plotting library (a later issue brings one)."""
+"""The report pages' shared components and the run and compare pages. Every page (run, compare, audit in
+report/audit.py, and the leaderboard) is a jinja2 template under report/templates (autoescaped, extending
+base.html.j2) built from the macros of components.html.j2: tables of Cells, captioned figures (matplotlib PNGs
+inlined as data: URIs, report/figures.py), notes and the collapsed provenance. The functions here turn result
+documents into those tables and notes, so run, compare and audit pages show a number the same way. `Figure`
+and `Shape` are the leaderboard's inline SVG (its scatter carries per-point tooltips)."""
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,11 +16,9 @@ import numpy as np
 from jinja2 import Environment, PackageLoader, PrefixLoader, StrictUndefined, select_autoescape
 
 from fairmedbench.engine import store
+from fairmedbench.errors import InputError
+from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics, headline_metric, metric_spec, table_metrics
-from fairmedbench.metrics.thresholds import threshold_curve
-
-W, H, PAD = 320, 260, 40
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 # Every page of the package: "report/<name>" from fairmedbench/report/templates, "leaderboards/<name>" from
 # fairmedbench/leaderboards/templates; both extend report/base.html.j2. Autoescape is on for every template.
@@ -50,163 +49,260 @@ class Figure:
     title: str = ""
 
 
-def _n(v: float) -> str:
-    return f"{v:.1f}"
 
 
-def _xy(x: float, y: float, x0: float = 0, x1: float = 1, y0: float = 0, y1: float = 1) -> tuple[float, float]:
-    return (PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD), H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD))
+# --- components: what every page's tables, notes and figures are made of ------------------------------------
+
+@dataclass(frozen=True)
+class Img:
+    """A figure as a base64 PNG data: URI with its caption (the `figure` macro)."""
+
+    uri: str
+    caption: str
 
 
-def _text(x: float, y: float, text: str, size: int = 10, anchor: str = "middle", **attrs: str) -> Shape:
-    return Shape("text", {"x": _n(x), "y": _n(y), "font-size": str(size), "text-anchor": anchor, **attrs}, text)
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: text, a css class (num, yes, no, na) and a tooltip (the `table` macro)."""
+
+    text: str
+    css: str = ""
+    title: str = ""
 
 
-def _line(x1: float, y1: float, x2: float, y2: float, **attrs: str) -> Shape:
-    return Shape("line", {"x1": _n(x1), "y1": _n(y1), "x2": _n(x2), "y2": _n(y2), **attrs})
+@dataclass
+class Table:
+    """A table for the `table` macro: header, rows of Cells and a caption."""
+
+    header: list[str]
+    rows: list[list[Cell]]
+    caption: str = ""
+    css: str = "metrics"
 
 
-def _diagonal() -> Shape:
-    return _line(PAD, H - PAD, W - PAD, PAD, stroke="#bbb", **{"stroke-dasharray": "4"})
-
-
-def _frame(title: str, xlabel: str, ylabel: str, body: list[Shape], ticks: Sequence[float] = (0, 0.5, 1),
-           xticks: bool = True) -> Figure:
-    shapes = [_text(W / 2, 16, title, 12), _text(W / 2, H - 6, xlabel, 11),
-              _text(12, H / 2, ylabel, 11, transform=f"rotate(-90 12 {H / 2:g})"),
-              _line(PAD, H - PAD, W - PAD, H - PAD, stroke="#333"), _line(PAD, PAD, PAD, H - PAD, stroke="#333")]
-    for t in ticks:
-        x, _ = _xy(t, 0)
-        _, y = _xy(0, t)
-        if xticks:
-            shapes.append(_text(x, H - PAD + 14, f"{t:g}"))
-        shapes.append(_text(PAD - 6, y + 3, f"{t:g}", anchor="end"))
-    return Figure({"width": str(W), "height": str(H), "role": "img"}, shapes + body, title)
-
-
-def _legend(names: Sequence[str]) -> list[Shape]:
-    return [_text(W - PAD - 4, PAD + 12 * i + 10, n, anchor="end", fill=COLORS[i % len(COLORS)])
-            for i, n in enumerate(names)]
-
-
-def _polyline(pts: Sequence[tuple[float, float]], color: str, **attrs: str) -> Shape:
-    return Shape("polyline", {"fill": "none", "stroke": color, **attrs,
-                              "points": " ".join(f"{_n(a)},{_n(b)}" for a, b in pts)})
-
-
-def roc_points(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """FPR and TPR at every distinct threshold (score >= t), from (0, 0) to (1, 1)."""
-    _, tp, fp = threshold_curve(y, s)
-    return np.r_[0.0, fp / max(fp[-1], 1)], np.r_[0.0, tp / max(tp[-1], 1)]
-
-
-def roc_figure(y: np.ndarray, s: np.ndarray, groups: np.ndarray, names: Sequence[str], title: str) -> Figure:
-    """ROC curve of each group (groups with one class are left out)."""
-    body = [_diagonal()]
-    for i, g in enumerate(names):
-        m = groups == g
-        if m.sum() == 0 or y[m].min() == y[m].max():
-            continue
-        fpr, tpr = roc_points(y[m], s[m])
-        body.append(_polyline([_xy(a, b) for a, b in zip(fpr, tpr)], COLORS[i % len(COLORS)],
-                              **{"stroke-width": "1.5"}))
-    return _frame(title, "false positive rate", "true positive rate", body + _legend(names))
-
-
-def reliability_figure(y: np.ndarray, s: np.ndarray, groups: np.ndarray, names: Sequence[str], title: str,
-                       n_bins: int = 10) -> Figure:
-    """Observed positive fraction against mean predicted probability, per group, in equal-width bins."""
-    body = [_diagonal()]
-    for i, g in enumerate(names):
-        m = groups == g
-        if not m.any():
-            continue
-        b = np.minimum((s[m] * n_bins).astype(int), n_bins - 1)
-        pts = [_xy(float(s[m][b == k].mean()), float(y[m][b == k].mean())) for k in range(n_bins) if (b == k).any()]
-        c = COLORS[i % len(COLORS)]
-        body.append(_polyline(pts, c))
-        body.extend(Shape("circle", {"cx": _n(a), "cy": _n(v), "r": "2.5", "fill": c}) for a, v in pts)
-    return _frame(title, "mean predicted probability", "observed positive fraction", body + _legend(names))
-
-
-def bars_figure(cells: dict[str, dict[str, Any]], names: Sequence[str], title: str, ylabel: str) -> Figure:
-    """Per-group values with 95% CI whiskers (undefined groups drawn as a dash)."""
-    body: list[Shape] = []
-    step = (W - 2 * PAD) / max(len(names), 1)
-    for i, g in enumerate(names):
-        c = cells.get(g, {})
-        x = PAD + step * (i + 0.5)
-        v = c.get("value")
-        if v is None:
-            body.append(_text(x, H - PAD - 4, "—"))
-        else:
-            _, y = _xy(0, v)
-            body.append(Shape("rect", {"x": _n(x - step * 0.3), "y": _n(y), "width": _n(step * 0.6),
-                                       "height": _n(H - PAD - y), "fill": COLORS[i % len(COLORS)],
-                                       "opacity": "0.7"}, title=f"{g}: {v:.3f}"))
-            if c.get("ci_low") is not None:
-                body.append(_line(x, _xy(0, c["ci_low"])[1], x, _xy(0, c["ci_high"])[1], stroke="#000"))
-        body.append(_text(x, PAD - 4, g))
-    return _frame(title, "group", ylabel, body, ticks=(0, 0.25, 0.5, 0.75, 1), xticks=False)
-
-
-def tradeoff_figure(points: Sequence[tuple[str, float | None, float | None]], title: str, xlabel: str,
-                    ylabel: str) -> Figure:
-    """Utility (x) against a gap (y) for each point (e.g. each seed), on [0, 1] axes."""
-    body = []
-    for i, (label, u, g) in enumerate(points):
-        if u is None or g is None or not (math.isfinite(u) and math.isfinite(g)):
-            continue
-        x, y = _xy(u, g)
-        body.append(Shape("circle", {"cx": _n(x), "cy": _n(y), "r": "4", "fill": COLORS[i % len(COLORS)]},
-                          title=f"{label}: {u:.3f}, {g:.3f}"))
-    return _frame(title, xlabel, ylabel, body)
-
-
-def _cell_text(c: dict[str, Any] | None) -> str:
-    if not c or c["value"] is None:
+def interval_text(c: dict[str, Any] | None, signed: bool = False) -> str:
+    """'0.812 [0.800, 0.830]' (CI when there is one), '—' when undefined; `signed` shows the sign."""
+    if not c or c.get("value") is None:
         return "—"
-    ci = f" [{c['ci_low']:.3f}, {c['ci_high']:.3f}]" if c.get("ci_low") is not None else ""
-    return f"{c['value']:.3f}{ci}"
+    f = "{:+.3f}" if signed else "{:.3f}"
+    ci = f" [{f.format(c['ci_low'])}, {f.format(c['ci_high'])}]" if c.get("ci_low") is not None else ""
+    return f.format(c["value"]) + ci
 
 
-def _metric_rows(rep: dict[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]]:
-    return [{"group": "all" if g == "__overall__" else g, "n": rep["counts"].get(g, {}).get("n", ""),
-             "cells": [_cell_text(rep["metrics"].get(m, {}).get(g)) for m in metrics]}
-            for g in ["__overall__", *rep["groups"]]]
+def group_label(g: str) -> str:
+    """How a result's group key is shown: the overall row is 'all', the between-group row 'between groups'."""
+    return {OVERALL: "all", GAP: "between groups"}.get(g, g)
 
+
+def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = False) -> Cell:
+    """A value with its CI; the tooltip says why there is no CI when the result records a reason."""
+    c = rep["metrics"].get(metric, {}).get(group)
+    why = rep.get("ci_notes", {}).get(metric, {}).get(group, "")
+    return Cell(interval_text(c, signed), "num", why)
+
+
+def verdict(c: dict[str, Any] | None) -> Cell:
+    """Whether a signed difference's 95% CI excludes 0."""
+    if not c or c.get("value") is None:
+        return Cell("undefined", "na")
+    if c.get("ci_low") is None:
+        return Cell("no CI", "na")
+    if c["ci_low"] > 0 or c["ci_high"] < 0:
+        return Cell("yes: CI excludes 0", "yes")
+    return Cell("no evidence: CI includes 0", "no")
+
+
+def group_table(rep: dict[str, Any], metrics: Sequence[str], caption: str = "") -> Table:
+    """Per-group values with CIs: n, positives (or empty ground truths), then `metrics`; small groups flagged."""
+    counts = rep.get("counts", {})
+    second = "empty GT" if "n_empty_gt" in counts.get(OVERALL, {}) else "n+"
+    rows = []
+    for g in [OVERALL, *rep["groups"]]:
+        c = counts.get(g, {})
+        small = " (small)" if g in rep.get("small_groups", []) else ""
+        rows.append([Cell(group_label(g) + small), Cell(str(c.get("n", "")), "num"),
+                     Cell(str(c.get("n_empty_gt", c.get("n_pos", ""))), "num"),
+                     *[metric_cell(rep, m, g) for m in metrics]])
+    return Table(["group", "n", second, *[header(m) for m in metrics]], rows, caption)
+
+
+def headline_table(reports: Sequence[dict[str, Any]], task: str, extra_gaps: Sequence[str] = ()) -> Table:
+    """One row per (task, attribute): utility, the signed difference between two groups with its CI and whether
+    it excludes 0, the worst group, then the registry's between-group columns (gaps with CIs) and `extra_gaps`."""
+    util = headline_metric(task)
+    gaps = [s.name for s in table_metrics(task, between_groups=True)] + list(extra_gaps)
+    rows = []
+    for rep in reports:
+        counts = rep.get("counts", {})
+        groups = ", ".join(f"{g} ({counts.get(g, {}).get('n', '?')})" for g in rep["groups"])
+        diff = rep["metrics"].get(f"{util}_diff", {}).get(GAP)
+        if len(rep["groups"]) == 2:
+            first, second = rep["groups"]
+            diff_cell = Cell(f"{second} − {first}: {interval_text(diff, signed=True)}", "num",
+                             rep.get("ci_notes", {}).get(f"{util}_diff", {}).get(GAP, ""))
+            judged = verdict(diff)
+        else:
+            diff_cell = Cell("—", "na")
+            judged = Cell(f"{len(rep['groups'])} groups: read the gap's CI", "na")
+        worst = rep.get("worst_group", {}).get(util)
+        worst_cell = Cell("—" if worst is None else f"{worst}: {interval_text(rep['metrics'][util].get(worst))}")
+        rows.append([Cell(rep["task"]), Cell(rep["attribute"]), Cell(groups), metric_cell(rep, util, OVERALL),
+                     diff_cell, judged, worst_cell, *[metric_cell(rep, g, GAP) for g in gaps]])
+    u = metric_spec(util).header
+    return Table(["task", "attribute", "groups (n)", f"{u} (all)", f"signed {u} difference", "disparity at 95%?",
+                  f"worst group ({u})", *[header(g) for g in gaps]], rows,
+                 "headline: gaps (max − min over groups) and signed differences with 95% bootstrap CIs", "headline")
+
+
+def signed_difference_table(rep: dict[str, Any]) -> Table | None:
+    """For a two-group attribute: every signed difference (second − first group) with CI and verdict."""
+    if len(rep["groups"]) != 2:
+        return None
+    first, second = rep["groups"]
+    rows = [[Cell(header(m)), metric_cell(rep, m, GAP, signed=True), verdict(c.get(GAP))]
+            for m, c in rep["metrics"].items() if GAP in c and _kind(m) == "diff"]
+    return Table(["metric", f"{second} − {first} [95% CI]", "distinguishable from 0?"], rows,
+                 f"signed differences, {rep['task']} by {rep['attribute']}") if rows else None
+
+
+def result_notes(rep: dict[str, Any], min_group_size: int | None = None) -> list[str]:
+    """Why numbers are missing or have no CI: skipped (one-class, empty) groups, gaps without two groups, small
+    groups, degenerate bootstrap distributions (the engine's ci_notes), samples without an attribute value."""
+    where = f"{rep['task']} / {rep['attribute']}"
+    out = [f"{where} = {g}: {why}" for g, why in rep.get("skipped", {}).items()]
+    out += [f"{where}, {header(m)}: {why}" for m, why in rep.get("gap_notes", {}).items()]
+    small = rep.get("small_groups", [])
+    for g in small:
+        n = rep.get("counts", {}).get(g, {}).get("n", "?")
+        below = f" < {min_group_size}" if min_group_size else ""
+        out.append(f"{where} = {g}: small group ({n} samples{below}): point estimates only, no CI")
+    other: dict[str, list[str]] = {}
+    for m, per in rep.get("ci_notes", {}).items():
+        for g, why in per.items():
+            if g not in small:
+                other.setdefault(why, []).append(f"{m} ({group_label(g)})")
+    out += [f"{where}: no CI for {', '.join(items)}: {why}" for why, items in other.items()]
+    if rep.get("n_missing_attribute"):
+        out.append(f"{where}: {rep['n_missing_attribute']} sample(s) without a {rep['attribute']} value, left out")
+    return out
+
+
+def _kind(metric: str) -> str | None:
+    try:
+        return metric_spec(metric).kind
+    except InputError:
+        return None
+
+
+def header(metric: str) -> str:
+    """A metric's short header from the MetricSpec registry (its name when it is not registered)."""
+    try:
+        return metric_spec(metric).header
+    except InputError:
+        return metric
+
+
+def resampled_section(reports: Sequence[dict[str, Any]], sample: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The original and the resampled test set side by side per (task, attribute), from a document's
+    `test_resample` block (analysis.resample.Resampled.to_dict() plus the metrics on it under `result`)."""
+    from fairmedbench.analysis.resample import RESAMPLE_METRICS
+
+    if not sample:
+        return None
+    tables = []
+    for rep in reports:
+        rr = next(r for r in sample["result"]["reports"]
+                  if r["task"] == rep["task"] and r["attribute"] == rep["attribute"])
+        rows = []
+        for g in [OVERALL, *rep["groups"], GAP]:
+            key = OVERALL if g == GAP else g
+            n = " / ".join(str(x.get("counts", {}).get(key, {}).get("n", "—")) for x in (rep, rr))
+            cells = []
+            for m in RESAMPLE_METRICS:
+                name = f"{m}_gap" if g == GAP else m
+                cells += [metric_cell(rep, name, g), metric_cell(rr, name, g)]
+            rows.append([Cell({GAP: "gap (max − min)"}.get(g, group_label(g))), Cell(n, "num"), *cells])
+        head = [h for m in RESAMPLE_METRICS for h in (f"{header(m)} original", f"{header(m)} resampled")]
+        tables.append(Table(["group", "n original / resampled", *head], rows, f"{rep['task']} by {rep['attribute']}",
+                            "metrics wide"))
+    return {"spec": sample["params"].get("spec", sample["method"]), "seed": sample["seed"], "n": len(sample["ids"]),
+            "fingerprint": sample["fingerprint"], "counts": sample["counts"],
+            "label_column": sample["params"].get("label_col"), "tables": tables}
+
+
+def group_figures(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], what: str,
+                  rates: tuple[float, Sequence[float], Sequence[float]] | None = None) -> list[Img]:
+    """ROC, precision-recall and reliability curves by group (matplotlib, inlined)."""
+    from fairmedbench.report import figures as F
+
+    return [Img(F.roc_by_group(y, s, labels, names, f"ROC by {what}", rates), f"ROC curves by {what}" + (
+                "; dots: each group's (FPR, TPR) at the global FPR-0.2 threshold" if rates else "")),
+            Img(F.pr_by_group(y, s, labels, names, f"precision-recall by {what}"),
+                f"precision-recall by {what}; dotted: each group's prevalence (chance)"),
+            Img(F.reliability_by_group(y, s, labels, names, f"reliability by {what}"),
+                f"calibration (reliability) by {what}, 10 equal-width bins")]
+
+
+def interval_figure(rep: dict[str, Any], metric: str) -> Img:
+    """A metric per group with CI whiskers."""
+    from fairmedbench.report.figures import intervals_by_group
+
+    cells = [rep["metrics"].get(metric, {}).get(g) or {} for g in rep["groups"]]
+    head = metric_spec(metric).header
+    return Img(intervals_by_group(rep["groups"], [c.get("value") for c in cells], [c.get("ci_low") for c in cells],
+                                  [c.get("ci_high") for c in cells], f"{head} by {rep['attribute']} (95% CI)", head),
+               f"{head} per group of {rep['attribute']} with 95% bootstrap CIs")
+
+
+def pareto_front(utility: Sequence[float], gap: Sequence[float], higher_utility: bool = True) -> list[bool]:
+    """Which points are non-dominated: no other point has utility at least as good and a gap at least as small,
+    one of them strictly (the gap is always better lower)."""
+    u = np.asarray(utility, dtype=float) * (1 if higher_utility else -1)
+    g = np.asarray(gap, dtype=float)
+    return [not any(u[j] >= u[i] and g[j] <= g[i] and (u[j] > u[i] or g[j] < g[i]) for j in range(len(u)) if j != i)
+            for i in range(len(u))]
+
+
+# --- the run page -------------------------------------------------------------------------------------------
 
 def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
-    """Write report.html into the run folder from its result documents and predictions."""
+    """Write report.html into the run folder from its result documents and predictions: the headline table,
+    then per (task, attribute) the per-group table, curves by group and per-seed utility against gap."""
     import pandas as pd
+
+    from fairmedbench.report.figures import utility_gap_scatter
 
     doc = seed_docs[0]
     task = doc["kind"].removeprefix("run-")
     util, gap = headline_metric(task), board_metrics(task)["gap"].name
-    u_label, g_label = metric_spec(util).header, metric_spec(gap).header
     columns = [s.name for s in table_metrics(task, between_groups=False)]
     pred = pd.read_parquet(Path(out_dir) / doc["predictions"]["file"])
     test = pred[pred["split"] == "test"]
+    reports = doc["result"]["reports"]
     sections = []
-    for rep in doc["result"]["reports"]:
+    for rep in reports:
         attr, rep_task = rep["attribute"], rep["task"]
-        groups = test[f"attr:{attr}"].to_numpy()
+        labels = test[f"attr:{attr}"].astype(object).to_numpy()
         figures = []
-        if f"score:{rep_task}" in test.columns:  # ROC and reliability need per-sample scores
-            y = test[f"label:{rep_task}"].to_numpy()
-            s = test[f"score:{rep_task}"].to_numpy()
-            figures += [roc_figure(y, s, groups, rep["groups"], f"ROC by {attr}"),
-                        reliability_figure(y, s, groups, rep["groups"], f"reliability by {attr}")]
-        figures.append(bars_figure(rep["metrics"][util], rep["groups"], f"{u_label} by {attr} (95% CI)", u_label))
+        if f"score:{rep_task}" in test.columns:  # curves need per-sample scores
+            figures += group_figures(test[f"label:{rep_task}"].to_numpy(), test[f"score:{rep_task}"].to_numpy(),
+                                     labels, rep["groups"], attr)
+        figures.append(interval_figure(rep, util))
         pts = [(f"seed {d['spec']['seed']}", *_util_gap(d, rep_task, attr, util, gap)) for d in seed_docs]
-        figures.append(tradeoff_figure(pts, "fairness-utility (per seed)", u_label, g_label))
-        sections.append({"task": rep_task, "attribute": attr, "figures": figures, "columns": columns,
-                         "rows": _metric_rows(rep, columns)})
+        pts = [p for p in pts if p[1] is not None and p[2] is not None]
+        if pts:
+            figures.append(Img(utility_gap_scatter(*zip(*pts), title="fairness-utility per seed",
+                                                   xlabel=metric_spec(util).header, ylabel=metric_spec(gap).header),
+                               "utility against gap, one point per seed"))
+        sections.append({"title": f"{rep_task} by {attr}", "tables": [group_table(rep, columns)],
+                         "figures": figures,
+                         "notes": result_notes(rep, doc["result"].get("meta", {}).get("min_group_size"))})
     prov = {k: doc.get(k) for k in ("run_id", "created_at", "fairmedbench_version", "git_commit", "spec", "inputs",
                                     "environment", "timings_s", "training", "usage")}
     text = TEMPLATES.get_template("report/run.html.j2").render(
-        spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], sections=sections,
-        provenance=prov, provenance_heading="provenance")
+        spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], headline=headline_table(reports, task),
+        sections=sections, resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
+        provenance_heading="provenance")
     return store.write_text(Path(out_dir) / "report.html", text)
 
 
@@ -215,20 +311,80 @@ def _util_gap(doc: dict[str, Any], task: str, attr: str, util: str, gap: str) ->
     return (rep["metrics"][util]["__overall__"]["value"], rep["metrics"][gap]["__gap__"]["value"])
 
 
+# --- the compare page ---------------------------------------------------------------------------------------
+
+def _summary_cell(c: dict[str, Any] | None) -> Cell:
+    if not c or c.get("mean") is None:
+        return Cell("—", "num")
+    ci = f" [{c['ci_low']:.3f}, {c['ci_high']:.3f}]" if c.get("ci_low") is not None else ""
+    return Cell(f"{c['mean']:.3f}{ci}", "num")
+
+
+def _interval_cell(c: dict[str, Any] | None, signed: bool = True) -> Cell:
+    return Cell(interval_text(c, signed), "num") if c else Cell("—", "na")
+
+
 def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
-    """A utility-fairness Pareto page of a comparison: mean AUC (DSC) against mean ΔAUC (ΔDSC) per method and
-    dataset."""
+    """A comparison of mitigations: per dataset, every method's seed means with CIs, utility against gap with
+    error bars and the non-dominated (Pareto) methods marked, paired differences from ERM over seeds, and the
+    paired test-set bootstrap."""
+    from fairmedbench.report.figures import utility_gap_scatter
+
     task = doc.get("task", "classification")
     util, gap = headline_metric(task), board_metrics(task)["gap"].name
-    name, gap_name = metric_spec(util).header, metric_spec(gap).header
+    u_name, g_name = metric_spec(util).header, metric_spec(gap).header
+    metrics = list(doc.get("metrics") or [m for m in (util, gap) if any(m in r for r in doc["table"])])
     datasets = []
     for ds in doc["datasets"]:
-        rows = [r for r in doc["table"] if r["dataset"] == ds and r.get(util) and r.get(gap)]
-        pts = [(r["method"], r[util]["mean"], r[gap]["mean"]) for r in rows]
-        datasets.append({"name": ds, "figure": tradeoff_figure(pts, "utility vs gap (mean over seeds)", name, gap_name),
-                         "points": [{"method": m, "color": COLORS[i % len(COLORS)], "utility": u, "gap": g}
-                                    for i, (m, u, g) in enumerate(pts)]})
+        rows = [r for r in doc["table"] if r["dataset"] == ds]
+        summary = Table(["method", "seeds", *[header(m) for m in metrics]],
+                        [[Cell(r["method"]), Cell(str(r.get("n_seeds", "")), "num"),
+                          *[_summary_cell(r.get(m)) for m in metrics]] for r in rows],
+                        "mean over seeds [95% CI across seeds]")
+        pts = [r for r in rows if (r.get(util) or {}).get("mean") is not None and (r.get(gap) or {}).get("mean")
+               is not None]
+        figures, pareto = [], None
+        if pts:
+            u = [r[util]["mean"] for r in pts]
+            g = [r[gap]["mean"] for r in pts]
+            front = pareto_front(u, g, metric_spec(util).higher_is_better is not False)
+
+            def err(r: dict[str, Any], m: str) -> tuple[float, float]:
+                c = r[m]
+                return (c["ci_low"], c["ci_high"]) if c.get("ci_low") is not None else (c["mean"], c["mean"])
+
+            figures.append(Img(utility_gap_scatter(
+                [r["method"] for r in pts], u, g, title=f"{ds}: {u_name} vs {g_name} (mean, 95% CI over seeds)",
+                xlabel=u_name, ylabel=g_name, xerr=[err(r, util) for r in pts], yerr=[err(r, gap) for r in pts],
+                front=front), f"{u_name} against {g_name} per method; filled and joined: non-dominated (Pareto front)"))
+            pareto = Table(["method", u_name, g_name, "Pareto front"],
+                           [[Cell(r["method"]), _summary_cell(r[util]), _summary_cell(r[gap]),
+                             Cell("non-dominated" if f else "dominated", "no" if f else "na")]
+                            for r, f in zip(pts, front)],
+                           f"non-dominated methods: no other has {u_name} at least as good and {g_name} at least as "
+                           "small")
+        paired = [v for v in doc.get("versus_erm", []) if v["dataset"] == ds]
+        paired_table = Table(
+            ["method", "metric", "mean paired difference vs ERM [95% CI]", "Welch t", "Welch p", "CI excludes 0"],
+            [[Cell(v["method"]), Cell(header(v["metric"])),
+              _interval_cell({"value": v["mean_diff"], "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high")}),
+              Cell("—" if v.get("welch_t") is None else f"{v['welch_t']:.2f}", "num", v.get("welch_note") or ""),
+              Cell("—" if v.get("welch_p") is None else f"{v['welch_p']:.3g}", "num"),
+              Cell("yes" if v.get("significant") else "no", "yes" if v.get("significant") else "no")]
+             for v in paired], "per-seed differences from ERM (same seeds, same splits)") if paired else None
+        boot = (doc.get("test_bootstrap") or {}).get(ds) or {}
+        boot_table = None
+        if boot.get("methods"):
+            keys = [k for k in ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm")
+                    if any(k in e for e in boot["methods"].values())]
+            boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k), k != "worst_group_auc")
+                                                               for k in keys]]
+                                                   for m, e in boot["methods"].items()],
+                               f"paired test-set bootstrap ({boot.get('n_boot')} resamples; seed means, groups "
+                               f"{', '.join(map(str, boot.get('groups', [])))})")
+        datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
+                         "figures": figures})
     text = TEMPLATES.get_template("report/compare.html.j2").render(
-        attribute=doc["attribute"], datasets=datasets, utility_name=name, gap_name=gap_name,
-        provenance=doc, provenance_heading="data")
+        attribute=doc["attribute"], datasets=datasets, notes=doc.get("notes", []), provenance=doc,
+        provenance_heading="data")
     return store.write_text(path, text)

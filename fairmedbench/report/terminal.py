@@ -82,6 +82,32 @@ def render(result: FairnessResult, console: Any) -> None:
                       "(every resample equal; see ci_notes in the result)")
 
 
+def render_resampled(original: FairnessResult, resampled: FairnessResult, sample: dict, console: Any) -> None:
+    """Original and resampled test sets side by side, per group: n and each RESAMPLE_METRICS value."""
+    from rich.table import Table
+
+    from fairmedbench.analysis.resample import RESAMPLE_METRICS
+    from fairmedbench.metrics.specs import metric_spec
+
+    for r in original.reports:
+        rr = resampled.report(r.task, r.attribute)
+        table = Table(title=f"{r.task} / {r.attribute}: original | resampled test set ({sample['params']['spec']}, "
+                            f"seed {sample['seed']}; CIs in the JSON and tidy table)", title_justify="left")
+        table.add_column("group")
+        table.add_column("n", justify="right")
+        for m in RESAMPLE_METRICS:
+            table.add_column(metric_spec(m).header, justify="right")
+        for g in [OVERALL, *r.groups, GAP]:
+            label = {OVERALL: "all", GAP: "gap"}.get(g, g)
+            metrics = [m if g != GAP else f"{m}_gap" for m in RESAMPLE_METRICS]
+            n = [str(x.counts.get(OVERALL if g == GAP else g, {}).get("n", 0)) for x in (r, rr)]
+            pairs = [f"{_cell(r, m, g, ci=False)} | {_cell(rr, m, g, ci=False)}" for m in metrics]
+            table.add_row(label, " | ".join(n), *pairs, end_section=g == r.groups[-1])
+        console.print(table)
+    console.print(f"resampled test set: {len(sample['ids'])} samples, sha256 {sample['fingerprint'][:12]}…, "
+                  "ids in the result JSON (test_resample.ids)")
+
+
 def render_run(outcome: Any, console: Any) -> None:
     """A run's tables: the first seed's per-group and gap tables, then the across-seed summary."""
     from rich.table import Table

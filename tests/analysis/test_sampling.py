@@ -99,3 +99,36 @@ def test_a_run_trains_on_the_drawn_share(tmp_path: Path) -> None:
     other = run(spec.__class__(**{**spec.__dict__, "train_group_share": 0.75}),
                 RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu"))
     assert other.config.run_id != out.config.run_id
+
+
+def test_a_run_reports_a_resampled_test_set_beside_the_original(tmp_path: Path) -> None:
+    """--test-resample balanced:sex: equal group sizes in the second test set, its ids stored, its own result."""
+    from fairmedbench.benchmark.run import RunOptions, run
+    from fairmedbench.spec import RunSpec
+
+    spec = RunSpec(model="imagenet-resnet50", dataset="synth-contrast", weights="random", usage="lp",
+                   attributes=("sex", "age"), n_boot=0, hparams={"epochs": 2}, dataset_options={"n": 60},
+                   test_resample="balanced: sex")
+    out = run(spec, RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu"))
+    assert out.config.sampling == {"test_resample": "balanced:sex"}  # one spelling, one run id
+    block = out.seed_docs[0]["test_resample"]
+    sizes = {g: c["n"] for g, c in block["counts"].items()}
+    assert len(set(sizes.values())) == 1 and sum(sizes.values()) == len(block["ids"])
+    sex = [r for r in block["result"]["reports"] if r["attribute"] == "sex"][0]
+    assert sex["counts"]["female"]["n"] == sex["counts"]["male"]["n"] == next(iter(sizes.values()))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--test-resample", "balanced"], "expected"),
+    (["--test-resample", "balanced:race"], "not one of this run's"),
+    (["--usage", "sam-prompt", "--model", "litemedsam", "--test-resample", "balanced:sex"], "segmentation"),
+])
+def test_bad_test_resample_fails_before_any_work(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
+    from fairmedbench.cli import main
+
+    base = ["run", "--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-contrast",
+            "--usage", "lp", "--out", str(tmp_path)]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

@@ -100,9 +100,16 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
     return doc, frame
 
 
-def write_bundle(folder: Path, suite: Suite, model: dict[str, Any]) -> Path:
-    """A complete bundle answering every entry and seed of `suite`."""
-    write_header(folder, model, suite)
+def bundle_card(model: dict[str, Any], description: str = "a test model") -> dict[str, Any]:
+    """card.json for a test model that is not registered (submit.CARD_SCHEMA)."""
+    return {"name": model["name"], "description": description, "family": model["family"], "kind": model["kind"],
+            "license": model["license"], "weights": {"url": f"https://example.org/{model['name']}.safetensors"},
+            "pretraining_data": model["pretraining_data"], "training_datasets": model["training_datasets"]}
+
+
+def write_bundle(folder: Path, suite: Suite, model: dict[str, Any], description: str = "a test model") -> Path:
+    """A complete bundle answering every entry and seed of `suite` (with card.json: test models are not registered)."""
+    write_header(folder, model, suite, bundle_card(model, description))
     for entry in suite.entries:
         for seed in entry.seeds:
             doc, frame = make_result(entry, model, seed)
@@ -135,3 +142,38 @@ def pinned_suite() -> Suite:
     return register_suite(Suite(name, "1.0", "test suite with pinned fingerprints", (
         pinned(Entry("synth-control", ("sex", "age"), "linear_probe", seeds=(0, 1))),
         pinned(Entry("synth-contrast", ("sex",), "sam_prompt", task="segmentation")))))
+
+
+def rewrite_predictions(bundle: Path, change: Any) -> None:
+    """Change every predictions Parquet of a bundle with `change(frame, block, doc_path) -> frame`, then recompute
+    every reported number with the package's own recomputation (`submit.recompute`), as a forger would."""
+    import json
+
+    from fairmedbench.leaderboards.submit import Limits, _read_predictions, recompute
+    from fairmedbench.leaderboards.suites import get_suite
+
+    suite = get_suite(json.loads((bundle / "suite.json").read_text())["name"])
+    for doc_path in sorted((bundle / "results").rglob("seed*.json")):
+        doc = json.loads(doc_path.read_text())
+        block = doc["predictions"]
+        pred = doc_path.with_name(block["file"])
+        change(pd.read_parquet(pred), block, doc_path).to_parquet(pred, index=False)
+        entry = suite.entry(doc_path.parent.name)
+        cols = _read_predictions(pred.name, pred.read_bytes(), entry, block, int(doc["spec"]["seed"]))
+        again = recompute(doc_path.name, doc, entry, cols, Limits())
+        doc["result"]["reports"] = again["reports"]
+        doc["result"]["meta"].update(again["meta"])
+        doc_path.write_text(json.dumps(doc))
+
+
+def forge(bundle: Path, seed: int = 7) -> None:
+    """The attack of issue 15: classification scores replaced by values close to the labels (0.02 + 0.96 label,
+    plus noise of sd 0.01), every reported number recomputed so that the arithmetic checks out."""
+    rng = np.random.default_rng(seed)
+
+    def near_labels(frame: pd.DataFrame, block: dict[str, Any], _: Path) -> pd.DataFrame:
+        for label, score in zip(block["columns"]["labels"], block["columns"]["scores"]):
+            frame[score] = np.clip(0.02 + 0.96 * frame[label] + rng.normal(0, 0.01, len(frame)), 0, 1)
+        return frame
+
+    rewrite_predictions(bundle, near_labels)

@@ -24,8 +24,9 @@ XSS = "<script>alert(1)</script>"
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("board")
     suite = pending_synthetic_suite()
-    for name, quality in (("alpha-fm", 2.0), (XSS, 0.7)):
-        bundle = write_bundle(tmp / f"bundle-{quality}", suite, model_card(name, quality))
+    for name, quality, revision in (("alpha-fm", 2.0, "r1"), ("beta-fm", 0.7, XSS)):
+        bundle = write_bundle(tmp / f"bundle-{quality}", suite, {**model_card(name, quality), "revision": revision},
+                              description=XSS)
         out = submit_bundle(bundle, suite.name, tmp / "leaderboards")
         assert out.accepted, out.reasons
     return build_board(suite.name, tmp / "leaderboards")
@@ -36,7 +37,7 @@ def test_board_files_and_ranking(built: dict[str, Path]) -> None:
     rows = board["rows"]
     # 2 models x 2 datasets x 2 attributes
     assert len(rows) == 8
-    assert {r["model"] for r in rows} == {"alpha-fm", XSS}
+    assert {(r["model"], r["revision"]) for r in rows} == {("alpha-fm", "r1"), ("beta-fm", XSS)}
     for key in {(r["dataset"], r["usage"], r["attribute"]) for r in rows}:
         group = [r for r in rows if (r["dataset"], r["usage"], r["attribute"]) == key]
         assert [r["rank"] for r in group] == [1, 2]
@@ -61,7 +62,7 @@ def test_build_without_submissions_says_what_to_do(tmp_path: Path) -> None:
 def _row(model: str, es: float | None, utility: float | None) -> dict[str, Any]:
     return {"model": model, "revision": "r1", "dataset": "d", "usage": "u", "attribute": "sex",
             "task": "classification",
-            "flags": [], "seeds": [0], "profile": "default",
+            "flags": [], "tier": "self-reported", "verification": None, "seeds": [0], "profile": "default",
             "metrics": {"utility": utility, "worst_group": None, "gap": None if es is None else 0.1, "es": es,
                         "eqodds": None, "ece_gap": None},
             "provenance": {"folder": "submissions/x/r1", "runs": []}}
@@ -128,8 +129,8 @@ def test_page_in_chromium(built: dict[str, Path], browser: Any) -> None:
     _no_alert(browser)
     rows = browser.find_elements("css selector", "#board tbody tr")
     assert len(rows) == 8
-    names = {r.find_elements("css selector", "td")[1].text for r in rows}
-    assert names == {"alpha-fm", XSS}, "the hostile model name must show as text"
+    revisions = {r.find_elements("css selector", "td")[2].text for r in rows}
+    assert revisions == {"r1", XSS}, "the hostile revision must show as text"
     assert len(browser.find_elements("css selector", "script")) == 1
     assert browser.execute_script("return document.querySelectorAll('#board script, #board img').length") == 0
 
@@ -187,14 +188,15 @@ def test_undefined_values_stay_last_in_the_browser(tmp_path: Path, browser: Any)
 
 def test_every_submitted_text_is_escaped_on_the_page() -> None:
     # model, revision, dataset, usage, attribute (group), flags and provenance all hostile; only our script runs
-    row = {**_row(XSS, 0.5, 0.8), "revision": XSS, "dataset": XSS, "usage": XSS, "attribute": XSS, "flags": [XSS],
+    row = {**_row(XSS, 0.5, 0.8), "revision": XSS, "dataset": XSS, "usage": XSS, "attribute": XSS,
+           "flags": [{"key": XSS, "label": XSS, "detail": XSS}], "tier": XSS,
            "provenance": {"folder": XSS, "license": XSS, "pretraining_data": [XSS], "runs": [{"run_id": XSS}]}}
     rows = rank_rows([row])
     board = {"suite": {"name": XSS, "version": "1", "description": XSS}, "generated_at": "now",
              "ranking_rule": RANKING_RULE, "columns": [{"key": "es", "header": XSS, "better": "high",
                                                         "definition": XSS}],
              "models": [{"model": XSS, "revision": XSS, "mean_rank": 1.0, "rows": 1, "utility": 0.8, "es": 0.5,
-                         "gap": 0.1, "flags": [XSS]}], "rows": rows}
+                         "gap": 0.1, "flags": [XSS], "tiers": [XSS]}], "rows": rows}
     page = render.html_page(board)
     assert page.count("<script") == 1 and XSS not in page and "<img" not in page
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"

@@ -13,7 +13,7 @@ from typing import Callable
 
 import pandas as pd
 import pytest
-from bundle_factory import model_card, pinned_suite, write_bundle
+from bundle_factory import bundle_card, model_card, pinned_suite, write_bundle
 
 from fairmedbench.benchmark.leaderboard import submit_bundle
 from fairmedbench.engine import store
@@ -260,10 +260,12 @@ def test_pretraining_overlap_is_flagged(tmp_path: Path) -> None:
     card = model_card("seen-it", pretraining=("a synthetic contrast set",), training_datasets=("synth-contrast",))
     out = submit_bundle(write_bundle(tmp_path / "b", pinned_suite(), card), BOARD, tmp_path / "lb")
     assert out.accepted, out.reasons
-    assert out.flags == ["synth-contrast__sam_prompt__sex: not zero-shot: synth-contrast is in the model's "
-                         "pretraining data"]
+    assert out.flags == ["synth-contrast__sam_prompt__sex / sex: data seen in pretraining: synth-contrast is in the "
+                         "model's pretraining data: not zero-shot"]
     rows = read_submission(out.path)["rows"]
-    assert [r["flags"] for r in rows][-1] == out.flags[0].split(": ", 1)[1:]
+    assert [r["flags"] for r in rows] == [[], [], [{"key": "seen-in-pretraining", "label": "data seen in pretraining",
+                                                    "detail": "synth-contrast is in the model's pretraining data: "
+                                                              "not zero-shot"}]]
 
 
 def test_unknown_board_and_missing_bundle(bundle: Path, tmp_path: Path) -> None:
@@ -308,7 +310,7 @@ def test_multitask_intersectional_profiles_recompute(tmp_path: Path, profile: st
                Entry("synth-contrast", ("sex", "age"), "sam_prompt", task="segmentation", profile=profile))
     suite = Suite(f"multi-{profile}", "1.0", "in-test suite", entries)
     card = model_card("multi")
-    write_header(tmp_path, card, suite)
+    write_header(tmp_path, card, suite, bundle_card(card))
     for entry in entries:
         tasks = ("lesion", "effusion") if entry.task == "classification" else ("segmentation",)
         doc, frame = make_result(entry, card, 0, tasks=tasks, intersect=True)

@@ -47,6 +47,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "share_group": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--share-group", "male"]),
         "train_size": ([*LP, "--train-group-share", "0.5"], [*LP, "--train-group-share", "0.5", "--train-size", "4"]),
         "prevalence": (LP, [*LP, "--prevalence", "0.3"]),
+        "test_resample": (LP, [*LP, "--test-resample", "balanced:sex"]),
         "prevalence_on": ([*LP, "--prevalence", "0.3"], [*LP, "--prevalence", "0.3", "--prevalence-on", "train"]),
     }
 

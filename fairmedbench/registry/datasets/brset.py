@@ -54,6 +54,7 @@ register(DatasetCard(
     split_policy="patient",
     prompt_templates=("a fundus image with {}.",),
     class_prompts={"no retinopathy": ("no diabetic retinopathy",), "diabetic retinopathy": ("diabetic retinopathy",)},
+    size="16,266 retinal fundus photos of 8,524 patients",
     license="PhysioNet Credentialed Health Data License 1.5.0",
     citation="Nakayama et al., BRSET, PhysioNet 2023",
     access=ACCESS,

@@ -157,6 +157,7 @@ class DatasetCard:
     stratify_attribute: str | None = None
     prompt_templates: tuple[str, ...] = ()
     class_prompts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    size: str = ""  # the release's size as its provider publishes it (the copy at hand: `benchmark describe`)
     license: str = ""
     citation: str = ""
     access: str = ""
@@ -236,6 +237,7 @@ class DatasetCard:
                 "stratify": f"label x {self.stratify_attribute or (self.attributes[0].name if self.attributes else '-')}",
             },
             "prompts": {"templates": list(self.prompt_templates), "classes": {k: list(v) for k, v in self.class_prompts.items()}},
+            "size": self.size,
             "license": self.license,
             "citation": self.citation,
             "access": self.access,
@@ -249,7 +251,7 @@ class DatasetCard:
         }
 
 
-DATASETS: Registry[DatasetCard] = Registry("dataset")
+DATASETS: Registry[DatasetCard] = Registry("dataset", plugins=True)
 
 
 def register(card: DatasetCard) -> DatasetCard:

@@ -122,6 +122,7 @@ register(DatasetCard(
     split_policy="patient",
     prompt_templates=("a chest X-ray {}.",),
     class_prompts={"no finding": ("with no finding",), "finding": ("with an abnormal finding",)},
+    size="224,316 chest radiographs of 65,240 patients",
     license="Stanford University School of Medicine CheXpert Dataset Research Use Agreement",
     citation="Irvin et al., CheXpert, AAAI 2019",
     access=ACCESS,

@@ -84,6 +84,7 @@ register(DatasetCard(
     split_policy="official",
     prompt_templates=("a fundus image of {}.",),
     class_prompts={"non-glaucoma": ("no glaucoma",), "glaucoma": ("glaucoma",)},
+    size="10,000 SLO fundus images with clinical notes",
     license="CC BY-NC-ND 4.0 (non-commercial research)",
     citation="Luo et al., FairCLIP, CVPR 2024",
     access=ACCESS,

@@ -64,6 +64,7 @@ register(DatasetCard(
     split_policy="patient",
     prompt_templates=("a clinical photo of a {} skin condition.",),
     class_prompts={"non-malignant": ("benign",), "malignant": ("malignant",)},
+    size="16,577 clinical images",
     license="CC BY-NC-SA 3.0 (annotations); images under their sources' terms",
     citation="Groh et al., CVPR Workshops 2021",
     access=ACCESS,

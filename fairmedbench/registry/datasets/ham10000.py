@@ -101,6 +101,7 @@ register(DatasetCard(
     split_policy="patient",
     prompt_templates=("a dermoscopy image of a {} skin lesion.",),
     class_prompts={"benign": ("benign",), "malignant": ("malignant",)},
+    size="10,015 dermoscopic images",
     license="CC BY-NC-SA 4.0",
     citation="Tschandl, Rosendahl & Kittler, Sci Data 5, 180161 (2018)",
     access=ACCESS,

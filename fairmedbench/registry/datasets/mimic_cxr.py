@@ -120,6 +120,7 @@ register(DatasetCard(
     split_policy="official",
     prompt_templates=("a chest X-ray {}.",),
     class_prompts={"no finding": ("with no finding",), "finding": ("with an abnormal finding",)},
+    size="377,110 chest X-ray images from 227,835 studies of 65,379 patients",
     license="PhysioNet Credentialed Health Data License 1.5.0",
     citation="Johnson et al., MIMIC-CXR-JPG, 2019; Johnson et al., MIMIC-IV, Sci Data 2023",
     access=ACCESS,

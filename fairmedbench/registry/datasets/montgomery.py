@@ -81,6 +81,7 @@ register(DatasetCard(
     split_policy="patient",
     prompt_templates=("a chest X-ray {}.",),
     class_prompts={"normal": ("of normal lungs",), "tuberculosis": ("with tuberculosis",)},
+    size="138 frontal chest X-rays (80 normal, 58 tuberculosis)",
     license="public (NLM); cite Jaeger et al. 2014",
     citation="Jaeger et al., Quant Imaging Med Surg 4(6), 2014",
     access=ACCESS,

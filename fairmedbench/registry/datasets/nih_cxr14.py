@@ -77,6 +77,7 @@ register(DatasetCard(
     split_policy="official",
     prompt_templates=("a chest X-ray {}.",),
     class_prompts={"no finding": ("with no finding",), "finding": ("with an abnormal finding",)},
+    size="112,120 frontal chest X-rays of 30,805 patients (official test list: 25,596 images)",
     license="public (NIH Clinical Center); cite Wang et al. CVPR 2017",
     citation="Wang et al., ChestX-ray8, CVPR 2017",
     access=ACCESS,

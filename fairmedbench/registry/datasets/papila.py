@@ -86,6 +86,7 @@ register(DatasetCard(
     split_policy="patient",
     prompt_templates=("a fundus image of {}.",),
     class_prompts={"normal": ("a normal eye",), "glaucoma": ("glaucoma",)},
+    size="488 fundus images, both eyes of 244 patients",
     license="CC BY 4.0",
     citation="Kovalyk et al., PAPILA, Sci Data 9, 291 (2022)",
     access=ACCESS,

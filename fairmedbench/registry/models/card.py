@@ -103,7 +103,7 @@ def smoke_sized(card: ModelCard, image_size: int | None, random_weights: bool) -
     return dataclasses.replace(card, preprocessing=dataclasses.replace(card.preprocessing, size=image_size))
 
 
-MODELS: Registry[ModelCard] = Registry("model")
+MODELS: Registry[ModelCard] = Registry("model", plugins=True)
 
 
 def register(card: ModelCard) -> ModelCard:

@@ -1,0 +1,233 @@
+"""`benchmark verify BUNDLE`: re-run a submitted model from its declared weights on a seeded sample of the board's
+test items and check that it gives the submitted per-sample scores; only then is a board row `verified`.
+
+How each result is re-run: its RunConfig is rebuilt from the result document's spec (model, dataset, attributes,
+usage, hyperparameters, mitigation, split, threshold, profile) and resolved here, so the data fingerprint, split
+fingerprint and weights identity must come out equal to the submitted ones; then the task's own runner (the
+function `benchmark run` uses) runs on the same split with its test part replaced by the sample. Zero-shot
+usages (sam-prompt on LiteMedSAM, clip-zs) score the sampled items directly. A learned head (lp, ...) is
+re-trained with the declared seed on the declared train and validation splits, so the training items are encoded
+again; we chose re-training over shipping the head's weights because it also proves the head was fit on the
+train split (a head fit to the test labels would otherwise verify). Every validation score (free: re-training
+computes them) and every sampled test score must match.
+
+The re-run is in fp32 on the chosen device. Tolerance (absolute, on probabilities or per-sample DSC): by default
+`leaderboards.tiers.TOLERANCE[the precision the run recorded]`: 1e-4 for an fp32 run (what remains is summation
+order across machines and BLAS builds, ~1e-6 on scores, amplified by a head re-trained for up to 200 epochs),
+0.05 for a bf16 run (bf16 keeps 8 significant bits: 2^-9 relative rounding per operation through a deep encoder
+moves features by about 1%; measured here, a bf16 CPU run against its fp32 re-run: up to 0.032 on linear-probe
+probabilities of a random-weight ResNet-50, 0.0087 on LiteMedSAM box-prompted DSC/IoU). A forged score vector
+(scores ~ labels) differs from a real model's by far more (0.3 and above in the tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairmedbench import __version__
+from fairmedbench.errors import InputError, MissingResourceError
+
+DEFAULT_SAMPLE = 64
+# identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
+OWN_FIELDS = ("precision", "n_boot", "seeds", "seed", "engine")
+
+
+@dataclasses.dataclass
+class Verification:
+    """The outcome: passed or not, one record per entry, and the lines the CLI prints."""
+
+    passed: bool
+    record: dict[str, Any]
+    recorded_at: Path | None = None
+
+    def lines(self) -> list[str]:
+        """One line per entry and a closing verdict."""
+        out = []
+        for key, e in self.record["entries"].items():
+            diff = "n/a" if e["max_abs_diff"] is None else f"{e['max_abs_diff']:.3g}"
+            out.append(f"{key}: {'passed' if e['passed'] else 'FAILED'} ({e['n_compared']} scores compared, max |diff| "
+                       f"{diff}, tolerance {e['tolerance']:g})" + "".join(f"; {r}" for r in e["reasons"]))
+        out.append(("verified" if self.passed else "not verified") + (f"; recorded in {self.recorded_at}"
+                                                                       if self.recorded_at else "; not recorded "
+                                                                       "(not a stored submission: submit it first)"))
+        return out
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def sample_ids(test_ids: list[str], n: int, seed: int) -> list[str]:
+    """A seeded random sample of n test ids (all when there are fewer), drawn from the sorted ids, sorted."""
+    ids = sorted(test_ids)
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(len(ids), size=min(n, len(ids)), replace=False)
+    return sorted(ids[i] for i in pick)
+
+
+def spec_from_document(doc_spec: dict[str, Any], weights: str | None) -> Any:
+    """The RunSpec that resolves to the document's RunConfig, in fp32 without bootstrap, for its one seed."""
+    from fairmedbench.metrics.profiles import get_profile
+    from fairmedbench.spec import RunSpec
+
+    if doc_spec.get("split_seed") == -1:
+        raise InputError("the run used an imported split file; verification re-draws the dataset's own split only")
+    if doc_spec.get("sampling"):
+        raise InputError(f"the run sampled its splits ({doc_spec['sampling']}); verification replaces the test split "
+                         "by a sample of it, which a sampled run would draw differently (board runs are unsampled)")
+    names = {f.name for f in dataclasses.fields(RunSpec)} - {"weights", "precision", "n_boot", "seeds", "hparams",
+                                                               "split_file"}
+    kw = {k: doc_spec[k] for k in names if k in doc_spec and doc_spec[k] is not None}
+    kw["attributes"] = tuple(kw.get("attributes", ()))
+    if not get_profile(doc_spec.get("profile", "default")).accepts_threshold:
+        kw.pop("threshold", None)
+    hparams = {**doc_spec.get("train_hparams", {}), **doc_spec.get("usage_hparams", {}),
+               **doc_spec.get("mitigation_hparams", {})}
+    return RunSpec(**kw, weights=weights, precision="fp32", n_boot=0, seeds=(int(doc_spec["seed"]),),
+                   hparams=hparams)
+
+
+def _weights_arg(doc_spec: dict[str, Any], weights: str | None) -> str | None:
+    """--weights for the re-run: the seeded random init the run recorded, else what the verifier gave (None: the
+    card's default source: package, hub cache or URL download)."""
+    w = str(doc_spec.get("weights", ""))
+    if w.startswith("random:seed="):
+        return f"random:{w.split('=', 1)[1]}"
+    return weights
+
+
+def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any) -> tuple[Any, list[str]]:
+    """Re-run one result document's config on the sampled test ids; (predictions frame, problems)."""
+    import pandas as pd
+
+    from fairmedbench.adapters import RunContext
+    from fairmedbench.benchmark.resolve import resolve_run
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.models import load_model
+
+    spec = spec_from_document(doc["spec"], _weights_arg(doc["spec"], weights))
+    resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=True)
+    mine, theirs = resolved.config.identity(), doc["spec"]
+    differ = sorted(k for k in set(mine) | set(theirs) if k not in OWN_FIELDS and mine.get(k) != theirs.get(k))
+    if differ:
+        return None, [f"the re-run resolves differently from the submitted run in {', '.join(differ)} (submitted "
+                      + "; ".join(f"{k}={str(theirs.get(k))[:40]}" for k in differ[:3]) + ")"]
+    split, ds = resolved.split, resolved.dataset
+    test_ids = set(split.ids["test"])
+    absent = [i for i in ids if i not in test_ids]
+    if absent:
+        return None, [f"{len(absent)} sampled id(s) are not in the resolved test split, e.g. {absent[0]!r}"]
+    index = {str(s): i for i, s in enumerate(ds.samples["sample_id"].astype(str))}
+    sample = Split({**split.ids, "test": tuple(ids)}, split.policy, split.seed, split.dataset,
+                   split.dataset_fingerprint, {**split.positions,
+                                                "test": np.array([index[i] for i in ids], dtype=np.int64)})
+    config = resolved.config
+    model = load_model(config.model, spec.weights, device=resolved.device, verify=True)
+    checked = resolved.checked
+    info = {"dataset": {"name": config.dataset}, "model": {"name": config.model, "weights": model.weights.identity},
+            "precision": config.precision}
+    ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=None,
+                     batch_size=opts.batch_size, num_workers=opts.num_workers, dataset_card=checked.dataset_card,
+                     hparams=config.hparams, progress=opts.progress)
+    with tempfile.TemporaryDirectory(prefix="fmb-verify-") as tmp:
+        runner = checked.task.run()
+        runner(config, checked.usage, model, ds, sample, ctx, dataclasses.replace(opts, force=True), Path(tmp),
+               info, 0.0)
+        frame = pd.read_parquet(Path(tmp) / f"seed{config.seeds[0]}.predictions.parquet")
+    return frame, []
+
+
+def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tuple[int, float | None, list[str]]:
+    """(values compared, max |diff|, problems) between submitted and re-run scores: sampled test ids and all val."""
+    cols = block["columns"]
+    score_cols = list(cols["scores"]) + ([] if cols.get("labels") else ["iou"])  # segmentation: DSC and IoU
+    key = [cols["split"], cols["id"]]
+    want = sub[(sub[cols["split"]] == "val") | sub[cols["id"]].astype(str).isin(ids)]
+    got = again.set_index(key)
+    missing = [i for i in want.set_index(key).index if i not in got.index]
+    if missing:
+        return 0, None, [f"the re-run has no score for {len(missing)} submitted item(s), e.g. {missing[0]}"]
+    a = want.set_index(key)[score_cols].to_numpy(dtype=np.float64)
+    b = got.loc[want.set_index(key).index, score_cols].to_numpy(dtype=np.float64)
+    return int(a.size), float(np.max(np.abs(a - b))) if a.size else None, []
+
+
+def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+                  tolerance: float | None = None, weights: str | None = None, opts: Any = None) -> Verification:
+    """Re-run every result of `bundle` (a stored submission or a bundle folder) on a seeded sample of its test ids;
+    record the outcome beside submission.json when the bundle is a stored submission."""
+    import pandas as pd
+
+    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
+    from fairmedbench.leaderboards.suites import get_suite
+    from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
+    from fairmedbench.registry.models import MODELS
+
+    bundle = Path(bundle)
+    if not (bundle / "model.json").is_file() or not (bundle / "suite.json").is_file():
+        raise MissingResourceError(f"{bundle}: not a bundle (no model.json and suite.json); give a bundle folder "
+                                   "or a stored submission (leaderboards/<board>/submissions/<model>/<revision>)")
+    if sample < 1:
+        raise InputError(f"--sample must be at least 1, got {sample}")
+    if tolerance is not None and not (0 <= tolerance < 1):
+        raise InputError(f"--tolerance is an absolute difference of scores in [0, 1), got {tolerance}")
+    model, suite_doc = _read(bundle / "model.json"), _read(bundle / "suite.json")
+    suite = get_suite(board or suite_doc["name"])
+    if model["name"] not in MODELS:
+        raise InputError(f"model {model['name']!r} has no registered card, so it cannot be re-run here; its rows "
+                         "stay self-reported (register the card and its loader to make it verifiable)")
+    stored = (bundle / SUBMISSION_FILE).is_file()
+    if not stored:  # a stored submission passed these checks when it was accepted
+        reasons, _, _ = validate_bundle(bundle, suite)
+        if reasons:
+            raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
+                             "`benchmark submit` lists every problem")
+    opts = opts or RunOptions(cache_dir=None)
+    entries: dict[str, Any] = {}
+    for entry in suite.entries:
+        folder = bundle / "results" / entry.key
+        if not folder.is_dir():
+            continue
+        rec: dict[str, Any] = {"passed": False, "reasons": [], "n_compared": 0, "max_abs_diff": None, "seeds": {}}
+        for k in entry.seeds:
+            doc = _read(folder / f"seed{k}.json")
+            block = doc["predictions"]
+            sub = pd.read_parquet(folder / block["file"])
+            ids = sample_ids(sub.loc[sub[block["columns"]["split"]] == "test", block["columns"]["id"]].astype(str)
+                             .tolist(), sample, seed)
+            # an unknown precision gets the widest default (bf16's)
+            tol = tolerance if tolerance is not None else TOLERANCE.get(str(doc["spec"].get("precision")),
+                                                                        TOLERANCE["bf16"])
+            rec["tolerance"] = tol
+            sha = model.get("weights_sha256")
+            if sha is not None and doc["spec"].get("weights") != sha:
+                problems, n, diff = [f"seed {k}: model.json's weights sha256 is not the run's weights"], 0, None
+            else:
+                frame, problems = _rerun(doc, ids, weights, opts)
+                n, diff, more = (0, None, []) if frame is None else _compare(sub, frame, ids, block)
+                problems = [f"seed {k}: {p}" for p in problems + more]
+            if diff is not None and diff > tol:
+                problems.append(f"seed {k}: scores differ by up to {diff:.3g} (tolerance {tol:g})")
+            rec["seeds"][str(k)] = {"sample_ids": ids, "n_compared": n, "max_abs_diff": diff}
+            rec["reasons"] += problems
+            rec["n_compared"] += n
+            if diff is not None:
+                rec["max_abs_diff"] = max(diff, rec["max_abs_diff"] or 0.0)
+        rec["passed"] = not rec["reasons"] and rec["n_compared"] > 0
+        entries[entry.key] = rec
+    if not entries:
+        raise InputError(f"{bundle}: answers no entry of suite {suite.name!r}; nothing to verify")
+    record = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "engine": f"fairmedbench {__version__}", "sample": sample, "seed": seed, "precision": "fp32",
+              "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),
+              "entries": entries}
+    path = write_verification(bundle, record) if stored else None
+    return Verification(record["passed"], record, path)
