@@ -225,10 +225,13 @@ def _entry_label(r: Any, multi_usage: bool, multi_attr: bool) -> str:
     return label
 
 
-def _img(paths: Sequence[Path], alt: str) -> dict[str, Any]:
+def _img(paths: Sequence[Path], alt: str) -> Any:
+    """The PNG of a saved figure as the pages' shared Img component (a data: URI), its files named in the caption."""
+    from fairmedbench.report.html import Img
+
     png = next(p for p in paths if p.suffix == ".png")
-    return {"src": "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode(), "alt": alt,
-            "files": [p.name for p in paths]}
+    uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+    return Img(uri, f"{alt} ({', '.join(p.name for p in paths)})")
 
 
 @dataclass
@@ -237,15 +240,25 @@ class _Section:
     title: str
     note: str | None = None
     text: list[str] = field(default_factory=list)
-    figures: list[dict[str, Any]] = field(default_factory=list)
-    tables: list[dict[str, Any]] = field(default_factory=list)
+    figures: list[Any] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)
 
 
-def _table(caption: str, frame: Any) -> dict[str, Any]:
-    return {"caption": caption, "columns": [str(c) for c in frame.columns],
-            "rows": [["" if v is None else "—" if isinstance(v, float) and not math.isfinite(v) else
-                      f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
-                     for row in frame.itertuples(index=False)]}
+def _table(caption: str, frame: Any) -> Any:
+    """A DataFrame as the pages' shared Table component (numbers right-aligned, undefined shown as —)."""
+    from fairmedbench.report.html import Cell, Table
+
+    def cell(v: Any) -> Any:
+        if v is None:
+            return Cell("")
+        if isinstance(v, float):
+            return Cell("—" if not math.isfinite(v) else f"{v:.4g}", "num")
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            return Cell(str(v), "num")
+        return Cell(str(v))
+
+    return Table([str(c) for c in frame.columns], [[cell(v) for v in row] for row in frame.itertuples(index=False)],
+                 caption, css="wide")
 
 
 # ----------------------------------------------------------------------------------------------- sections
@@ -261,7 +274,7 @@ class _Builder:
         self.base = self.first[self.first["train_group_share"].isna() & self.first["prevalence"].isna()]
         self.erm = self.base[self.base["mitigation"] == "erm"]
 
-    def _save(self, paths: list[Path], alt: str) -> dict[str, Any]:
+    def _save(self, paths: list[Path], alt: str) -> Any:
         self.figures.extend(paths)
         return _img(paths, alt)
 

@@ -209,7 +209,7 @@ def test_page_in_chromium_leads_with_the_answers(study: dict[str, Any]) -> None:
         # every figure decoded (an inline PNG that failed to load has naturalWidth 0)
         widths = driver.execute_script("return [...document.images].map(i => i.naturalWidth)")
         assert widths and all(w > 0 for w in widths)
-        assert not driver.find_element("css selector", "details.provenance-block").get_attribute("open")
+        assert not driver.find_element("css selector", "details.provenance").get_attribute("open")
     finally:
         driver.quit()
 

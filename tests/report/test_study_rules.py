@@ -33,7 +33,7 @@ def test_bias_needs_the_seed_interval_and_every_bootstrap_interval_to_exclude_0(
     b._bias_answer(rows, _names("classification"), "classification", sec)
     assert b.answers[0].startswith("Bias exists in 3 of 6 FM × dataset configurations")
     table = sec.tables[0]
-    bias = {r[0]: r[-1] for r in table["rows"]}
+    bias = {r[0].text: r[-1].text for r in table.rows}
     assert bias == {"a": "yes", "b": "no", "c": "no", "d": "yes", "e": "no", "f": "yes"}
 
 
