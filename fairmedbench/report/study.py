@@ -148,6 +148,7 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
             vals[k] = (rec["value"], rec["ci_low"], rec["ci_high"], rec["n"])
         per_seed.append(vals)
     tasks = list(dict.fromkeys(k[0] for k in keys))
+    small = {(r.task, r.attribute): ",".join(r.small_groups) for r in results[0].fairness().reports}
     seeds = [r.seed for r in results]
     rows = []
     for k in keys:
@@ -158,7 +159,8 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
         s = seed_summary(ok, bounds=_bounds(metric)) if ok.size else None
         scope = "overall" if group == OVERALL else "between" if group == GAP else "group"
         rows.append({**cols, "run_id": run_id, "task_kind": kind, "task": task, "task_index": tasks.index(task),
-                     "attribute": attribute, "metric": metric, "scope": scope,
+                     "attribute": attribute, "small_groups": small.get((task, attribute), ""),
+                     "metric": metric, "scope": scope,
                      "group": None if scope != "group" else group,
                      "mean": s.mean if s else math.nan, "std": s.std if s else math.nan,
                      "ci_low": s.ci_low if s else math.nan, "ci_high": s.ci_high if s else math.nan,
@@ -311,25 +313,31 @@ class _Builder:
         """A configuration shows bias when the signed group difference's interval across seeds AND every seed's
         test-set bootstrap interval exclude 0 on the same side (both sampling errors count)."""
         diff = sub[(sub["metric"] == names["diff"].name) & (sub["scope"] == "between")]
-        rows, hits = [], 0
+        rows, hits, small = [], 0, 0
         for _, r in diff.iterrows():
             sides = {_excludes_0(lo, hi) for lo, hi in zip(r["seed_ci_low"], r["seed_ci_high"])}
             seed_side = _excludes_0(r["ci_low"], r["ci_high"]) if r["n_seeds"] > 1 else None
             side = sides.pop() if len(sides) == 1 else 0
             biased = side != 0 and seed_side in (None, side)
+            verdict = "yes" if biased else "no"
+            if r["small_groups"]:  # a bootstrap of a group below min_group_size is not evidence either way
+                verdict, biased = f"not counted: small group ({r['small_groups']})", False
+                small += 1
             hits += biased
             rows.append({"model": r["model"], "dataset": r["dataset"], "usage": r["usage"],
                          "attribute": r["attribute"], names["diff"].name: _fmt(r["mean"], r["ci_low"], r["ci_high"]),
-                         "n_seeds": r["n_seeds"], "bias": "yes" if biased else "no"})
+                         "n_seeds": r["n_seeds"], "bias": verdict})
         if not rows:
             return
         import pandas as pd
 
         pairs = diff[["model", "dataset"]].drop_duplicates()
+        left_out = (f"; {small} configuration(s) with a group below the minimum group size are not counted"
+                    if small else "")
         self.answers.append(
-            f"Bias exists in {hits} of {len(rows)} FM × dataset configurations ({kind}; {len(pairs)} FM × dataset "
-            f"pairs, each usage and two-group attribute counted once): the {names['diff'].name} interval excludes "
-            "0 across seeds and in every seed's test-set bootstrap.")
+            f"Bias exists in {hits} of {len(rows) - small} FM × dataset configurations ({kind}; {len(pairs)} FM × "
+            f"dataset pairs, each usage and two-group attribute counted once): the {names['diff'].name} interval "
+            f"excludes 0 across seeds and in every seed's test-set bootstrap{left_out}.")
         sec.tables.append(_table(f"signed group difference ({names['diff'].name}: second group − first) per "
                                  "configuration; bias = its interval across seeds and every seed's bootstrap "
                                  "interval exclude 0", pd.DataFrame(rows)))
@@ -379,12 +387,15 @@ class _Builder:
                 groups = sorted(g["group"].unique())
                 if len(groups) != 2 or g["model"].nunique() < 2:
                     continue
-                piv = g.pivot_table(index="model", columns="group", values=["mean", "ci_low", "ci_high"],
-                                    aggfunc="first")
                 a, b = groups
-                rows = [{"label": m, "a": piv.loc[m, ("mean", a)], "a_lo": piv.loc[m, ("ci_low", a)],
-                         "a_hi": piv.loc[m, ("ci_high", a)], "b": piv.loc[m, ("mean", b)],
-                         "b_lo": piv.loc[m, ("ci_low", b)], "b_hi": piv.loc[m, ("ci_high", b)]} for m in piv.index]
+                rows = []
+                for model, gm in g.groupby("model", sort=True):
+                    ra, rb = gm[gm["group"] == a], gm[gm["group"] == b]
+                    if ra.empty or rb.empty:
+                        continue
+                    ra, rb = ra.iloc[0], rb.iloc[0]
+                    rows.append({"label": model, "a": ra["mean"], "a_lo": ra["ci_low"], "a_hi": ra["ci_high"],
+                                 "b": rb["mean"], "b_lo": rb["ci_low"], "b_hi": rb["ci_high"]})
                 decided = [r for r in rows if math.isfinite(r["a"]) and math.isfinite(r["b"]) and r["a"] != r["b"]]
                 k = sum(r["b"] > r["a"] for r in decided)
                 n = len(decided)
@@ -477,11 +488,16 @@ class _Builder:
                 res = self._friedman(sub, names[key], "model", ["dataset", "usage", "prompt", "attribute"], sec,
                                      f"FMs by {names[key].header} ({kind})", f"cd-models-{key}-{kind}")
                 if res and key == "gap":
-                    order = sorted(res.avg_ranks.items(), key=lambda kv: kv[1])
+                    ranks = res.avg_ranks
+                    lo, hi = min(ranks.values()), max(ranks.values())
+                    best = ", ".join(m for m, r in ranks.items() if r == lo)
+                    worst = ", ".join(m for m, r in ranks.items() if r == hi)
                     self.answers.append(
-                        f"Fairest FM by {names['gap'].header} ({kind}): {order[0][0]} (average rank "
-                        f"{order[0][1]:.2f} over {res.n_datasets} dataset blocks); least fair: {order[-1][0]} "
-                        f"(average rank {order[-1][1]:.2f}); Friedman p = {_p(res.p_value)}.")
+                        f"FMs by {names['gap'].header} ({kind}, {res.n_datasets} dataset blocks): all tie at average "
+                        f"rank {lo:.2f}." if lo == hi else
+                        f"Fairest FM by {names['gap'].header} ({kind}): {best} (average rank {lo:.2f} over "
+                        f"{res.n_datasets} dataset blocks); least fair: {worst} (average rank {hi:.2f}); Friedman "
+                        f"p = {_p(res.p_value)}.")
                 done.append(res)
             base = self.base[self.base["task_kind"] == kind]
             if base["mitigation"].nunique() > 1:
