@@ -37,9 +37,11 @@ def _add_evaluate(sub: Any) -> None:
                           "a `source` column")
     src.add_argument("--demo", action="store_true", help="the built-in demo predictions (injected sex disparity)")
     p.add_argument("--label", action="append", type=_csv_list, metavar="COLS",
-                   help="label column(s), 0/1; several = a multi-label task, reported per column")
+                   help="label column(s), 0/1; several = multi-label, reported per column; one with several "
+                        "--score columns = multi-class (class index or name)")
     p.add_argument("--score", action="append", type=_csv_list, metavar="COLS",
-                   help="score column(s): probabilities in [0,1], one per label column, same order")
+                   help="score column(s) or a pattern ('score:*'): one per label column (same order), or one per "
+                        "class (or one list column) for a multi-class label")
     p.add_argument("--attribute", action="append", type=_csv_list, metavar="COLS",
                    help="sensitive attribute column(s), e.g. sex,age")
     p.add_argument("--bins", action="append", default=[], metavar="NAME=E0,E1,..",

@@ -32,7 +32,7 @@ def test_env_plugin_is_loaded_once_and_only_when_a_registry_is_consulted(tmp_pat
     out = _python(code, tmp_path, FMB_PLUGINS=" my_plugin ,")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["before lookup", "plugin imported", "True 1",
-                                       "['classification', 'segmentation']"]
+                                       "['classification', 'segmentation', 'multiclass']"]
 
 
 def test_entry_point_plugin_of_an_installed_package(tmp_path: Path) -> None:

@@ -46,10 +46,11 @@ class Prepared:
 
 
 class Usage:
-    """Base of usage adapters: a name, the task it serves and the model capabilities it needs."""
+    """Base of usage adapters: a name, the tasks it serves and the model capabilities it needs."""
 
     name = ""
-    task = "classification"
+    task = "classification"  # the task it serves first
+    also_tasks: tuple[str, ...] = ()  # further tasks the same head serves (lp, lora: multiclass with a softmax)
     requires: tuple[str, ...] = ()
     about = ""
     # this usage's own hyperparameters with their defaults (typed by engine.hparams; read from ctx.hparams)
@@ -59,6 +60,19 @@ class Usage:
     learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
     volumes = False  # classification: whether it runs on 3D volumes slice by slice (2.5D, adapters.volumes)
     caches_features = False  # classification: whether `prepare` reads frozen image features from the feature cache
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Every task this usage serves, its first task first."""
+        return (self.task, *self.also_tasks)
+
+    def task_for(self, dataset_tasks: tuple[str, ...] | list[str]) -> str:
+        """The task a run of this usage on a dataset offering `dataset_tasks` is: the first of the dataset's
+        tasks this usage serves (the dataset card's order decides)."""
+        for t in dataset_tasks:
+            if t in self.tasks:
+                return t
+        return self.task
 
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
@@ -74,7 +88,7 @@ class Usage:
 
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""
-        return {"name": self.name, "task": self.task, "requires": list(self.requires), "learns": self.learns,
+        return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires), "learns": self.learns,
                 "hparams": dict(self.hparams), "about": self.about}
 
 
@@ -82,6 +96,6 @@ USAGES: Registry[Usage] = Registry("usage", plugins=True)
 
 
 def compatible_usages(capabilities: tuple[str, ...] | list[str], tasks: tuple[str, ...] | list[str]) -> list[str]:
-    """Usages whose task the dataset offers and whose needs the model's capabilities cover."""
+    """Usages serving a task the dataset offers and whose needs the model's capabilities cover."""
     return [n for n in USAGES.names()
-            if USAGES.get(n).task in tasks and set(USAGES.get(n).requires) <= set(capabilities)]
+            if set(USAGES.get(n).tasks) & set(tasks) and set(USAGES.get(n).requires) <= set(capabilities)]

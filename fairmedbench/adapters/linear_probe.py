@@ -39,6 +39,7 @@ class LinearProbe(Usage):
 
     name = "lp"
     task = "classification"
+    also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)
     about = "linear probe on cached frozen image features"
     learns = True

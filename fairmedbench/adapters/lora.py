@@ -161,6 +161,7 @@ class LoRAFineTune(Usage):
 
     name = "lora"
     task = "classification"
+    also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)
     about = "peft LoRA on the image tower's attention + a linear head, trained on pixels"
     hparams = MappingProxyType({**LORA_DEFAULTS, "lora_targets": None})

@@ -79,7 +79,7 @@ def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...],
     for dataset in datasets:
         card = get_card(dataset)
         for usage in usages:
-            metric = get_task(USAGES.get(usage).task).headline
+            metric = get_task(USAGES.get(usage).task_for(card.tasks)).headline
             wanted = [e for e in card.expected_disparities if e["metric"] == metric]
             attrs = tuple(dict.fromkeys(e["attribute"] for e in wanted)) or ("sex",)
             spec = RunSpec(model=model, dataset=dataset, attributes=attrs, usage=usage, seeds=seeds,

@@ -220,12 +220,19 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on classification predictions, not on --masks")
         result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins)
+        kind = "evaluate-segmentation"
+    elif multiclass_scores(df, opts, source):
+        if opts.test_resample or opts.report:
+            raise InputError("--test-resample and --report work on binary classification predictions, not on "
+                             "multi-class ones")
+        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, bins)
+        kind = "evaluate-multiclass"
     else:
         result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress, bins)
+        kind = "evaluate-classification"
     t_metrics = time.perf_counter() - t0 - t_read
     spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}}
-    doc = store.result_document("evaluate-segmentation" if opts.masks else "evaluate-classification", spec,
-                                result.to_dict(), inputs, {"read": t_read, "metrics": t_metrics})
+    doc = store.result_document(kind, spec, result.to_dict(), inputs, {"read": t_read, "metrics": t_metrics})
     doc["notes"] = notes
     if resampled is not None:
         doc["test_resample"] = {**resampled.sample.to_dict(), "result": resampled.result.to_dict()}
@@ -343,6 +350,112 @@ def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: Any, resolved:
         columns["age_col"] = opts.age_column
     return resample_test_set(spec, names[attr.codes], y, ids, opts.seed,
                              df[opts.age_column][test] if spec.method == "matched" else None, columns)
+
+
+def _expand_scores(df: Columns, patterns: list[str], source: str) -> list[str]:
+    """Score columns with glob patterns ('score:*') expanded against the file's columns, in the file's order."""
+    from fnmatch import fnmatchcase
+
+    out: list[str] = []
+    for pat in patterns:
+        if any(ch in pat for ch in "*?[") and pat not in df.columns:
+            hits = [c for c in df.columns if fnmatchcase(c, pat)]
+            if not hits:
+                raise InputError(f"--score {pat!r} matches no column of {source}; its columns are: "
+                                 f"{', '.join(df.columns[:30])}")
+            out += [c for c in hits if c not in out]
+        elif pat not in out:
+            out.append(pat)
+    return out
+
+
+def _list_scores(values: np.ndarray, what: str) -> np.ndarray | None:
+    """A list column (Parquet lists, or '[p0, p1, ...]' text) as an (n, C) array; None for a plain column."""
+    import json
+
+    first = values[0] if len(values) else None
+    if isinstance(first, str) and first.lstrip().startswith("["):
+        try:
+            values = np.array([json.loads(v) for v in values], dtype=object)
+        except (TypeError, ValueError):
+            raise InputError(f"{what}: text that starts with '[' but is not a JSON list of numbers") from None
+        first = values[0]
+    if not isinstance(first, (list, tuple, np.ndarray)):
+        return None
+    lengths = {len(v) if isinstance(v, (list, tuple, np.ndarray)) else -1 for v in values}
+    if len(lengths) != 1 or -1 in lengths:
+        raise InputError(f"{what}: every row needs a list of the same number of class probabilities")
+    try:
+        return np.array([list(v) for v in values], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{what}: class probabilities must be numbers") from None
+
+
+def multiclass_scores(df: Columns, opts: EvaluateOptions, source: str) -> bool:
+    """Whether the scores are one multi-class prediction: one label column and several score columns (or a
+    pattern matching several), or one list column. Expands the patterns in `opts.scores` in place."""
+    if opts.scores:
+        opts.scores = _expand_scores(df, opts.scores, source)
+    if len(opts.labels) != 1 or not opts.scores:
+        return False
+    if len(opts.scores) > 1:
+        return True
+    _columns(df, opts.scores, "score", source)
+    return _list_scores(df[opts.scores[0]][:1], f"score column {opts.scores[0]!r}") is not None
+
+
+def _class_index(values: np.ndarray, classes: list[str], what: str) -> np.ndarray:
+    """Integer class indices; text labels that name the classes are mapped to their position."""
+    if values.dtype.kind in "iuf":
+        return values
+    text = [str(v).strip() for v in values.tolist()]
+    if set(text) <= set(classes):
+        pos = {c: i for i, c in enumerate(classes)}
+        return np.array([pos[v] for v in text], dtype=np.int64)
+    try:
+        return np.array([float(v) for v in text])
+    except ValueError:
+        bad = sorted(set(text) - set(classes))[:5]
+        raise InputError(f"{what}: labels must be class indices 0..{len(classes) - 1} or the class names "
+                         f"{classes}, found {bad}") from None
+
+
+def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
+                notes: list[str], progress: Callable[[int, int, str], None] | None,
+                bins: dict[str, Any]) -> tuple[FairnessResult, dict[str, np.ndarray]]:
+    """One label column (class index or name) and the class probabilities: per-group multi-class metrics."""
+    from fairmedbench.metrics.multiclass import evaluate_multiclass
+
+    _columns(df, opts.labels + opts.scores, "label/score", source)
+    if len(opts.scores) == 1:
+        s = _list_scores(df[opts.scores[0]], f"score column {opts.scores[0]!r} in {source}")
+        classes = [str(k) for k in range(s.shape[1])]
+    else:
+        try:
+            s = np.column_stack([np.asarray(df[c], dtype=np.float64) for c in opts.scores])
+        except (TypeError, ValueError):
+            raise InputError(f"score columns {opts.scores} in {source}: class probabilities must be numbers") from None
+        prefix = "score:" if all(c.startswith("score:") for c in opts.scores) else ""
+        classes = [c[len(prefix):] for c in opts.scores]
+    y = _class_index(df[opts.labels[0]], classes, f"label column {opts.labels[0]!r} in {source}")
+    if opts.threshold is not None:
+        raise InputError("--threshold does not apply to multi-class predictions: the decision is the argmax")
+    if opts.profile != "default":
+        raise InputError(f"metric profile {opts.profile!r} defines binary conventions; multi-class predictions "
+                         "use the default profile (drop --profile)")
+    if val.any():
+        notes.append(f"{int(val.sum())} validation row(s) not used: a multi-class prediction is the argmax, "
+                     "no threshold is chosen")
+    attrs = {a: df[a][test] for a in opts.attributes}
+    result = evaluate_multiclass(y[test], s[test], attrs, classes=classes, task_name=opts.labels[0], bins=bins,
+                                 intersect=opts.intersect, n_boot=opts.n_boot, seed=opts.seed,
+                                 min_group_size=opts.min_group_size, logits=opts.logits, on_step=progress)
+    keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, *opts.labels, *opts.attributes])
+            if c and c in df.columns]
+    per_sample = df.rows(test, keep)
+    for k, c in enumerate(classes):
+        per_sample[f"score:{c}"] = s[test, k]
+    return result, per_sample
 
 
 def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,

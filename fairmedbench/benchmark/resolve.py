@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from fairmedbench.tasks.base import Task
 
 # The usage chosen when none is asked for: the first of these the model and dataset allow, per task.
-USAGE_PREFERENCE = {"classification": ("lp", "clip-zs", "clip-adapt", "lora"), "segmentation": ("sam-prompt",)}
+USAGE_PREFERENCE = {"classification": ("lp", "clip-zs", "clip-adapt", "lora"), "segmentation": ("sam-prompt",),
+                    "multiclass": ("lp", "lora")}
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard
     if spec.usage:
         usage = USAGES.get(spec.usage)
         if spec.usage not in possible:
-            why = (f"dataset {dataset_card.name!r} offers {', '.join(dataset_card.tasks)}, not {usage.task}"
-                   if usage.task not in dataset_card.tasks else
+            why = (f"dataset {dataset_card.name!r} offers {', '.join(dataset_card.tasks)}, not "
+                   f"{' or '.join(usage.tasks)}" if not set(usage.tasks) & set(dataset_card.tasks) else
                    f"model {model_card.name!r} can {', '.join(model_card.capabilities)}; {spec.usage!r} needs "
                    f"{', '.join(usage.requires)}")
             raise InputError(f"usage {spec.usage!r} cannot run here: {why}. Possible usages for this model "
@@ -99,7 +100,7 @@ def check_spec(spec: RunSpec) -> Checked:
     if not mcard.available:
         raise MissingResourceError(f"model {mcard.name!r} cannot be built in this version: {mcard.notes}")
     usage = USAGES.get(choose_usage(spec, mcard, dcard))
-    task = get_task(usage.task)
+    task = get_task(usage.task_for(dcard.tasks))
     attributes = tuple(spec.attributes) or tuple(a.name for a in dcard.attributes if not a.name.endswith("_bins"))
     for a in attributes:
         dcard.attribute(a)
@@ -107,7 +108,7 @@ def check_spec(spec: RunSpec) -> Checked:
         raise InputError(f"--attribute lists {', '.join(attributes)}: give each attribute once")
     MITIGATIONS.get(spec.mitigation)
     if spec.mitigation != "erm" and not usage.learns:
-        learning = [n for n in USAGES.names() if USAGES.get(n).task == task.name and USAGES.get(n).learns]
+        learning = [n for n in USAGES.names() if task.name in USAGES.get(n).tasks and USAGES.get(n).learns]
         raise InputError(f"mitigation {spec.mitigation!r} needs a usage that learns from the train split: "
                          f"{usage.name!r} learns nothing; use --usage {' or '.join(learning)}, or --mitigation erm")
     profile = get_profile(spec.profile)

@@ -1,5 +1,5 @@
-"""Multi-class / ordinal metrics: Cohen's kappa, per-sample uncertainty measures, and the
-uncertainty-based subgroup disparity of Mehta, Shui & Arbel (MIDL 2023).
+"""Multi-class / ordinal metrics: Cohen's kappa, per-sample uncertainty measures, the uncertainty-based subgroup
+disparity of Mehta, Shui & Arbel (MIDL 2023), and the per-group multi-class evaluation (`evaluate_multiclass`).
 
 Pure numpy. Definitions follow METRICS.md ("kappa" row and "Uncertainty-based subgroup disparity").
 """
@@ -9,11 +9,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from fairmedbench.errors import InputError
+from fairmedbench.metrics import bootstrap as bs
+from fairmedbench.metrics.auc import auc_from_sorted
+from fairmedbench.metrics.result import GAP, OVERALL, FairnessResult
 from fairmedbench.metrics.stats import group_labels
 
 UNCERTAINTY_MEASURES = ("naive", "variance", "entropy", "bhattacharyya")
@@ -274,3 +277,302 @@ def uncertainty_disparity(
         note = f"disparity undefined (fewer than two groups with a defined {pm}) at retention {missing}"
         note += "; delta is the mean over the remaining fractions" if vals else "; delta is NaN"
     return DisparityResult(delta, tuple(points), grid, PAIR_AGGREGATION, pm, tuple(uniq), undefined, note)
+
+
+# ---------------------------------------------------------------- multi-class fairness evaluation
+#
+# The same structure as the binary engine (metrics/classification.py): every metric comes from per-sample
+# weights (ones for the point value, resample counts for the bootstrap), the bootstrap is stratified by the
+# true class within each group (so each class's count per group is fixed), and the report is the binary
+# engine's AttributeReport with its gaps, small-group and CI notes. The prediction is the argmax of the
+# class probabilities (ties: lowest class index).
+
+MC_KAPPA = {"kappa": None, "kappa_linear": "linear", "kappa_quadratic": "quadratic"}
+MC_GAP_BASE = ("macro_auc", "balanced_accuracy", "accuracy", *MC_KAPPA)
+#: metrics whose best group is the reference of `<metric>_vs_best` (every one: all are higher-is-better)
+MC_VS_BEST = MC_GAP_BASE
+#: two-group attributes: `<metric>_diff` = second group - first, as the binary engine's (controls read these)
+MC_DIFF_BASE = ("macro_auc", "balanced_accuracy")
+
+
+def class_tpr_name(cls: str) -> str:
+    """The per-class TPR (recall) metric of class `cls`: 'tpr:<cls>'."""
+    return f"tpr:{cls}"
+
+
+def _kappa_weights(k: int, weights: str | None) -> np.ndarray:
+    idx = np.arange(k)
+    if weights is None:
+        return 1.0 - np.eye(k)
+    d = np.abs(idx[:, None] - idx[None, :]).astype(float)
+    return d if weights == "linear" else d**2
+
+
+class _MCBlock:
+    """One subset's samples (group or population): its confusion cells and, per class, the one-vs-rest
+    positives and negatives sorted by that class's probability."""
+
+    def __init__(self, y: np.ndarray, pred: np.ndarray, s: np.ndarray, k: int) -> None:
+        self.k = k
+        self.cell = np.zeros((len(y), k * k))
+        self.cell[np.arange(len(y)), y * k + pred] = 1.0
+        self.ovr = []
+        for c in range(k):
+            pos, neg = np.flatnonzero(y == c), np.flatnonzero(y != c)
+            op, on = np.argsort(s[pos, c], kind="stable"), np.argsort(s[neg, c], kind="stable")
+            sp, sn = s[pos, c][op], s[neg, c][on]
+            self.ovr.append((pos[op], neg[on], np.searchsorted(sn, sp, side="left"),
+                             np.searchsorted(sn, sp, side="right")))
+
+    def stats(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """Every per-subset metric for each row of weights `w` (B, n)."""
+        k = self.k
+        conf = (w @ self.cell).reshape(-1, k, k)  # (B, true, predicted)
+        total = conf.sum(axis=(1, 2))
+        rows, cols = conf.sum(axis=2), conf.sum(axis=1)
+        diag = np.diagonal(conf, axis1=1, axis2=2)
+        out: dict[str, np.ndarray] = {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            recall = diag / rows  # NaN for a class without samples
+            out["accuracy"] = diag.sum(axis=1) / total
+            present = rows > 0
+            out["balanced_accuracy"] = np.where(present.any(axis=1), np.nansum(recall, axis=1) / present.sum(axis=1),
+                                                np.nan)
+            expected = rows[:, :, None] * cols[:, None, :] / total[:, None, None]
+            for name, wt in MC_KAPPA.items():
+                wm = _kappa_weights(k, wt)
+                denom = (wm * expected).sum(axis=(1, 2))
+                # no expected disagreement (one class on both sides): kappa is undefined, never 0 or 1
+                out[name] = np.where(denom > 0, 1.0 - (wm * conf).sum(axis=(1, 2)) / denom, np.nan)
+            aucs = []
+            for pos, neg, lo, hi in self.ovr:
+                wn = w[:, neg]
+                cn = np.zeros((w.shape[0], len(neg) + 1))
+                np.cumsum(wn, axis=1, out=cn[:, 1:])
+                aucs.append(auc_from_sorted(w[:, pos], cn, lo, hi))
+            auc = np.stack(aucs, axis=1)  # (B, K); NaN for a class absent from the subset
+            n_def = np.isfinite(auc).sum(axis=1)
+            out["macro_auc"] = np.where(n_def > 0, np.nansum(auc, axis=1) / np.maximum(n_def, 1), np.nan)
+        out["_recall"] = recall
+        return out
+
+
+def _as_class_scores(y_score: Any, k: int | None, logits: bool) -> np.ndarray:
+    try:
+        s = np.asarray(y_score, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError("y_score: class probabilities must be numbers") from None
+    if s.ndim != 2 or s.shape[1] < 2 or s.shape[0] == 0:
+        raise InputError(f"y_score: expected (n, C) class probabilities with C >= 2 columns, got shape {s.shape}")
+    if k is not None and s.shape[1] != k:
+        raise InputError(f"y_score has {s.shape[1]} class columns but {k} classes are named; one column per class")
+    if not np.isfinite(s).all():
+        raise InputError(f"y_score: {int((~np.isfinite(s)).sum())} NaN or infinite value(s); every sample needs "
+                         "a finite probability per class")
+    if logits:
+        e = np.exp(s - s.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if s.min() < 0 or s.max() > 1:
+        raise InputError(f"y_score: class probabilities must be in [0, 1] (found min {s.min():g}, max "
+                         f"{s.max():g}); if these are logits, say so (--logits / logits=True: softmax)")
+    worst = float(np.abs(s.sum(axis=1) - 1.0).max())
+    if worst > 1e-3:
+        raise InputError(f"y_score: a sample's class probabilities must sum to 1 (softmax output); the largest "
+                         f"deviation is {worst:.3g}. Pass all C class columns, or logits with logits=True")
+    return s
+
+
+def _as_class_index(y_true: Any, k: int) -> np.ndarray:
+    arr = np.asarray(y_true)
+    if arr.ndim != 1 or arr.size == 0:
+        raise InputError(f"y_true: expected one integer class index per sample (1-D), got shape {arr.shape}")
+    try:
+        num = arr.astype(np.float64)
+    except (TypeError, ValueError):
+        raise InputError("y_true: class labels must be integer indices 0..C-1 (the score columns' order)") from None
+    if np.isnan(num).any():
+        raise InputError(f"y_true: {int(np.isnan(num).sum())} missing (NaN) labels; drop or fill those rows")
+    bad = (num != np.round(num)) | (num < 0) | (num >= k)
+    if bad.any():
+        raise InputError(f"y_true: labels must be integer class indices 0..{k - 1} (one per score column), found "
+                         f"{num[bad][0]:g}")
+    return num.astype(np.int64)
+
+
+def _mc_weights(rng: np.random.Generator, cells: list[list[np.ndarray]], b: int) -> list[np.ndarray]:
+    """Per group, (b, n_g) resample counts, drawn within each (group, true class) cell."""
+    out = []
+    for per_class in cells:
+        n_g = sum(len(ix) for ix in per_class)
+        w = np.zeros((b, n_g))
+        for ix in per_class:  # ix: positions inside the group
+            w[:, ix] = bs.resample_counts(rng, len(ix), b)
+        out.append(w)
+    return out
+
+
+def _mc_evaluate(blocks: list[_MCBlock], pop: _MCBlock, slots: list[np.ndarray], n: int, ws: list[np.ndarray],
+                 groups: list[str], classes: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    b = ws[0].shape[0] if ws else 1
+    w_all = np.zeros((b, n))
+    for sl, w in zip(slots, ws):
+        w_all[:, sl] = w
+    per: dict[str, dict[str, np.ndarray]] = {}
+    for g, blk, w in [(OVERALL, pop, w_all)] + list(zip(groups, blocks, ws)):
+        st = blk.stats(w)
+        for m, v in st.items():
+            if m == "_recall":
+                for c, cls in enumerate(classes):
+                    per.setdefault(class_tpr_name(cls), {})[g] = v[:, c]
+            else:
+                per.setdefault(m, {})[g] = v
+    return per
+
+
+def _mc_between(per: dict[str, dict[str, np.ndarray]], groups: list[str], defined: dict[str, list[str]],
+                best: dict[str, str], classes: list[str]
+                ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Gaps (max - min over defined groups), worst-group values, two-group differences, and per group the signed
+    difference to the group best on the point estimate (its identity fixed across resamples)."""
+    from fairmedbench.metrics.result import gap_stats, signed_differences
+
+    gaps: dict[str, np.ndarray] = {}
+    for m in MC_GAP_BASE + tuple(class_tpr_name(c) for c in classes):
+        gap, lo, _ = gap_stats(per[m], defined[m])
+        gaps[f"{m}_gap"] = gap
+        if m in ("macro_auc", "balanced_accuracy"):
+            gaps[f"worst_group_{m}"] = lo
+    for m, diff in signed_differences(per, groups, MC_DIFF_BASE).items():
+        both = all(g in defined[m[:-len("_diff")]] for g in groups)
+        gaps[m] = diff if both else np.full_like(diff, np.nan)
+    vs_best: dict[str, dict[str, np.ndarray]] = {}
+    for m in MC_VS_BEST:
+        if m in best:
+            vs_best[f"{m}_vs_best"] = {g: per[m][g] - per[m][best[m]] for g in defined[m]}
+    return gaps, vs_best
+
+
+def evaluate_multiclass(
+    y_true: Any,
+    y_score: Any,
+    attributes: Mapping[str, Any],
+    *,
+    classes: Sequence[str] | None = None,
+    task_name: str = "task",
+    bins: Mapping[str, Sequence[float]] | None = None,
+    intersect: bool = False,
+    n_boot: int = 2000,
+    seed: int = 0,
+    ci_level: float = 0.95,
+    min_group_size: int = 30,
+    logits: bool = False,
+    on_step: Callable[[int, int, str], None] | None = None,
+) -> FairnessResult:
+    """Multi-class metrics per attribute and group with stratified bootstrap CIs (METRICS.md, multi-class).
+
+    `y_true` (n,) integer class indices 0..C-1; `y_score` (n, C) class probabilities (rows sum to 1; logits with
+    `logits=True` go through the softmax); `classes` names the C columns (default '0'..'C-1'). Per group:
+    macro one-vs-rest AUC (mean over the classes present in the group), balanced accuracy, accuracy, Cohen's
+    kappa (unweighted, linear, quadratic) and per-class TPR `tpr:<class>` at the argmax; between groups:
+    `<m>_gap`, `worst_group_<m>`, per group `<m>_vs_best` (value minus the best group's) and, for two groups,
+    `<m>_diff` (second minus first, as in the binary engine).
+    """
+    from fairmedbench.metrics.classification import resolve_attributes
+
+    bs.check_settings(n_boot, ci_level, min_group_size)
+    s = _as_class_scores(y_score, None if classes is None else len(classes), logits)
+    k = s.shape[1]
+    names = [str(c) for c in classes] if classes is not None else [str(c) for c in range(k)]
+    if len(set(names)) != k:
+        raise InputError(f"classes: names repeat ({names}); give each class once")
+    y = _as_class_index(y_true, k)
+    if len(y) != len(s):
+        raise InputError(f"y_true has {len(y)} samples but y_score has {len(s)} rows; one row per sample")
+    pred = np.argmax(s, axis=1)
+    attrs = resolve_attributes(attributes, len(y), bins, intersect)
+    reports = []
+    for a in attrs:
+        reports.append(_mc_analyse(y, pred, s, a, names, task_name, n_boot, seed, ci_level, min_group_size))
+        if on_step is not None:
+            on_step(len(reports), len(attrs), f"{task_name} / {a.name}")
+    meta = {"kind": "multiclass", "profile": "default", "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
+            "ci_method": "percentile bootstrap, stratified by true class within each group; none for groups "
+                         "below min_group_size or degenerate resamples (ci_notes)",
+            "min_group_size": min_group_size, "classes": names, "prediction": "argmax of the class probabilities "
+            "(ties: lowest class index)", "macro_auc": "mean one-vs-rest AUC over the classes present in the "
+            "evaluated samples (ties count 1/2)", "n_samples": int(len(y)), "tasks": [task_name],
+            "attributes": [a.name for a in attrs]}
+    return FairnessResult(reports, meta)
+
+
+def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, classes: list[str], task: str,
+                n_boot: int, seed: int, ci_level: float, min_group_size: int) -> Any:
+    from fairmedbench.metrics.result import AttributeReport
+
+    keep = attr.codes >= 0
+    y, pred, s, codes = y[keep], pred[keep], s[keep], attr.codes[keep]
+    k, groups = len(classes), list(attr.groups)
+    slots = [np.flatnonzero(codes == g) for g in range(len(groups))]
+    blocks = [_MCBlock(y[sl], pred[sl], s[sl], k) for sl in slots]
+    pop = _MCBlock(y, pred, s, k)
+    cells = [[np.flatnonzero(y[sl] == c) for c in range(k)] for sl in slots]
+    point = _mc_evaluate(blocks, pop, slots, len(y), [np.ones((1, len(sl))) for sl in slots], groups, classes)
+    defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
+    best = {m: max(defined[m], key=lambda g: point[m][g][0]) for m in MC_VS_BEST if defined[m]}
+    gaps, vs_best = _mc_between(point, groups, defined, best, classes)
+
+    boot: dict[str, dict[str, list[np.ndarray]]] = {}
+    if n_boot > 0:
+        rng = bs.stable_seed(seed, task, attr.name)
+        for start, stop in bs.chunks(n_boot, len(y) * k):
+            ws = _mc_weights(rng, cells, stop - start)
+            res = _mc_evaluate(blocks, pop, slots, len(y), ws, groups, classes)
+            g_res, v_res = _mc_between(res, groups, defined, best, classes)
+            for m, per_g in list(res.items()) + list(v_res.items()):
+                for g, v in per_g.items():
+                    boot.setdefault(m, {}).setdefault(g, []).append(v)
+            for m, v in g_res.items():
+                boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+
+    counts: dict[str, dict[str, int]] = {}
+    for g, yy in [(OVERALL, y)] + [(g, y[sl]) for g, sl in zip(groups, slots)]:
+        counts[g] = {"n": int(len(yy)), **{f"n:{c}": int((yy == i).sum()) for i, c in enumerate(classes)}}
+    report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
+    for g in groups:
+        if counts[g]["n"] < min_group_size:
+            report.small_groups.append(g)
+        absent = [c for c in classes if counts[g][f"n:{c}"] == 0]
+        if counts[g]["n"] == 0:
+            report.skipped[g] = "empty group: no samples, every metric undefined"
+        elif absent:
+            report.skipped[g] = (f"class(es) {', '.join(absent)} absent: their tpr undefined (NaN, left out of its "
+                                 "gap); macro_auc averages the classes present, balanced_accuracy their recalls")
+
+    def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
+        if n_boot == 0 or not np.isfinite(value):
+            return (float(value), math.nan, math.nan)
+        if metric.endswith("_vs_best") and best.get(metric[:-len("_vs_best")]) == group:
+            report.ci_notes.setdefault(metric, {})[group] = "the reference (best) group: 0 by definition"
+            return (float(value), math.nan, math.nan)
+        if group in report.small_groups:
+            why: str | None = bs.small_group_reason(counts[group]["n"], min_group_size)
+            lo = hi = math.nan
+        else:
+            lo, hi, why = bs.interval(np.concatenate(boot[metric][group]), ci_level)
+        if why:
+            report.ci_notes.setdefault(metric, {})[group] = why
+        return (float(value), lo, hi)
+
+    for m, per_g in list(point.items()) + list(vs_best.items()):
+        report.values[m] = {g: triple(m, g, v[0]) for g, v in per_g.items()}
+    for m, v in gaps.items():
+        report.values.setdefault(m, {})[GAP] = triple(m, GAP, v[0])
+    for m, defs in defined.items():
+        if len(defs) < 2:
+            report.gap_notes[f"{m}_gap"] = f"fewer than two groups with a defined {m} ({len(defs)})"
+    for m in ("macro_auc", "balanced_accuracy"):
+        if defined[m]:
+            report.worst_group[m] = min(defined[m], key=lambda g: point[m][g][0])
+    report.thresholds = {"operating": {"policy": "argmax", "value": None, "comparator": "argmax"},
+                         "best_group": dict(best)}
+    return report

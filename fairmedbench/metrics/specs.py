@@ -156,12 +156,46 @@ _add("dsc_es_std", S, "es", True, UNIT, "fairseg profile: DSC_overall / (1 + pop
 
 # ------------------------------------------------------------------ multi-class (metrics/multiclass.py)
 M = "multiclass"
-_add("kappa", M, "group", True, SIGNED_UNIT, "Cohen's kappa (linear weights for ordinal labels)", headline=True)
+# Headline: macro one-vs-rest AUC, not balanced accuracy. It is threshold-free like the binary task's AUC (so a
+# board's utility, worst-group and gap columns mean the same across tasks), and each class's AUC is unaffected
+# by that class's prevalence, which differs between groups; balanced accuracy judges only the argmax decision,
+# whose class priors a head learns from train, so it mixes calibration shift into the group comparison.
+_add("macro_auc", M, "group", True, UNIT, "mean over the classes present of the one-vs-rest ROC AUC (ties 1/2) of "
+     "each class's probability (sklearn roc_auc_score multi_class='ovr', average='macro')", headline=True,
+     summary=True, label="macro AUC", table=True, board="utility")
+_add("worst_group_macro_auc", M, "worst", True, UNIT, "lowest group macro AUC among groups where it is defined",
+     summary=True, board="worst_group")
+_gap("macro_auc", M, summary=True, label="Δmacro AUC", table=True, board="gap")
+_add("balanced_accuracy", M, "group", True, UNIT, "mean over the classes present of the recall at the argmax "
+     "(sklearn balanced_accuracy_score)", summary=True, label="bal.acc", table=True)
+_add("worst_group_balanced_accuracy", M, "worst", True, UNIT, "lowest group balanced accuracy", summary=True)
+_gap("balanced_accuracy", M, summary=True, label="Δbal.acc", table=True)
+_add("accuracy", M, "group", True, UNIT, "fraction of samples whose argmax is the true class")
+_add("kappa", M, "group", True, SIGNED_UNIT, "Cohen's kappa, unweighted, at the argmax (NaN when no disagreement "
+     "is expected: one class on both sides)")
+_add("kappa_linear", M, "group", True, SIGNED_UNIT, "Cohen's kappa, linear weights |i-j| over the class order "
+     "(ordinal labels)", label="κ lin", table=True)
+_add("kappa_quadratic", M, "group", True, SIGNED_UNIT, "Cohen's kappa, quadratic weights (i-j)^2 over the class "
+     "order (ordinal labels)", summary=True, label="κ quad", table=True)
+_add("class_tpr", M, "group", True, UNIT, "per-class TPR (recall) at the argmax, reported as tpr:<class>; NaN for "
+     "a class absent from the group")
+_gap("accuracy", M)
+for _m in ("kappa", "kappa_linear", "kappa_quadratic"):
+    _gap(_m, M, bounds=(0.0, 2.0), summary=_m == "kappa_quadratic")
+_gap("class_tpr", M)
+for _m, _b in (("macro_auc", SIGNED_UNIT), ("balanced_accuracy", SIGNED_UNIT), ("accuracy", SIGNED_UNIT),
+               ("kappa", (-2.0, 2.0)), ("kappa_linear", (-2.0, 2.0)), ("kappa_quadratic", (-2.0, 2.0))):
+    _add(f"{_m}_vs_best", M, "group", None, _b, f"per group: {_m} of the group minus that of the group best on the "
+         "point estimate (its identity fixed in every resample); 0 for the best group, its CI can include 0")
+_diff("macro_auc", M)
+_diff("balanced_accuracy", M)
 _add("uncertainty_disparity", M, "gap", False, NONNEG, "δ = mean over retention thresholds of Σ over group "
      "pairs |PM(A) - PM(A')| (Lu et al. Eq. 5)")
 
 #: families whose name carries an operating point (fpr_at_tpr95 -> fpr_at_tpr90 with another target)
 _FAMILY = re.compile(r"(fpr_at_tpr|tpr_at_fpr|fpr_at_fpr|youden_j_at_fpr)(\d+(?:p\d+)?)(_gap|_diff)?")
+#: per-class multi-class rates: tpr:<class> and tpr:<class>_gap resolve to class_tpr / class_tpr_gap
+_CLASS_FAMILY = re.compile(r"tpr:(.+?)(_gap)?")
 _FAMILY_DEFAULT = {"fpr_at_tpr": "95", "tpr_at_fpr": "20", "fpr_at_fpr": "20", "youden_j_at_fpr": "20"}
 
 
@@ -177,6 +211,10 @@ def metric_spec(name: str) -> MetricSpec:
         target = pct.replace("p", ".")
         return replace(base, name=name, label="", table=False,
                        definition=f"{base.definition} (here with the target {target}% instead)")
+    c = _CLASS_FAMILY.fullmatch(name)
+    if c:
+        base = METRIC_SPECS.get(f"class_tpr{c.group(2) or ''}")
+        return replace(base, name=name, definition=f"{base.definition} (here class {c.group(1)!r})")
     return METRIC_SPECS.get(name)
 
 

@@ -60,7 +60,7 @@ class Mitigation:
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     threshold_policy: str | None = None
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     other_tasks: ClassVar[str] = ""  # why a task not in `tasks` is refused (default: names the ones it serves)
 
     def label_need(self) -> str | None:

@@ -38,20 +38,24 @@ def render(result: FairnessResult, console: Any) -> None:
     task = result.meta.get("kind", "classification")
     # the second count column: empty ground truths where the counts carry them (segmentation), else positives
     empty_gt = bool(result.reports) and "n_empty_gt" in result.reports[0].counts.get(OVERALL, {})
+    # multi-class counts carry n per class instead: no second column
+    second_key = "n_empty_gt" if empty_gt else "n_pos"
+    has_second = bool(result.reports) and second_key in result.reports[0].counts.get(OVERALL, {})
     group_cols, gap_cols = _columns(task, False), _columns(task, True)
     for attribute in result.meta["attributes"]:
         reports = [r for r in result.reports if r.attribute == attribute]
         cols = [(m, h) for m, h in group_cols if any(m in r.values for r in reports)]
         first = cols[0][1] if cols else ""
         table = Table(title=f"{attribute}: per group ({first} with 95% CI)", title_justify="left")
-        for h in ["task", "group", "n", "empty GT" if empty_gt else "n+"] + [h for _, h in cols]:
+        second_head = ["empty GT" if empty_gt else "n+"] if has_second else []
+        for h in ["task", "group", "n", *second_head] + [h for _, h in cols]:
             table.add_column(h, justify="left" if h in ("task", "group") else "right")
         for r in reports:
             for g in [OVERALL, *r.groups]:
                 c = r.counts.get(g, {})
-                second = c.get("n_empty_gt", 0) if empty_gt else c.get("n_pos", 0)
+                second = [str(c.get(second_key, 0))] if has_second else []
                 label = "all" if g == OVERALL else g + (" (small)" if g in r.small_groups else "")
-                table.add_row(r.task, label, str(c.get("n", 0)), str(second),
+                table.add_row(r.task, label, str(c.get("n", 0)), *second,
                               *[_cell(r, m, g, ci=i == 0) for i, (m, _) in enumerate(cols)],
                               end_section=g == r.groups[-1])
         console.print(table)

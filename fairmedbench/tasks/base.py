@@ -106,3 +106,6 @@ TASKS.add("segmentation", Task(
 def get_task(name: str) -> Task:
     """The registered task `name` (unknown: InputError listing the known ones)."""
     return TASKS.get(name)
+
+
+from fairmedbench.tasks import multiclass as _multiclass  # noqa: E402,F401  (registers TASKS['multiclass'])

@@ -96,6 +96,9 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
 
     if len(val.y) == 0:
         raise InputError("the validation split is empty: checkpoint and threshold selection need one")
+    if not (np.isin(train.y, (0, 1)).all() and np.isin(val.y, (0, 1)).all()):
+        raise InputError("classification heads train on 0/1 labels; these hold other values (a multi-class label "
+                         "needs the multiclass task: a dataset card that declares it)")
     if cfg.select not in SELECT_RULES:
         raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
     if cfg.select in ("worst_group_auc", "dto") and val.groups is None:

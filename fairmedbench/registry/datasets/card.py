@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from fairmedbench.registry.base import Registry
 
-TASKS = ("classification", "segmentation")
+TASKS = ("classification", "segmentation", "multiclass")
 
 
 def raw_key(value: Any) -> str | None:
@@ -167,6 +167,7 @@ class DatasetCard:
     expected_disparities: tuple[Mapping[str, str], ...] = ()
     synthetic: bool = False
     version: str = "1"
+    data_name: str = ""  # the dataset whose files this card reads (its env var and folder), default its own name
 
     def __post_init__(self) -> None:
         bad = set(self.tasks) - set(TASKS)
@@ -178,8 +179,13 @@ class DatasetCard:
 
     @property
     def env_var(self) -> str:
-        """Environment variable naming this dataset's root: FMB_DATA_<NAME>."""
-        return "FMB_DATA_" + "".join(c if c.isalnum() else "_" for c in self.name.upper())
+        """Environment variable naming this dataset's root: FMB_DATA_<NAME> (of `data_name` when set)."""
+        return "FMB_DATA_" + "".join(c if c.isalnum() else "_" for c in self.folder.upper())
+
+    @property
+    def folder(self) -> str:
+        """The folder name under FMB_DATA_ROOT: `data_name` when this card reads another card's files."""
+        return self.data_name or self.name
 
     def attribute(self, name: str) -> AttributeSpec:
         """The attribute spec called `name` (InputError listing the known ones)."""
@@ -199,7 +205,7 @@ class DatasetCard:
         if os.environ.get(self.env_var):
             out.append((self.env_var, Path(os.environ[self.env_var])))
         if os.environ.get("FMB_DATA_ROOT"):
-            out.append(("FMB_DATA_ROOT", Path(os.environ["FMB_DATA_ROOT"]) / self.name))
+            out.append(("FMB_DATA_ROOT", Path(os.environ["FMB_DATA_ROOT"]) / self.folder))
         return out
 
     def summary(self) -> dict:

@@ -1,5 +1,10 @@
 """HAM10000: HAM10000_metadata.csv (sex male/female/unknown), image folders, and the lesion masks of
-the HAM10000 segmentation release (HAM10000_segmentations_lesion_tschandl/<image_id>_segmentation.png)."""
+the HAM10000 segmentation release (HAM10000_segmentations_lesion_tschandl/<image_id>_segmentation.png).
+
+Two cards read these files: `ham10000` (binary malignant label; segmentation) and `ham10000-7class` (the 7
+diagnosis classes, a multi-class task). The 7-class view is its own registered name, not a dataset option,
+because a run's task is chosen from the card's declared tasks before any data is read, and the class names
+(the prediction's score columns) are card facts that a reader option could not change."""
 
 from __future__ import annotations
 
@@ -112,4 +117,33 @@ register(DatasetCard(
     notes=("patient = lesion_id: HAM10000 gives no patient id; images of one lesion stay in one split",
            "sex 'unknown' and missing age are 'not recorded': excluded from that attribute's groups by default "
            "(unknown='group' keeps them as their own group), never folded into another group"),
+))
+
+
+def read_ham10000_7class(root: Path, metadata: str | None = None, split_dir: str | None = None,
+                         keep_missing_images: bool = False) -> ReadResult:
+    """HAM10000 with the diagnosis as the label: its index in DX (akiec, bcc, bkl, df, mel, nv, vasc)."""
+    result = read_ham10000(root, metadata, split_dir, keep_missing_images)
+    result.samples["label"] = result.samples["dx_index"]
+    return result
+
+
+register(DatasetCard(
+    name="ham10000-7class",
+    title="HAM10000 dermoscopy, 7 diagnosis classes (multi-class)",
+    tasks=("multiclass",),
+    modality="dermoscopy",
+    dim=2,
+    label_definition="index of dx in (akiec, bcc, bkl, df, mel, nv, vasc): the 7 HAM10000 diagnosis classes",
+    attributes=(sex_attribute("sex", "male", "female", unknown=("unknown",)), *age_attributes("age", 60)),
+    reader=read_ham10000_7class,
+    classes=DX,
+    split_policy="patient",
+    license="CC BY-NC-SA 4.0",
+    citation="Tschandl, Rosendahl & Kittler, Sci Data 5, 180161 (2018)",
+    access=ACCESS,
+    layout="the ham10000 files (same folder: FMB_DATA_HAM10000 or FMB_DATA_ROOT/ham10000)",
+    notes=("patient = lesion_id, as for ham10000", "nv is about two thirds of the images and df, vasc about 1% "
+           "each: small groups often lack a rare class (its tpr is then undefined and reported as such)"),
+    data_name="ham10000",
 ))

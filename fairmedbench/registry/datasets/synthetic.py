@@ -37,7 +37,11 @@ class SynthConfig:
     lesions darker than their surroundings), `prevalence` shift, `label_noise` (fraction of observed
     labels flipped), `marker` (a corner marker present in half of each group's samples once any group
     has a non-zero value, whose presence tracks the label with this strength: 0 = independent, 1 =
-    exactly the positives), and under-representation (`female_share_train` below `female_share`)."""
+    exactly the positives), and under-representation (`female_share_train` below `female_share`).
+
+    `grades` = 0: the label is lesion presence (binary). `grades` = K >= 2: an ordinal, density-like label
+    0..K-1 drawn in equal numbers per split and group; the lesion's intensity is grade/(K-1) of its full
+    amplitude (grade 0: none visible), so a lower `contrast` weakens the grade signal of that group."""
 
     n: int = 1000
     seed: int = 0
@@ -55,6 +59,7 @@ class SynthConfig:
     marker: Mapping[str, float] = field(default_factory=lambda: _per_group(0.0))
     age_range: tuple[int, int] = (20, 89)
     lesion_amplitude: float = 0.14
+    grades: int = 0
 
     def validate(self) -> "SynthConfig":
         """Check ranges; InputError naming the field."""
@@ -71,6 +76,10 @@ class SynthConfig:
         if set(self.contrast) != set(GROUPS) or any(not -2 <= v <= 2 for v in self.contrast.values()):
             raise InputError(f"synthetic contrast={dict(self.contrast)}: need values in [-2, 2] for {GROUPS} "
                              "(negative = lesions darker than their surroundings)")
+        if self.grades == 1 or self.grades < 0 or self.grades > 10:
+            raise InputError(f"synthetic grades={self.grades}: 0 (binary lesion label) or 2..10 ordinal grades")
+        if self.grades and any(self.label_noise.values()):
+            raise InputError("synthetic label_noise applies to the binary lesion label; set it to 0 with grades")
         for share in (self.female_share, self.female_share_train):
             if share is not None and not 0 <= share <= 1:
                 raise InputError(f"synthetic female share {share} outside [0, 1]")
@@ -101,9 +110,11 @@ def make_table(cfg: SynthConfig, name: str) -> pd.DataFrame:
         share = cfg.share(split)
         n_f = int(round(n_split * share))
         for group, n_g in (("female", n_f), ("male", n_split - n_f)):
-            n_pos = int(round(n_g * cfg.prevalence[group]))
             lesion = np.zeros(n_g, dtype=np.int64)
-            lesion[:n_pos] = 1
+            if cfg.grades:  # ordinal grade, equal numbers of each (largest remainder)
+                lesion = np.repeat(np.arange(cfg.grades), _round_counts(n_g, [1.0 / cfg.grades] * cfg.grades))
+            else:
+                lesion[:int(round(n_g * cfg.prevalence[group]))] = 1
             flips = np.zeros(n_g, dtype=bool)
             n_flip = int(round(n_g * cfg.label_noise[group]))
             flips[rng.permutation(n_g)[:n_flip]] = True
@@ -197,8 +208,9 @@ def render(cfg: SynthConfig, index: int, group: str, lesion: int, marker: bool) 
         d = d + ((grids[0] - center[0]) / radii[0]) ** 2
     mask = np.zeros(shape, dtype=bool)
     if lesion:
+        level = lesion / (cfg.grades - 1) if cfg.grades else 1.0
         mask[box] = d <= 1.0
-        img[box] += (cfg.lesion_amplitude * cfg.contrast[group]) * np.clip((1.25 - d) / 0.5, 0.0, 1.0)
+        img[box] += (cfg.lesion_amplitude * cfg.contrast[group] * level) * np.clip((1.25 - d) / 0.5, 0.0, 1.0)
     noise = rng.standard_normal(shape, dtype=np.float32)
     img = img + cfg.noise[group] * noise
     if marker:
@@ -264,20 +276,24 @@ CLASS_PROMPTS = {"negative": ("without a lesion",), "positive": ("with a bright 
 
 def _card(name: str, title: str, cfg: SynthConfig, expected: tuple[dict, ...], notes: tuple[str, ...]) -> DatasetCard:
     dim = 3 if cfg.depth else 2
+    grades = tuple(f"grade{k}" for k in range(cfg.grades))
     shape = f"{cfg.depth}x{cfg.size}x{cfg.size} volumes" if cfg.depth else f"{cfg.size}x{cfg.size} images"
     return register(DatasetCard(
         name=name,
         title=title,
-        tasks=("classification", "segmentation"),
+        tasks=("multiclass",) if grades else ("classification", "segmentation"),
         modality=f"synthetic grayscale ({dim}D)",
         dim=dim,
-        label_definition="1 if the sample contains a lesion (after any injected label noise); mask = the lesion",
+        label_definition=(f"ordinal grade 0..{cfg.grades - 1}: the lesion's intensity is grade/{cfg.grades - 1} of "
+                          "its full amplitude (density-like; grade 0 shows none)" if grades else
+                          "1 if the sample contains a lesion (after any injected label noise); mask = the lesion"),
+        classes=grades or ("negative", "positive"),
         attributes=_attributes(),
         reader=SyntheticReader(name, cfg),
-        mask_classes=("lesion",),
+        mask_classes=() if grades else ("lesion",),
         split_policy="official",
-        prompt_templates=PROMPTS,
-        class_prompts=CLASS_PROMPTS,
+        prompt_templates=() if grades else PROMPTS,
+        class_prompts={} if grades else CLASS_PROMPTS,
         license="Apache-2.0 (generated)",
         citation="fairmedbench built-in synthetic data",
         access="built-in: generated from a seed, no download",
@@ -343,6 +359,14 @@ _card("synth-laws", "Synthetic lesions, a minority label signal only minority sa
 _card("synth-laws-control", "Synthetic lesions, identical groups (control of the fairness-laws sweep)", LAWS_CONTROL,
       NO_GAP, ("the same generation for both groups (64 px, lesion amplitude 0.3, as synth-laws): the female AUC must "
                "not move with the female share of the training set",))
+# ordinal (density-like grades 0..3): the female group's grade signal is 0.35x the male group's. A stronger full
+# amplitude than the binary lesion's, since the grades split it into three steps.
+ORDINAL = replace(CONTROL, grades=4, lesion_amplitude=0.3, contrast={"female": 0.35, "male": 1.0})
+_card("synth-ordinal", "Synthetic ordinal grades 0..3, weaker grade signal for females (multi-class control)",
+      ORDINAL, ({"attribute": "sex", "group": "female", "metric": "macro_auc", "direction": "lower"},
+                {"attribute": "sex", "group": "female", "metric": "kappa_quadratic", "direction": "lower"}),
+      ("grades in equal numbers per split and group; the female group's lesion intensity per grade is 0.35x the "
+       "male group's", "multi-class task (softmax head); no mask task: grade 0 has no lesion to segment"))
 _card("synth3d-control", "Synthetic 3D lesions, no bias (negative control)", CONTROL_3D, NO_GAP,
       ("small volumes for the 3D paths; spacing 1 mm isotropic",))
 _card("synth3d-contrast", "Synthetic 3D lesions, lower lesion contrast for females", CONTRAST_3D, FEMALE_LOWER,

@@ -1,0 +1,269 @@
+"""The multi-class task (TASKS['multiclass']): one softmax head over the dataset card's classes, trained with
+cross-entropy on train, its checkpoint chosen on validation, test predicted; per-group multi-class metrics.
+
+The usages' heads are reused as they are (lp: a linear layer on cached features, lora: LoRA encoder + linear
+layer) with one output per class; the runner turns their logits into softmax probabilities. The prediction is
+the argmax (no threshold to choose). Test labels reach only the metric engine.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairmedbench.errors import InputError
+from fairmedbench.tasks.base import TASKS, Task
+
+SELECT_RULES = ("val_loss", "macro_auc", "worst_group_macro_auc")
+
+
+@dataclass
+class MulticlassConfig:
+    """Softmax-head training hyperparameters (recorded in the result); the classification head's defaults."""
+
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    epochs: int = 200
+    patience: int = 20
+    batch_size: int = 256
+    class_balanced: bool = False  # cross-entropy class weights n / (C · n_c) from the train split
+    select: str = "val_loss"
+
+
+@dataclass
+class MulticlassFit:
+    """What training chose on validation: the best epoch, its validation loss and selection score, the curve."""
+
+    best_epoch: int
+    best_val_loss: float
+    best_score: float
+    select: str
+    val_losses: list[float] = field(default_factory=list)
+
+
+def macro_auc(y: np.ndarray, p: np.ndarray) -> float:
+    """Mean one-vs-rest AUC (ties 1/2) over the classes with positives and negatives in `y`; NaN if none."""
+    from fairmedbench.metrics.auc import weighted_auc
+
+    ones = np.ones((1, len(y)))
+    aucs = [weighted_auc(y == c, p[:, c], ones)[0] for c in range(p.shape[1]) if 0 < (y == c).sum() < len(y)]
+    return float(np.mean(aucs)) if aucs else float("nan")
+
+
+def selection_score(rule: str, y: np.ndarray, p: np.ndarray, groups: np.ndarray | None, val_loss: float) -> float:
+    """Validation score to minimise: the loss, -macro AUC, or -the worst group's macro AUC."""
+    if rule == "val_loss":
+        return val_loss
+    if rule == "macro_auc":
+        return -macro_auc(y, p)
+    per = [macro_auc(y[groups == g], p[groups == g]) for g in np.unique(groups[groups >= 0])]
+    per = [a for a in per if np.isfinite(a)]
+    return -min(per) if per else float("inf")
+
+
+def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
+                     groups: dict[str, np.ndarray | None], n_groups: int, n_classes: int, cfg: MulticlassConfig,
+                     mitigation: Any, seed: int) -> tuple[Any, MulticlassFit]:
+    """Train `head` (logits (n, C)) with cross-entropy through the mitigation's hooks; keep the weights of the
+    epoch best by `cfg.select` on validation."""
+    import torch
+    import torch.nn.functional as F
+
+    from fairmedbench.mitigation.base import Batch
+
+    if len(y["val"]) == 0:
+        raise InputError("the validation split is empty: checkpoint selection needs one")
+    if cfg.select not in SELECT_RULES:
+        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
+    if cfg.select == "worst_group_macro_auc" and groups["val"] is None:
+        raise InputError("selection rule 'worst_group_macro_auc' needs the sensitive attribute on validation")
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = mitigation.wrap_head(head, n_groups)
+    xt = torch.as_tensor(x["train"], dtype=torch.float32)
+    yt = torch.as_tensor(y["train"], dtype=torch.long)
+    gt = None if groups["train"] is None else torch.as_tensor(groups["train"], dtype=torch.long)
+    xv = torch.as_tensor(x["val"], dtype=torch.float32)
+    yv = torch.as_tensor(y["val"], dtype=torch.long)
+    weight = None
+    if cfg.class_balanced:
+        counts = torch.bincount(yt, minlength=n_classes).float()
+        weight = len(yt) / (n_classes * counts.clamp(min=1))
+    params = list(model.parameters()) + list(mitigation.extra_parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    best, best_state, best_epoch, bad, curve, best_loss = np.inf, copy.deepcopy(model.state_dict()), -1, 0, [], np.nan
+    for epoch in range(cfg.epochs):
+        model.train()
+        order = mitigation.epoch_indices(y["train"], groups["train"], rng)
+        for start in range(0, len(order), cfg.batch_size):
+            b = torch.as_tensor(order[start:start + cfg.batch_size])
+            gb = None if gt is None else gt[b]
+            rep = model.representation(xt[b])
+            logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
+            per = F.cross_entropy(logits, yt[b], weight=weight, reduction="none")
+            loss = mitigation.loss(per, Batch(logits, yt[b], gb, rep))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            logits_v = model(xv)
+            loss_v = float(F.cross_entropy(logits_v, yv, weight=weight))
+            score = selection_score(cfg.select, y["val"], torch.softmax(logits_v, 1).numpy(), groups["val"], loss_v)
+        curve.append(loss_v)
+        if score < best - 1e-7:
+            best, best_state, best_epoch, bad, best_loss = score, copy.deepcopy(model.state_dict()), epoch, 0, loss_v
+        else:
+            bad += 1
+            if bad >= cfg.patience:
+                break
+    model.load_state_dict(best_state)
+    return model, MulticlassFit(best_epoch, float(best_loss), float(best), cfg.select, curve)
+
+
+def predict_proba(head: Any, x: np.ndarray) -> np.ndarray:
+    """Softmax class probabilities (n, C) of a trained head (float64, rows sum to 1)."""
+    import torch
+
+    head.eval()
+    with torch.no_grad():
+        logits = head(torch.as_tensor(x, dtype=torch.float32)).double()
+        return torch.softmax(logits, dim=1).numpy()
+
+
+def class_labels(ds: Any) -> tuple[np.ndarray, list[str]]:
+    """Every sample's class index from the card's label column, and the card's class names (the index order)."""
+    card = ds.card
+    classes = [str(c) for c in card.classes]
+    col = card.label_column
+    if not col or col not in ds.samples:
+        raise InputError(f"dataset {card.name!r} has no label column {col!r}: the multiclass task needs one")
+    y = ds.samples[col].to_numpy()
+    if len(classes) < 2:
+        raise InputError(f"dataset {card.name!r} names {len(classes)} class(es); the multiclass task needs >= 2")
+    try:
+        yi = y.astype(np.int64)
+        ok = bool((yi == y).all() and (yi >= 0).all() and (yi < len(classes)).all())
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(f"dataset {card.name!r}: column {col!r} must hold class indices 0..{len(classes) - 1} "
+                         f"(the card's classes {classes}), found {sorted(set(map(str, y)))[:8]}")
+    return yi, classes
+
+
+def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any,
+                        out_dir: Path, info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+    """The multiclass runner: a softmax head per seed, checkpoint on validation, test metrics by group."""
+    import time
+
+    import pandas as pd
+    import torch
+
+    # run.py's small helpers, imported here (the benchmark layer sits above tasks; the runner is loaded by it)
+    from fairmedbench.adapters.volumes import prepare_classification
+    from fairmedbench.benchmark.run import SplitView, _attr_columns, _reuse, _seed_doc, _training_groups
+    from fairmedbench.engine import store
+    from fairmedbench.metrics.multiclass import evaluate_multiclass
+    from fairmedbench.mitigation import make_mitigation
+
+    t0 = time.perf_counter()
+    # checked before any feature is extracted
+    if spec.threshold != "val_youden" or spec.profile != "default":
+        raise InputError(f"the multiclass task decides by the argmax and uses the default metric profile: drop "
+                         f"--threshold {spec.threshold} / --profile {spec.profile}")
+    if spec.sampling:
+        raise InputError("sampling options (--train-group-share, --prevalence, --test-resample) apply to binary "
+                         "classification runs, not to the multiclass task")
+    y, classes = class_labels(ds)
+    pos = {"train": split.train, "val": split.val, "test": split.test}
+    missing = [c for c in range(len(classes)) if not (y[split.train] == c).any()]
+    if missing:
+        raise InputError(f"dataset {ds.card.name!r}: class(es) {[classes[c] for c in missing]} have no train "
+                         "sample; the softmax head cannot learn them (use more data or another split)")
+    views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
+    prepared = prepare_classification(adapter, model, views, ctx)
+    t_prep = time.perf_counter() - t0
+    codes, n_groups = _training_groups(spec, ds)
+    task = TASKS.get(spec.task)
+    cfg = task.make_config(spec.train_hparams)
+    label = task.label_column
+    docs: list[dict] = []
+    results: list[Any] = []
+    reused: list[int] = []
+    for seed in spec.seeds:
+        path = out_dir / f"seed{seed}.json"
+        if _reuse(path, opts, docs, reused, seed):
+            continue
+        t1 = time.perf_counter()
+        mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
+        torch.manual_seed(seed)  # the head's initial weights depend on the seed only
+        head = prepared.make_head(prepared.inputs["train"], len(classes))
+        g = {k: None if codes is None else codes[p] for k, p in pos.items()}
+        model_fit, fit = fit_softmax_head(head, prepared.inputs, {k: y[p] for k, p in pos.items()}, g, n_groups,
+                                          len(classes), cfg, mitigation, seed)
+        probs = {k: predict_proba(model_fit, prepared.inputs[k]) for k in ("val", "test")}
+        mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
+        at_inference = mitigation.needs_attribute_at_inference
+        probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
+        t_train = time.perf_counter() - t1
+        res = evaluate_multiclass(y[split.test], probs["test"], _attr_columns(ds, spec, split.test), classes=classes,
+                                  task_name=ds.card.label_column, n_boot=spec.n_boot, seed=seed)
+        rows = []
+        for name in ("val", "test"):
+            p = pos[name]
+            frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
+                                  "seed": seed, label: y[p]})
+            for c, cls in enumerate(classes):
+                frame[task.score_column.format(task=cls)] = probs[name][:, c]
+            for a, v in _attr_columns(ds, spec, p).items():
+                frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+            rows.append(frame)
+        pred_name = f"seed{seed}.predictions.parquet"
+        store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
+        extra = {"training": {"config": asdict(cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
+                              "best_epoch": fit.best_epoch, "best_val_loss": _finite(fit.best_val_loss),
+                              "select": fit.select, "best_select_score": _finite(fit.best_score),
+                              "val_losses": fit.val_losses, "decision": "argmax"},
+                 "usage": {"name": adapter.name, "head": f"softmax over {len(classes)} classes", **prepared.notes}}
+        doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, [ds.card.label_column], extra,
+                        {"load": t_load, "prepare": t_prep, "train": t_train,
+                         "metrics": time.perf_counter() - t1 - t_train})
+        # _seed_doc writes the base block, which cannot know the classes: the multiclass block replaces it
+        doc["predictions"] = task.predictions_block(pred_name, [ds.card.label_column], list(spec.attributes),
+                                                    classes)
+        store.write_json(path, doc)
+        docs.append(doc)
+        results.append(res)
+    return docs, results, reused
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class MulticlassTask(Task):
+    """A Task whose predictions hold one label column (the class index) and one score column per class."""
+
+    def predictions_block(self, file: str, tasks: list[str], attributes: list[str],
+                          classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+        """The predictions description: `label_column`, `score:<class>` for each of `classes` (in index order)."""
+        from fairmedbench.engine import store
+
+        block = store.predictions_block(file, self.name, tasks, attributes, [self.label_column],
+                                        [self.score_column.format(task=c) for c in classes])
+        block["classes"] = list(classes)
+        return block
+
+
+TASKS.add("multiclass", MulticlassTask(
+    name="multiclass", runner="fairmedbench.tasks.multiclass:run_multiclass_task",
+    config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
+    prediction_columns=("sample_id", "split", "seed"), select_rules=SELECT_RULES, sample_labels=True,
+    run_kind="run-multiclass", label_column="label", score_column="score:{task}"))
+
