@@ -9,7 +9,7 @@ import pytest
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.datasets import get_card, load_dataset
-from fairmedbench.registry.datasets.synthetic import CONTRAST, UNDERREP, SynthConfig, render
+from fairmedbench.registry.datasets.synthetic import CONTRAST, LAWS, UNDERREP, SynthConfig, render
 
 
 def test_same_seed_identical_arrays_other_seed_differs():
@@ -41,7 +41,8 @@ def test_images_masks_labels_consistent():
     assert (ds.samples["label"] == ds.samples["lesion"]).all()
 
 
-@pytest.mark.parametrize("name", ["synth-control", "synth-contrast", "synth-underrep"])
+@pytest.mark.parametrize("name", ["synth-control", "synth-contrast", "synth-underrep", "synth-laws",
+                                  "synth-laws-control"])
 def test_counts_and_prevalence_match_declared(name):
     ds = load_dataset(name)
     cfg = get_card(name).reader.config
@@ -68,6 +69,19 @@ def test_underrep_train_share_and_expected_disparity_in_card():
     card = get_card("synth-contrast").to_dict()
     assert {"attribute": "sex", "group": "female", "metric": "auc", "direction": "lower"} in card["expected_disparities"]
     assert get_card("synth-control").to_dict()["expected_disparities"][0]["direction"] == "none"
+
+
+def test_laws_preset_minority_label_shows_only_as_a_marker_that_majority_samples_do_not_teach():
+    s = load_dataset("synth-laws").samples
+    f, m = s[s["sex"] == "F"], s[s["sex"] == "M"]
+    assert f.groupby("label")["marker"].mean().to_dict() == pytest.approx({0: 0.15, 1: 0.85}, abs=0.06)
+    # Bernoulli(0.5) in both classes of males: 150 per class, 3 standard deviations = 0.12
+    assert m.groupby("label")["marker"].mean().to_dict() == pytest.approx({0: 0.5, 1: 0.5}, abs=0.12)
+    # a female lesion adds nothing to the image (the random stream does not depend on the label)
+    with_lesion, mask = render(LAWS, 5, "female", 1, False)
+    assert mask.any() and np.array_equal(with_lesion, render(LAWS, 5, "female", 0, False)[0])
+    assert not np.array_equal(render(LAWS, 5, "male", 1, False)[0], render(LAWS, 5, "male", 0, False)[0])
+    assert get_card("synth-laws-control").to_dict()["expected_disparities"][0]["direction"] == "none"
 
 
 def test_contrast_mechanism_lowers_lesion_contrast_in_female_group():

@@ -159,7 +159,8 @@ def test_sampling_axes_reach_the_run_spec_when_it_has_them() -> None:
         assert all("RunSpec has no" in c.reason for c in cells)
         pytest.skip("RunSpec has no sampling fields yet (the lead's Sampling change)")
     shares = sorted({(c.spec.dataset, c.spec.train_group_share) for c in cells if c.runnable})
-    assert shares == sorted((d, s) for d in ("synth-underrep", "synth-control") for s in (0, 0.25, 0.5, 0.75, 1.0))
-    assert all(c.spec.share_group == "female" and c.spec.train_size == 100 for c in cells if c.runnable)
+    assert shares == sorted((d, s) for d in ("synth-laws", "synth-laws-control") for s in (0, 0.25, 0.5, 0.75, 1.0))
+    # the training size is left to RunSpec's default (the largest at which every share fits)
+    assert all(c.spec.share_group == "female" and c.spec.train_size is None for c in cells if c.runnable)
     prev = [c.spec for c in expand(load_study("imbalance")) if c.runnable]
     assert sorted({(s.prevalence, s.prevalence_on) for s in prev}) == [(p, "train") for p in (0.05, 0.1, 0.25, 0.5)]

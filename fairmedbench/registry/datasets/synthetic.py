@@ -321,6 +321,14 @@ CONTRAST = replace(CONTROL, contrast={"female": 0.35, "male": 1.0})
 UNDERREP = replace(CONTROL, n=400, female_share_train=0.1, contrast={"female": -0.8, "male": 1.0},
                    noise={"female": 0.05, "male": 0.04}, brightness={"female": 0.1, "male": 0.0},
                    texture={"female": 1.2, "male": 1.0})
+# fairness laws (Meissen et al.): the minority's lesions are invisible and its label shows only as a corner marker
+# (present in 85% of its positives, 15% of its negatives) that carries no label information in the majority, so
+# only minority training samples teach it and the minority's AUC grows with its training share; half of the
+# training split is female so every share of a fixed-size training set can be drawn. Small images (64 px) and a
+# brighter lesion keep the sweep cheap with random-weight encoders.
+LAWS = replace(CONTROL, n=600, size=64, lesion_amplitude=0.3, contrast={"female": 0.0, "male": 1.0},
+               marker={"female": 0.7, "male": 0.0})
+LAWS_CONTROL = replace(CONTROL, n=600, size=64, lesion_amplitude=0.3)
 CONTROL_3D = replace(CONTROL, n=200, size=64, depth=32)
 CONTRAST_3D = replace(CONTROL_3D, contrast={"female": 0.35, "male": 1.0})
 
@@ -342,6 +350,15 @@ _card("synth-underrep", "Synthetic lesions, females under-represented in train a
        "the under-representation lives in the official split: use split policy 'official'",
        "n=400 by default (24 females in train); with more minority samples the gain from reweighting shrinks "
        "(LiteMedSAM lp, n=1000, 60 females in train: GroupDRO +0.011, resampling +0.008 worst-group AUC)"))
+_card("synth-laws", "Synthetic lesions, a minority label signal only minority samples teach (fairness laws)", LAWS,
+      (), ("female lesions are invisible; a female's label shows only as a corner marker (in 85% of female positives, "
+           "15% of female negatives); in males the marker is independent of the label, so the marker is learnt only "
+           "from female training samples",
+           "for the train_group_share sweep (Meissen et al.): the female AUC is expected to rise with the female "
+           "share of a fixed-size training set; pair it with synth-laws-control",))
+_card("synth-laws-control", "Synthetic lesions, identical groups (control of the fairness-laws sweep)", LAWS_CONTROL,
+      NO_GAP, ("the same generation for both groups (64 px, lesion amplitude 0.3, as synth-laws): the female AUC must "
+               "not move with the female share of the training set",))
 # ordinal (density-like grades 0..3): the female group's grade signal is 0.35x the male group's. A stronger full
 # amplitude than the binary lesion's, since the grades split it into three steps.
 ORDINAL = replace(CONTROL, grades=4, lesion_amplitude=0.3, contrast={"female": 0.35, "male": 1.0})
