@@ -815,6 +815,44 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if result.failed or any(c.status == "failed" for c in result.plan.cells) else 0
 
 
+def _add_study(sub: Any) -> None:
+    p = sub.add_parser("study", help="a swept study's report (tidy Parquet, FairMedFM-style figures, one HTML page)")
+    ssub = p.add_subparsers(dest="study_command", required=True)
+    r = ssub.add_parser("report", help="aggregate a study's finished runs into a Parquet table, figures and a page",
+                        description="Read <out>/studies/<name>/plan.json (written by benchmark sweep) and every "
+                                    "finished run it names; write study.parquet/.csv, PNG and SVG figures "
+                                    "(ΔAUC/ΔDSC per FM x dataset, ES trade-offs, per-group utility, mitigations vs "
+                                    "ERM, Friedman-Nemenyi ranks, fairness laws, imbalance) and study.html.")
+    r.add_argument("study", help="a shipped study's name or a study YAML file (as given to benchmark sweep)")
+    r.add_argument("--out", default="results", help="the results folder the sweep wrote into")
+    r.add_argument("--dest", help="report folder (default: <out>/studies/<name>/report)")
+    r.set_defaults(handler=_cmd_study_report)
+
+
+def _cmd_study_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fairmedbench.benchmark.sweep import study_dir
+    from fairmedbench.errors import MissingResourceError
+    from fairmedbench.report.study import write_study_report
+    from fairmedbench.studies import load_study
+
+    study = load_study(args.study)
+    folder = study_dir(args.out, study.name)
+    plan = folder / "plan.json"
+    if not plan.is_file():
+        raise MissingResourceError(f"no plan for study {study.name!r} under {args.out}: run benchmark sweep "
+                                   f"{args.study} --out {args.out} first")
+    rep = write_study_report(plan, Path(args.out), Path(args.dest) if args.dest else folder / "report")
+    for line in rep.answers:
+        print(f"- {line}")
+    for note in rep.notes:
+        print(f"note: {note}")
+    print(f"table: {rep.parquet} ({len(rep.table)} rows; also {rep.csv.name})\nfigures: {len(rep.figures)} files "
+          f"in {rep.figures[0].parent if rep.figures else '-'}\npage: {rep.html}")
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     rows = LISTERS[args.what]()
     if args.json:
@@ -941,7 +979,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_run, _add_controls, _add_compare, _add_evaluate, _add_inspect, _add_suite, _add_submit,
-                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs, _add_sweep):
+                _add_verify, _add_leaderboard, _add_list, _add_describe, _add_splits, _add_docs, _add_sweep,
+                _add_study):
         add(sub)
     _add_uncertainty(sub)
     return parser

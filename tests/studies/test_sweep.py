@@ -91,8 +91,22 @@ def test_status_shows_done_and_skipped_with_reasons(local, capsys: pytest.Captur
     assert main(["sweep", "smoke", "--status", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "8 done, 0 running, 0 stale, 0 failed, 0 planned, 8 skipped" in text
-    assert "4 x usage 'clip-zs' cannot run here: model 'c2l' can encode_image" in text
+    assert "4 x usage 'clip-zs' cannot run here: model 'imagenet-resnet50' can encode_image" in text
     assert text.count(" / lp / ") == 8
+
+
+def test_study_report_command_writes_the_table_figures_and_page(local, capsys: pytest.CaptureFixture[str]) -> None:
+    """`benchmark study report smoke` on the swept study: one table row set per finished run, figures, a page."""
+    import pandas as pd
+
+    root, out, _ = local
+    assert main(["study", "report", "smoke", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    report = out / "studies/smoke/report"
+    table = pd.read_parquet(report / "study.parquet")
+    assert table["run_id"].nunique() == 8 and f"table: {report / 'study.parquet'} ({len(table)} rows" in text
+    assert (report / "study.html").is_file() and any(report.glob("figures/*.svg"))
+    assert main(["study", "report", "imbalance", "--out", str(out)]) == 2  # never swept here: says to sweep first
 
 
 def test_ray_launcher_gives_the_local_results(local) -> None:
