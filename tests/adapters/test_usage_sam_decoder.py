@@ -114,7 +114,10 @@ def test_run_with_groupdro_writes_results_with_the_training_block(small_sam: str
     assert maps["n"] == sum(doc["usage"]["units"].values()) and maps["shape"] == [256, 8, 8]
     assert set(doc["timings_s"]) == {"load", "prepare", "train", "segment", "metrics"}
     pred = pd.read_parquet(out.out_dir / doc["predictions"]["file"])
-    assert len(pred) == doc["usage"]["units"]["test"] and set(pred["split"]) == {"test"}
+    # one row per test sample; the empty ground truths (no prompt, no unit) have empty_gt and no score
+    assert len(pred) == doc["inputs"]["dataset"]["n_test"] and set(pred["split"]) == {"test"}
+    assert (~pred["empty_gt"]).sum() == doc["usage"]["units"]["test"]
+    assert pred.loc[pred["empty_gt"], "dsc"].isna().all()
     assert {"sample_id", "dsc", "iou", "attr:sex"} <= set(pred.columns)
     rep = doc["result"]["reports"][0]
     assert rep["metrics"]["dsc"]["__overall__"]["value"] == pytest.approx(pred["dsc"].mean())
