@@ -214,9 +214,10 @@ def test_cost_estimate_of_the_smoke_plan_by_hand(tmp_path: Path, monkeypatch) ->
     monkeypatch.setattr(costs, "head_rate", lambda d: {"s_per_unit": 1e-6, "how": "fixed"})
     plan = sweep.make_plan(load_study("smoke"), _opts(tmp_path, tmp_path))
     est = costs.estimate(plan, "cpu", "fp32")
-    # 4 encodes of 40 images at 0.5 s; 8 heads: 1 seed x 5 epochs x 20 train x 512 features x 1e-6 s
+    # 4 encodes of 40 images at 0.5 s; 8 heads: 1 seed x 5 epochs x 20 train x features x 1e-6 s, with 512
+    # features (moco-cxr, ResNet-18) for 4 and 2048 (ResNet-50) for the other 4
     assert est["counted"] == {"measured": 8, "assumed": 0, "unknown": 0}
-    assert est["totals"]["measured"] == pytest.approx(4 * 40 * 0.5 + 8 * 5 * 20 * 512 * 1e-6)
+    assert est["totals"]["measured"] == pytest.approx(4 * 40 * 0.5 + 4 * 5 * 20 * (512 + 2048) * 1e-6)
     assert est["by_usage"] == {"lp": pytest.approx(est["totals"]["measured"])}
 
 
@@ -250,7 +251,8 @@ def test_a_failed_run_is_recorded_and_the_study_goes_on(local, tmp_path: Path, m
     statuses = {(c["cell"]["model"], c["cell"]["dataset"], c["cell"]["mitigation"]): (c["status"], c["error"])
                 for c in plan["cells"] if c["status"] != "skipped"}
     assert {k: v for k, v in statuses.items() if k[2] == "erm"} == {
-        (m, d, "erm"): ("done", None) for m in ("moco-cxr", "c2l") for d in ("synth-control", "synth-contrast")}
+        (m, d, "erm"): ("done", None)
+        for m in ("moco-cxr", "imagenet-resnet50") for d in ("synth-control", "synth-contrast")}
     assert all(v == ("failed", "RuntimeError: out of memory (simulated)") for k, v in statuses.items()
                if k[2] == "groupdro")
     failed = [c for c in plan["cells"] if c["status"] == "failed"]
