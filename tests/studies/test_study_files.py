@@ -163,4 +163,4 @@ def test_sampling_axes_reach_the_run_spec_when_it_has_them() -> None:
     # the training size is left to RunSpec's default (the largest at which every share fits)
     assert all(c.spec.share_group == "female" and c.spec.train_size is None for c in cells if c.runnable)
     prev = [c.spec for c in expand(load_study("imbalance")) if c.runnable]
-    assert sorted({(s.prevalence, s.prevalence_on) for s in prev}) == [(p, "train") for p in (0.05, 0.1, 0.25, 0.5)]
+    assert sorted({(s.prevalence, s.prevalence_on) for s in prev}) == [(p, "test") for p in (0.05, 0.1, 0.25, 0.5)]
