@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.metrics.result import AttributeReport
 
 #: Upper bound on resample-by-sample cells held at once (bounds memory; about 32 MB per float64 array).
 CHUNK_CELLS = 4_000_000
@@ -87,3 +90,18 @@ def small_group_reason(n: int, min_group_size: int) -> str:
     """Why a small group's values carry no interval."""
     return (f"n={n} is below min_group_size={min_group_size}: point estimate only, a bootstrap interval from "
             "this few samples is not reliable")
+
+
+def group_interval(report: "AttributeReport", metric: str, group: str, value: float, n: int,
+                   draws: Sequence[np.ndarray] | None, min_group_size: int,
+                   ci_level: float) -> tuple[float, float, float]:
+    """(value, low, high) of one group's metric: no interval for a small group, else the bootstrap percentile
+    interval of its `draws`; the reason for a missing interval goes into `report.ci_notes`."""
+    if group in report.small_groups:
+        why: str | None = small_group_reason(n, min_group_size)
+        lo = hi = math.nan
+    else:
+        lo, hi, why = interval(np.concatenate(draws or []), ci_level)
+    if why:
+        report.ci_notes.setdefault(metric, {})[group] = why
+    return (float(value), lo, hi)

@@ -334,14 +334,8 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
         if n_boot == 0 or not np.isfinite(value) or metric in FIXED_BY_STRATIFICATION:
             return (float(value), math.nan, math.nan)
-        if group in report.small_groups:
-            why: str | None = bs.small_group_reason(counts[group]["n"], min_group_size)
-            lo = hi = math.nan
-        else:
-            lo, hi, why = bs.interval(np.concatenate(boot[metric][group]), ci_level)
-        if why:
-            report.ci_notes.setdefault(metric, {})[group] = why
-        return (float(value), lo, hi)
+        n = counts[group]["n"] if group in counts else 0  # the gap "group" has no count (never small)
+        return bs.group_interval(report, metric, group, value, n, boot[metric].get(group), min_group_size, ci_level)
 
     for gi, g in enumerate(groups):
         blk = plan.blocks[gi]

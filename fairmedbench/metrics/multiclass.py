@@ -361,14 +361,8 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, class
         if metric.endswith("_vs_best") and best.get(metric[:-len("_vs_best")]) == group:
             report.ci_notes.setdefault(metric, {})[group] = "the reference (best) group: 0 by definition"
             return (float(value), math.nan, math.nan)
-        if group in report.small_groups:
-            why: str | None = bs.small_group_reason(counts[group]["n"], min_group_size)
-            lo = hi = math.nan
-        else:
-            lo, hi, why = bs.interval(np.concatenate(boot[metric][group]), ci_level)
-        if why:
-            report.ci_notes.setdefault(metric, {})[group] = why
-        return (float(value), lo, hi)
+        n = counts[group]["n"] if group in counts else 0  # the gap "group" has no count (never small)
+        return bs.group_interval(report, metric, group, value, n, boot[metric].get(group), min_group_size, ci_level)
 
     for m, per_g in list(point.items()) + list(vs_best.items()):
         report.values[m] = {g: triple(m, g, v[0]) for g, v in per_g.items()}

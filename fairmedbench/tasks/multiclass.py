@@ -17,21 +17,14 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.tasks.base import TASKS, Task
+from fairmedbench.tasks.classification import TrainConfig
 
 SELECT_RULES = ("val_loss", "macro_auc", "worst_group_macro_auc")
 
 
-@dataclass
-class MulticlassConfig:
-    """Softmax-head training hyperparameters (recorded in the result); the classification head's defaults."""
-
-    lr: float = 3e-3
-    weight_decay: float = 1e-4
-    epochs: int = 200
-    patience: int = 20
-    batch_size: int = 256
-    class_balanced: bool = False  # cross-entropy class weights n / (C · n_c) from the train split
-    select: str = "val_loss"
+class MulticlassConfig(TrainConfig):
+    """Softmax-head training hyperparameters: the classification head's (class_balanced weights the
+    cross-entropy by n / (C · n_c) from the train split); `select` takes this task's SELECT_RULES."""
 
 
 @dataclass
