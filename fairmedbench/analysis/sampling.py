@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.tasks.base import Task
 
 PREVALENCE_SPLITS = ("train", "test")
 
@@ -38,16 +41,16 @@ class Sampling:
 
 
 def check_request(share: float | None, share_group: str | None, train_size: int | None, prevalence: float | None,
-                  prevalence_on: str, attributes: tuple[str, ...], task: str) -> None:
+                  prevalence_on: str, attributes: tuple[str, ...], task: Task) -> None:
     """Cheap checks of the sampling options (names and ranges), before any data is read."""
     if (share_group is not None or train_size is not None) and share is None:
         raise InputError("--share-group and --train-size go with --train-group-share (the share of that group "
                          "in a fixed-size training set)")
     if share is None and prevalence is None:
         return
-    if task != "classification":
-        raise InputError(f"--train-group-share and --prevalence sample labelled classification splits; this run's "
-                         f"task is {task}")
+    if not task.samples_splits:
+        raise InputError(f"--train-group-share and --prevalence sample labelled binary classification splits; this "
+                         f"run's task is {task.name}")
     if share is not None:
         if not (isinstance(share, (int, float)) and 0.0 <= share <= 1.0):
             raise InputError(f"--train-group-share must be a number in [0, 1], got {share!r}")

@@ -148,9 +148,9 @@ def check_spec(spec: RunSpec) -> Checked:
     plugin.check_task(task)
     _check_config(task, train_h)
     check_request(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
-                  attributes, task.name)
+                  attributes, task)
     if spec.test_resample is not None:
-        test_resample_age_column(spec.test_resample, dcard, attributes, task.name)
+        test_resample_age_column(spec.test_resample, dcard, attributes, task)
     return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
                    dict(plugin.hparams))
 
@@ -193,14 +193,14 @@ def files_fingerprint(ds: Dataset) -> str:
     return h.hexdigest()
 
 
-def test_resample_age_column(text: str, dcard: DatasetCard, attributes: tuple[str, ...], task: str) -> str | None:
+def test_resample_age_column(text: str, dcard: DatasetCard, attributes: tuple[str, ...], task: Task) -> str | None:
     """Check a --test-resample spec against the run (its attribute is one of the run's, the task has labels);
     for `matched`, the raw numeric age column: the card's binned attribute named age."""
     from fairmedbench.analysis.resample import parse_test_resample
 
     rs = parse_test_resample(text)
-    if task != "classification":
-        raise InputError(f"--test-resample resamples a labelled test set; this run's task is {task}")
+    if not task.samples_splits:
+        raise InputError(f"--test-resample resamples a test set with binary labels; this run's task is {task.name}")
     if rs.attribute not in attributes:
         raise InputError(f"--test-resample {text}: attribute {rs.attribute!r} is not one of this run's "
                          f"({', '.join(attributes)}); add --attribute {rs.attribute}")

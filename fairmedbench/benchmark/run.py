@@ -323,7 +323,7 @@ def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, s
     from fairmedbench.metrics import evaluate_classification
 
     rs = parse_test_resample(str(spec.sampling["test_resample"]))
-    age_col = test_resample_age_column(str(rs), ds.card, spec.attributes, spec.task)
+    age_col = test_resample_age_column(str(rs), ds.card, spec.attributes, get_task(spec.task))
     ages = None if age_col is None else _numeric(ds.samples[age_col].to_numpy()[test])
     group_col = f"attr:{rs.attribute}"
     sample = resample_test_set(rs, ds.samples[group_col].to_numpy()[test], y[test, 0],

@@ -37,6 +37,7 @@ class Task:
     label_column: str  # per-sample label column of each task column ("" when samples carry no class label)
     score_column: str  # per-sample score column of each task column ({task} is replaced by its name)
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
+    samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
 
     @property
     def headline(self) -> str:
@@ -91,7 +92,7 @@ TASKS.add("classification", Task(
     name="classification", runner="fairmedbench.benchmark.run:run_classification_task",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
     prediction_columns=("sample_id", "split", "seed"),
-    select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True,
+    select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
     run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
     extra_hparams=(("tasks", "main"),)))
 

@@ -10,6 +10,7 @@ import pytest
 
 from fairmedbench.analysis.sampling import Sampling, check_request, describe, draw, resolve
 from fairmedbench.errors import InputError
+from fairmedbench.tasks.base import get_task
 
 
 def _table(n_a: int = 40, n_b: int = 20) -> tuple[np.ndarray, np.ndarray]:
@@ -67,7 +68,7 @@ def test_bad_requests(kwargs: dict, message: str) -> None:
     args.update(kwargs)
     with pytest.raises(InputError, match=message):
         check_request(args["share"], args["share_group"], args["train_size"], args["prevalence"],
-                      args["prevalence_on"], args["attributes"], args["task"])
+                      args["prevalence_on"], args["attributes"], get_task(args["task"]))
 
 
 def test_infeasible_sizes_say_what_fits() -> None:
