@@ -344,9 +344,13 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                     problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with empty_gt true; an "
                                     "empty ground truth is not prompted or scored, so leave it null there")
                 arr = full[~unscored]
-            bad = ~np.isfinite(arr) if role != "distance" else np.isinf(arr) | (arr < 0)
+            if role == "distance" and (arr < 0).any():
+                problems.append(f"{rel}: column {name!r} has {int((arr < 0).sum())} negative value(s); a distance "
+                                "is >= 0 (pixels or mm)")
+                continue
+            bad = ~np.isfinite(arr) if role != "distance" else np.isinf(arr)
             if bad.any():
-                kind = "NaN" if np.isnan(arr).any() else "infinite"
+                kind = "NaN" if np.isnan(arr[bad]).any() else "infinite"
                 problems.append(f"{rel}: column {name!r} has {int(bad.sum())} {kind} value(s); "
                                 "every sample needs a finite value")
                 continue
@@ -361,6 +365,11 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
             arrays[name] = np.array([None if v is None else _label(v) for v in col.to_pylist()], dtype=object)
         else:
             arrays[name] = np.array([str(v) for v in col.to_pylist()], dtype=object)
+    if "hd95" in arrays and unscored is not None:  # HD95 is undefined only where the prediction is empty (DSC 0)
+        undefined = int((np.isnan(arrays["hd95"]) & ~unscored & (arrays["dsc"] > 0)).sum())
+        if undefined:
+            problems.append(f"{rel}: column 'hd95' is null on {undefined} row(s) with dsc > 0; HD95 is undefined "
+                            "only where the predicted mask is empty (dsc 0), so give the distance there")
     if problems:
         raise _Stop(problems)
     split = arrays.pop(cols["split"])

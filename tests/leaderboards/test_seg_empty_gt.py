@@ -176,3 +176,38 @@ def test_flags_and_verify_leave_empty_rows_out() -> None:
     n, diff, problems = _compare(lied, again, ["a", "b", "c", "d"], block)
     assert (n, diff) == (2, 0.0) and problems == [
         "1 sampled item(s) disagree with the data on whether the ground truth is empty, e.g. ('test', 'c')"]
+
+
+def _read_hd95(hd95: list[float]) -> list[str] | None:
+    """Submit's reader on four segmentation rows (b has an empty ground truth, c an empty prediction: DSC 0)."""
+    import io
+
+    from fairmedbench.leaderboards.submit import _read_predictions, _Stop
+
+    frame = pd.DataFrame({"sample_id": list("abcd"), "split": "test", "seed": 0, "dsc": [0.5, np.nan, 0.0, 0.7],
+                          "iou": [0.4, np.nan, 0.0, 0.6], "empty_gt": [False, True, False, False], "hd95": hd95,
+                          "attr:sex": list("fmmf")})
+    block = {"columns": {"id": "sample_id", "split": "split", "seed": "seed", "labels": [], "scores": ["dsc"],
+                         "attributes": ["attr:sex"]}, "attributes": ["sex"]}
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    try:
+        _read_predictions("seed0.predictions.parquet", buf.getvalue(), get_suite("synthetic-seg").entries[0], block, 0)
+    except _Stop as stop:
+        return stop.args[0]
+    return None
+
+
+def test_hd95_may_be_null_only_where_the_prediction_is_empty() -> None:
+    """A 3D run writes a null HD95 where the predicted mask is empty (undefined, DSC 0): accepted; a null HD95
+    beside a positive DSC hides a distance and is refused, as is a distance on an empty-ground-truth row."""
+    assert _read_hd95([3.0, np.nan, np.nan, 2.0]) is None
+    assert _read_hd95([3.0, np.nan, np.nan, np.nan]) == [
+        "seed0.predictions.parquet: column 'hd95' is null on 1 row(s) with dsc > 0; HD95 is undefined only where "
+        "the predicted mask is empty (dsc 0), so give the distance there"]
+    lines = _read_hd95([3.0, 1.0, np.nan, 2.0])
+    assert lines and "column 'hd95' has a value on 1 row(s) with empty_gt true" in lines[0]
+    assert _read_hd95([3.0, np.nan, np.nan, -1.0]) == [
+        "seed0.predictions.parquet: column 'hd95' has 1 negative value(s); a distance is >= 0 (pixels or mm)"]
+    assert _read_hd95([3.0, np.nan, np.nan, np.inf]) == [
+        "seed0.predictions.parquet: column 'hd95' has 1 infinite value(s); every sample needs a finite value"]
