@@ -26,8 +26,8 @@ test_fingerprint = sha256 hex of "\\n".join(sorted(test sample ids)) in utf-8 (`
 The Parquet holds val and test rows (classification; val picks the threshold) or test rows (segmentation;
 columns dsc, iou, empty_gt and optionally hd95: one row per test sample; a sample with an empty ground truth
 cannot be prompted, so its row has empty_gt true and null scores, it counts as a covered test id and is left out
-of every metric and flag; hd95 may also be null where the predicted mask is empty, dsc 0; the result's usage.skipped, when present, names exactly those sample ids), seed = k
-on every row, attr:<a> = group names (null = missing).
+of every metric and flag; the result's usage.skipped, when present, names exactly those sample ids; hd95 may also
+be null where the predicted mask is empty, dsc 0, as HD95 is undefined there), seed = k on every row, attr:<a> = group names (null = missing).
 
 `submit` accepts a bundle only when: every file is a regular .json or .parquet file (no symlinks, no
 pickles or zip archives, Parquet magic present, strict JSON without NaN), within the size limits
