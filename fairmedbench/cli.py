@@ -451,7 +451,7 @@ def _add_compare(sub: Any) -> None:
         "compare", help="mitigation methods on one harness (same splits, features, seeds)",
         parents=[_numbers_parent(), _compute_parent()],
         description="Run each mitigation with the same splits, cached features and seeds; report mean and "
-                    "95%% CI across seeds, paired differences and Welch's t-test against ERM, and with several "
+                    "95% CI across seeds, paired differences and Welch's t-test against ERM, and with several "
                     "datasets Friedman ranks with the Nemenyi critical difference.")
     p.add_argument("--model", required=True)
     p.add_argument("--dataset", required=True, type=_csv_list, help="one or more datasets, comma-separated")
