@@ -9,8 +9,9 @@ test-set bootstrap (the same resamples for every seed and method) adds intervals
 seed-mean signed difference and worst-group AUC, and for each method's worst-group AUC minus ERM's.
 
 Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder or samed) compares the
-DSC-based metrics of the segmentation engine. The paired test-set bootstrap is classification-only (it
-resamples AUCs); a segmentation comparison says so in its notes.
+DSC-based metrics of the segmentation engine; multi-class (lp or lora on a card with classes) the macro-AUC
+metrics of the multi-class engine. The paired test-set bootstrap is binary-classification-only (it
+resamples binary AUCs); a segmentation or multi-class comparison says so in its notes.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
 
-SEG_BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC (classification) only; the "
-                      "segmentation intervals are across seeds on one test set and leave out its sampling error")
+BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for binary AUC (classification) only; the "
+                  "{task} intervals of {headline} are across seeds on one test set and leave out its sampling error")
 
 
 @dataclass
@@ -117,10 +118,10 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
                                        "welch_p": w.p_value, "welch_note": w.note,
                                        "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
-        if task.sample_labels:
+        if task.headline == "auc":  # the paired bootstrap resamples binary AUCs
             out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
-    if not task.sample_labels:
-        out.notes.append(SEG_BOOTSTRAP_NOTE)
+    if task.headline != "auc":
+        out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
     if len(datasets) > 1:
         out.ranks = _ranks(out, task.rank_metric)
     out.seconds = time.perf_counter() - t0
