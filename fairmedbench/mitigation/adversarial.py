@@ -6,8 +6,9 @@ it also sees the labels, as in LAFTR's equalized-odds adversary (Madras et al., 
 Lemoine & Mitchell (AIES 2018). As in LAFTR, the adversary's loss averages over groups (dp) or over
 group x label cells (eo) so a small group counts as much as a large one. With `input=auto` the adversary
 sees the representation when it has trainable parameters (e.g. LoRA) and otherwise the logits (a linear
-probe on frozen features, where only the head can change: Zhang et al.'s adversary on the prediction). A softmax head (multi-class task) is served the same way: the
-adversary reads its representation or its K logits, and for `eo` the class one-hot; cells are group x class.
+probe on frozen features, where only the head can change: Zhang et al.'s adversary on the prediction).
+A softmax head (multi-class task) is served the same way: the adversary reads its representation or its K
+logits, and for `eo` also the class one-hot; cells are group x class.
 """
 
 from __future__ import annotations

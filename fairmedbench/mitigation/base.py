@@ -77,6 +77,9 @@ class Mitigation:
         """Why this method, with its hyperparameters, cannot train a model of `task`; None when it can."""
         if task.name not in self.tasks:
             return self.other_tasks or f"it applies to {' and '.join(self.tasks)} only"
+        if task.name == "multiclass" and self.hparams.get("label_column", 0) != 0:  # one label: the class index
+            return (f"label_column={self.hparams['label_column']} but a multi-class label is one column (the class "
+                    "index); leave label_column at 0")
         return None if task.sample_labels else self.label_need()
 
     def check_task(self, task: Task) -> None:

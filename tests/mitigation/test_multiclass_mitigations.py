@@ -67,6 +67,8 @@ def test_plugins_whose_definition_carries_over_are_allowed(name: str, hp: dict) 
     ("fairness_loss", {"target": "eo"}, "sigmoid score against 0/1 labels"),
     ("febs", {}, "Dice loss"),
     ("ind", {}, "copies a mask decoder once per group; for a classification head use domainind"),
+    ("groupdro", {"by": "group_class", "label_column": 1}, "label_column=1 but a multi-class label is one column"),
+    ("resampling", {"by": "class", "label_column": 2}, "label_column=2 but a multi-class label is one column"),
 ])
 def test_binary_or_segmentation_plugins_are_refused_with_their_reason(name: str, hp: dict, reason: str) -> None:
     with pytest.raises(InputError, match=f"mitigation '{name}' does not apply to multiclass: .*{reason}"):
