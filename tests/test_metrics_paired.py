@@ -78,3 +78,32 @@ def test_bad_input(kw: dict, needle: str) -> None:
     n_boot = args.pop("n_boot", 10)
     with pytest.raises(InputError, match=needle):
         paired_group_auc(args["y"], args["scores"], args["groups"], n_boot=n_boot)
+
+
+def test_paired_group_macro_auc_matches_the_multiclass_engine() -> None:
+    from fairmedbench.metrics.multiclass import evaluate_multiclass
+    from fairmedbench.metrics.paired import paired_group_macro_auc
+
+    rng = np.random.default_rng(3)
+    n, k = 90, 3
+    y = np.tile(np.arange(k), n // k)
+    g = np.where(np.arange(n) % 2 == 0, "a", "b")
+    g[(y == 2) & (g == "b")] = "a"  # group b has no class 2: its macro AUC averages classes 0 and 1 only
+    scores = rng.dirichlet(np.ones(k), size=(2, n)) + 0.5 * np.eye(k)[y][None]
+    scores /= scores.sum(axis=2, keepdims=True)
+    res = paired_group_macro_auc(y, scores, g, n_boot=200, seed=1, label="x")
+    assert res.groups == ["a", "b"] and res.resampled.shape == (200, 2, 2)
+    for si in range(2):
+        ev = evaluate_multiclass(y, scores[si], {"attr": g}, n_boot=0).report()
+        assert res.point[si] == pytest.approx([ev.value("macro_auc", "a"), ev.value("macro_auc", "b")])
+    # hand: group b, classes 0 and 1 only (one-vs-rest within the group)
+    b = g == "b"
+    hand = np.mean([roc_auc_score(y[b] == c, scores[0, b, c]) for c in (0, 1)])
+    assert res.point[0, 1] == pytest.approx(hand)
+    # stratified by group x class: every resample keeps each group's class counts, so every value is defined
+    assert np.isfinite(res.resampled).all()
+    # the same resamples for both score sets: identical scores give identical resampled values
+    same = paired_group_macro_auc(y, np.stack([scores[0], scores[0]]), g, n_boot=50, seed=1, label="x")
+    assert np.array_equal(same.resampled[:, 0], same.resampled[:, 1])
+    with pytest.raises(InputError, match="class indices 0..2"):
+        paired_group_macro_auc(y + 1, scores, g, n_boot=10)

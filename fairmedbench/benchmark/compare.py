@@ -9,8 +9,9 @@ test-set bootstrap (the same resamples for every seed and method) adds intervals
 seed-mean signed difference and worst-group AUC, and for each method's worst-group AUC minus ERM's.
 
 Classification (usage lp or lora) compares AUC-based metrics; segmentation (usage sam-decoder or samed) compares the
-DSC-based metrics of the segmentation engine. The paired test-set bootstrap is classification-only (it
-resamples AUCs); a segmentation comparison says so in its notes.
+DSC-based metrics of the segmentation engine; multi-class (lp or lora on a card with classes) the macro-AUC
+metrics of the multi-class engine, whose paired test-set bootstrap resamples group macro AUCs (stratified by
+group x class). The bootstrap resamples AUCs only; a segmentation comparison says so in its notes.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
 
-SEG_BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC (classification) only; the "
-                      "segmentation intervals are across seeds on one test set and leave out its sampling error")
+BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
+                  "intervals of {headline} are across seeds on one test set and leave out its sampling error")
+#: headline metrics the paired test-set bootstrap resamples: binary AUC (first task) and multi-class macro AUC
+BOOTSTRAPPED = ("auc", "macro_auc")
 
 
 @dataclass
@@ -117,10 +120,10 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
                                        "welch_p": w.p_value, "welch_note": w.note,
                                        "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
-        if task.sample_labels:
+        if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
             out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
-    if not task.sample_labels:
-        out.notes.append(SEG_BOOTSTRAP_NOTE)
+    if task.headline not in BOOTSTRAPPED:
+        out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
     if len(datasets) > 1:
         out.ranks = _ranks(out, task.rank_metric)
     out.seconds = time.perf_counter() - t0
@@ -142,14 +145,19 @@ def save_compare(outcome: CompareOutcome, model: str, datasets: list[str], out_r
 
 
 def _test_predictions(r: RunOutcome, attribute: str) -> list[Any]:
-    """Each seed's test rows (sorted by sample id): the first task's label and score, and the attribute."""
+    """Each seed's test rows (sorted by sample id): the label and score(s) the bootstrap reads (binary: the first
+    task's label and score; multi-class: the class index and every class's probability, as `s0`, `s1`, ...),
+    and the attribute."""
     frames = []
     for res in r.seeds:
         df = res.predictions()
-        task = res.doc["predictions"]["tasks"][0]
+        block = res.doc["predictions"]
+        cols = block["columns"]
+        score_cols = cols["scores"] if block.get("classes") else cols["scores"][:1]
         df = df[df["split"] == "test"].sort_values("sample_id")
-        frames.append(df[["sample_id", f"label:{task}", f"score:{task}", f"attr:{attribute}"]]
-                      .set_axis(["id", "y", "s", "g"], axis=1).reset_index(drop=True))
+        frames.append(df[["sample_id", cols["labels"][0], *score_cols, f"attr:{attribute}"]]
+                      .set_axis(["id", "y", *[f"s{j}" for j in range(len(score_cols))], "g"], axis=1)
+                      .reset_index(drop=True))
     return frames
 
 
@@ -162,12 +170,17 @@ def _interval(samples: np.ndarray, point: float) -> dict[str, Any]:
 
 
 def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -> dict[str, Any]:
-    """Paired test-set bootstrap of the seed-mean signed AUC difference and worst-group AUC per method, and of
-    each method's worst-group AUC minus ERM's (first task; rows without a group value are left out)."""
-    from fairmedbench.metrics.paired import paired_group_auc
+    """Paired test-set bootstrap of the seed-mean signed difference and worst-group value of the task's headline
+    (binary AUC of the first task, or multi-class macro AUC) per method, and of each method's worst-group value
+    minus ERM's (rows without a group value are left out). Keys: <worst-group metric>, <headline>_diff,
+    <worst-group metric>_vs_erm."""
+    from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
+    from fairmedbench.tasks.base import get_task
 
     if n_boot < 1:
         return {}
+    task = get_task(out.task)
+    worst, diff = task.rank_metric, f"{task.headline}_diff"
     frames = {m: _test_predictions(out.runs[(ds, m)], attribute) for m in out.methods}
     ref = frames["erm"][0]
     for m, fs in frames.items():
@@ -175,9 +188,13 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
             if not f["id"].equals(ref["id"]) or not f["y"].equals(ref["y"]):
                 raise InputError(f"compare: method {m!r} was tested on other samples than ERM; rerun with --force")
     keep = ref["g"].notna().to_numpy()
-    scores = np.stack([f["s"].to_numpy()[keep] for m in out.methods for f in frames[m]])
-    res = paired_group_auc(ref["y"].to_numpy()[keep], scores, ref["g"].to_numpy()[keep].astype(str),
-                           n_boot=n_boot, label=f"{ds}|{attribute}")
+    score_cols = [c for c in ref.columns if c.startswith("s") and c[1:].isdigit()]
+    scores = np.stack([f[score_cols].to_numpy()[keep] for m in out.methods for f in frames[m]])  # (S, n, C)
+    y, g = ref["y"].to_numpy()[keep], ref["g"].to_numpy()[keep].astype(str)
+    if task.headline == "macro_auc":
+        res = paired_group_macro_auc(y.astype(int), scores, g, n_boot=n_boot, label=f"{ds}|{attribute}")
+    else:
+        res = paired_group_auc(y, scores[:, :, 0], g, n_boot=n_boot, label=f"{ds}|{attribute}")
     n_seeds = len(frames["erm"])
     shape = (len(out.methods), n_seeds, len(res.groups))
     point = res.point.reshape(shape)
@@ -185,14 +202,15 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     with warnings.catch_warnings():  # a resample where every group's AUC is undefined stays NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         worst_p, worst_b = np.nanmin(point, axis=-1).mean(axis=-1), np.nanmin(boot, axis=-1).mean(axis=-1)
-    doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "methods": {}}
+    doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "metric": task.headline,
+                           "keys": [worst, diff, f"{worst}_vs_erm"], "methods": {}}
     for i, m in enumerate(out.methods):
-        entry = {"worst_group_auc": _interval(worst_b[:, i], float(worst_p[i]))}
+        entry = {worst: _interval(worst_b[:, i], float(worst_p[i]))}
         if len(res.groups) == 2:
             diff_p = float((point[i, :, 1] - point[i, :, 0]).mean())
-            entry["auc_diff"] = _interval((boot[:, i, :, 1] - boot[:, i, :, 0]).mean(axis=-1), diff_p)
+            entry[diff] = _interval((boot[:, i, :, 1] - boot[:, i, :, 0]).mean(axis=-1), diff_p)
         if m != "erm":
-            entry["worst_group_auc_vs_erm"] = _interval(worst_b[:, i] - worst_b[:, 0], float(worst_p[i] - worst_p[0]))
+            entry[f"{worst}_vs_erm"] = _interval(worst_b[:, i] - worst_b[:, 0], float(worst_p[i] - worst_p[0]))
         doc["methods"][m] = entry
     return doc
 

@@ -37,15 +37,7 @@ def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n
                          f"{scores.shape}; give one score per test sample in every row")
     if not np.isin(y, (0, 1)).all() or not np.isfinite(scores).all():
         raise InputError("paired bootstrap: labels must be 0/1 and scores finite")
-    bs.check_settings(n_boot, 0.95, 0)
-    names = sorted({str(g) for g in groups})
-    codes = np.searchsorted(names, groups.astype(str))
-    strata = codes * 2 + y.astype(int)
-    rng = bs.stable_seed(seed, "paired-group-auc", label)
-    weights = np.zeros((n_boot, y.size))
-    for k in np.unique(strata):
-        idx = np.flatnonzero(strata == k)
-        weights[:, idx] = bs.resample_counts(rng, idx.size, n_boot)
+    names, codes, weights = _shared_resamples(y.astype(int), 2, groups, n_boot, seed, "paired-group-auc", label)
     point = np.empty((scores.shape[0], len(names)))
     resampled = np.empty((n_boot, scores.shape[0], len(names)))
     for gi in range(len(names)):
@@ -55,3 +47,51 @@ def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n
             point[si, gi] = weighted_auc(y[m], s[m], ones)[0]
             resampled[:, si, gi] = weighted_auc(y[m], s[m], weights[:, m])
     return PairedGroupAUC(names, point, resampled)
+
+
+def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = 2000,
+                           seed: int = 0, label: str = "") -> PairedGroupAUC:
+    """Group macro AUCs (the multi-class engine's: mean one-vs-rest AUC over the classes with positives and
+    negatives in the group) of every score set ((S, n, K) class probabilities, `y` class indices 0..K-1) on one
+    shared set of resamples, stratified by group x class (so each group's set of defined classes is fixed)."""
+    y = np.asarray(y)
+    scores = np.asarray(scores, dtype=np.float64)
+    groups = np.asarray(groups)
+    if scores.ndim != 3 or scores.shape[1] != y.size or groups.size != y.size or scores.shape[2] < 2:
+        raise InputError(f"paired bootstrap: {y.size} labels, {groups.size} group values and scores of shape "
+                         f"{scores.shape}; give (score sets, samples, classes) probabilities")
+    k = scores.shape[2]
+    if not (np.isin(y, np.arange(k)).all() and np.isfinite(scores).all()):
+        raise InputError(f"paired bootstrap: labels must be class indices 0..{k - 1} and scores finite")
+    names, codes, weights = _shared_resamples(y.astype(int), k, groups, n_boot, seed, "paired-group-macro-auc",
+                                              label)
+    point = np.empty((scores.shape[0], len(names)))
+    resampled = np.empty((n_boot, scores.shape[0], len(names)))
+    for gi in range(len(names)):
+        m = codes == gi
+        yg = y[m]
+        present = [c for c in range(k) if 0 < int((yg == c).sum()) < yg.size]
+        ones = np.ones((1, int(m.sum())))
+        for si, s in enumerate(scores):
+            if not present:
+                point[si, gi], resampled[:, si, gi] = np.nan, np.nan
+                continue
+            point[si, gi] = np.mean([weighted_auc(yg == c, s[m, c], ones)[0] for c in present])
+            resampled[:, si, gi] = np.mean([weighted_auc(yg == c, s[m, c], weights[:, m]) for c in present], axis=0)
+    return PairedGroupAUC(names, point, resampled)
+
+
+def _shared_resamples(y: np.ndarray, k: int, groups: np.ndarray, n_boot: int, seed: int, stream: str,
+                      label: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Sorted group names, each sample's group code and (n_boot, n) resample counts drawn within each
+    group x class stratum (`k` classes)."""
+    bs.check_settings(n_boot, 0.95, 0)
+    names = sorted({str(g) for g in groups})
+    codes = np.searchsorted(names, groups.astype(str))
+    strata = codes * k + y
+    rng = bs.stable_seed(seed, stream, label)
+    weights = np.zeros((n_boot, y.size))
+    for st in np.unique(strata):
+        idx = np.flatnonzero(strata == st)
+        weights[:, idx] = bs.resample_counts(rng, idx.size, n_boot)
+    return names, codes, weights

@@ -29,8 +29,19 @@ def check_positive(method: str, key: str, value: float, allow_zero: bool = False
         raise InputError(f"mitigation {method!r}: {key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
-def label_column(method: str, y: np.ndarray, column: int) -> np.ndarray:
-    """The binary label column used for class balancing (y may be (n,) or (n, K))."""
+def label_column(method: str, y: np.ndarray, column: int, n_classes: int = 0) -> np.ndarray:
+    """The class code used for class balancing: y[:, column] > 0.5 of 0/1 labels (y (n,) or (n, K)), or, with
+    `n_classes` K >= 2 (a softmax head), the class index y itself (n,), checked to lie in 0..K-1."""
+    if n_classes:
+        yi = np.asarray(y)
+        if column != 0:
+            raise InputError(f"mitigation {method!r}: label_column={column} but a multi-class label is one "
+                             "column (the class index); leave label_column at 0")
+        bad = yi.size and (yi.min() < 0 or yi.max() >= n_classes or (yi != yi.astype(np.int64)).any())
+        if yi.ndim != 1 or bad:
+            raise InputError(f"mitigation {method!r}: multi-class labels must be class indices 0..{n_classes - 1} "
+                             f"(1-D), got shape {yi.shape}")
+        return yi.astype(np.int64)
     y2 = y[:, None] if y.ndim == 1 else y
     if not 0 <= column < y2.shape[1]:
         raise InputError(f"mitigation {method!r}: label_column={column} but labels have {y2.shape[1]} column(s)")
@@ -48,12 +59,14 @@ def check_group_codes(method: str, groups: np.ndarray, n_groups: int | None = No
     return g.astype(np.int64)
 
 
-def balance_units(method: str, by: str, y: np.ndarray, groups: np.ndarray | None, column: int) -> np.ndarray:
-    """Per-sample unit codes to balance over: the group, the class, or the group x class cell."""
+def balance_units(method: str, by: str, y: np.ndarray, groups: np.ndarray | None, column: int,
+                  n_classes: int = 0) -> np.ndarray:
+    """Per-sample unit codes to balance over: the group, the class, or the group x class cell (2 classes for
+    0/1 labels, `n_classes` for a softmax head's class indices)."""
     if by != "class" and groups is None:
         raise InputError(f"mitigation {method!r} with by={by!r} needs the sensitive attribute at training; "
                          "give --attribute, or use by=class")
     if by == "class":
-        return label_column(method, y, column)
+        return label_column(method, y, column, n_classes)
     g = check_group_codes(method, groups)
-    return g if by == "group" else 2 * g + label_column(method, y, column)
+    return g if by == "group" else max(n_classes, 2) * g + label_column(method, y, column, n_classes)

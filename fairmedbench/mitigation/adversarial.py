@@ -7,6 +7,8 @@ Lemoine & Mitchell (AIES 2018). As in LAFTR, the adversary's loss averages over 
 group x label cells (eo) so a small group counts as much as a large one. With `input=auto` the adversary
 sees the representation when it has trainable parameters (e.g. LoRA) and otherwise the logits (a linear
 probe on frozen features, where only the head can change: Zhang et al.'s adversary on the prediction).
+A softmax head (multi-class task) is served the same way: the adversary reads its representation or its K
+logits, and for `eo` also the class one-hot; cells are group x class.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ class Adversarial(Mitigation):
 
     name: str = "adversarial"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "multiclass")
     other_tasks: ClassVar[str] = (
         "its adversary reads a classification head's per-sample logits or representation vector, "
         "which a mask decoder does not have; use groupdro, resampling or fairness_loss")
@@ -108,8 +110,9 @@ class Adversarial(Mitigation):
         z = batch.representation if self.adversary_input == "representation" else batch.logits
         if reverse:
             z = grad_reverse(z, float(self.hparams["lambda"]))
-        if self.hparams["variant"] == "eo":
-            z = torch.cat([z, batch.y.to(z.dtype)], dim=1)
+        if self.hparams["variant"] == "eo":  # a softmax head's class index enters one-hot
+            y = F.one_hot(batch.y.long(), self.n_classes) if self.n_classes else batch.y
+            z = torch.cat([z, y.to(z.dtype)], dim=1)
         ce = F.cross_entropy(self.adversary(z), batch.groups, reduction="none")
         cells = batch.groups
         if self.hparams["variant"] == "eo":

@@ -20,6 +20,11 @@ segmentation sample has no class label) and `loss(per_sample, Batch(logits, targ
 decoder's low-resolution mask logits and 0/1 targets (b, L, L). A wrapped mask decoder that exposes
 `group_heads` (one module per group) is trained with each sample through its own group's head and predicts
 through its own forward, without the attribute.
+
+The multi-class loop (one softmax head over K classes) first calls `softmax_classes(K)`, then the hooks exactly as
+the binary loop does, with y the class index (n,) in `epoch_indices` and in `Batch.y` ((b,) long), per-sample
+cross-entropy in `loss`, and softmax probabilities (n, K) in `fit_postprocess` / `adjust_scores`. A plugin reads
+`n_classes` (0: sigmoid heads with 0/1 labels per column; K: one softmax head, y the class index).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class Mitigation:
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     threshold_policy: str | None = None
+    n_classes: int = 0  # 0: sigmoid outputs with 0/1 labels per column; K >= 2: one softmax head, y = class index
     tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     other_tasks: ClassVar[str] = ""  # why a task not in `tasks` is refused (default: names the ones it serves)
 
@@ -71,6 +77,9 @@ class Mitigation:
         """Why this method, with its hyperparameters, cannot train a model of `task`; None when it can."""
         if task.name not in self.tasks:
             return self.other_tasks or f"it applies to {' and '.join(self.tasks)} only"
+        if task.name == "multiclass" and self.hparams.get("label_column", 0) != 0:  # one label: the class index
+            return (f"label_column={self.hparams['label_column']} but a multi-class label is one column (the class "
+                    "index); leave label_column at 0")
         return None if task.sample_labels else self.label_need()
 
     def check_task(self, task: Task) -> None:
@@ -78,6 +87,12 @@ class Mitigation:
         why = self.unsupported(task)
         if why:
             raise InputError(f"mitigation {self.name!r} does not apply to {task.name}: {why}")
+
+    def softmax_classes(self, n_classes: int) -> None:
+        """Declare that the head is one softmax over `n_classes` classes and labels are class indices."""
+        if n_classes < 2:
+            raise InputError(f"mitigation {self.name!r}: a softmax head needs >= 2 classes, got {n_classes}")
+        self.n_classes = int(n_classes)
 
     def wrap_head(self, head: Any, n_groups: int) -> Any:
         """The module to train (default: the head itself)."""

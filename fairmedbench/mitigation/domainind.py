@@ -4,6 +4,10 @@ the paper's rule sums the per-domain outputs, argmax_y sum_d s(y, d, x) (their o
 `sum_out`, also MEDFAIR's DomainInd). We average instead of sum (sum / n_groups): the ranking, hence
 AUC and any validation-chosen threshold's operating point, is the same, and the sigmoid stays on the
 probability scale. combine=mean_prob averages the per-group probabilities (the paper's `sum_prob`).
+The paper's setting is multi-class (CIFAR-10S: each domain's head is a softmax over the classes), so a softmax
+head (multi-class task) is served as written: each group's head gives K logits, trained with cross-entropy on its
+own group's samples; sum_logits returns their mean (softmax of it: same argmax as the paper's sum), mean_prob
+returns log(mean_d softmax(z_d)), whose softmax is exactly the mean of the per-group probabilities.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ class DomainInd(Mitigation):
 
     name: str = "domainind"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "multiclass")
     other_tasks: ClassVar[str] = (
         "it gives each group its own copy of a classification head's output layer, which a mask "
         "decoder does not have; use groupdro, resampling or fairness_loss")
@@ -45,7 +49,7 @@ class DomainInd(Mitigation):
         linear = getattr(head, "linear", None)
         if not isinstance(linear, nn.Linear):
             raise InputError(f"mitigation {self.name!r} needs a head with a `.linear` output layer")
-        combine, name = self.hparams["combine"], self.name
+        combine, name, softmax = self.hparams["combine"], self.name, self.n_classes > 0
 
         class DomainIndependentHead(nn.Module):
             """Shared representation, one linear output per group."""
@@ -74,6 +78,8 @@ class DomainInd(Mitigation):
                 z = self.all_logits(self.representation(x))
                 if combine == "sum_logits":
                     return z.mean(dim=1)
+                if softmax:  # log of the mean probability: its softmax is that mean (rows sum to 1)
+                    return torch.log(torch.softmax(z, dim=2).mean(dim=1).clamp(min=1e-12))
                 return torch.logit(torch.sigmoid(z).mean(dim=1), eps=1e-7)
 
         return DomainIndependentHead()
@@ -82,4 +88,5 @@ class DomainInd(Mitigation):
         """Base description plus the reference and the inference rule."""
         return {**super().describe(), "reference": self.REFERENCE,
                 "notes": "inference combines all group heads without the attribute: sum_logits = mean of logits "
-                         "(same ranking as the paper's sum), mean_prob = mean of probabilities"}
+                         "(same ranking as the paper's sum), mean_prob = mean of probabilities (sigmoid per label, "
+                         "or softmax over a multi-class head's classes)"}

@@ -5,16 +5,23 @@ group instead of per environment; max - min: the worst-minus-best gap). target=t
 true-positive rates, the mean predicted probability among each group's positives (a differentiable
 equal-opportunity proxy, as in FNNC, Padala & Gujar, IJCAI 2020); target=eo adds the soft false-positive
 rate among negatives (equalized odds). Rates are per label and averaged over labels.
+
+A softmax head (multi-class task) takes target=loss, the spread of group mean cross-entropies (V-REx's risks);
+target=tpr/eo are refused there: their soft rates are sigmoid probabilities of 0/1 labels, and a multi-class
+analogue (per-class one-vs-rest rates) is not what the cited papers define.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
 from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+
+if TYPE_CHECKING:
+    from fairmedbench.tasks.base import Task
 
 
 def _spread(values: Any, present: Any, how: str) -> Any:
@@ -39,7 +46,7 @@ class FairnessLoss(Mitigation):
 
     name: str = "fairness_loss"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     DEFAULTS: ClassVar[dict[str, Any]] = {"weight": 1.0, "target": "loss", "penalty": "var"}
     REFERENCE: ClassVar[str] = ("V-REx variance of group risks (Krueger et al. 2021); soft-rate constraints "
                                 "(Padala & Gujar 2020). No paper fixes the weight: default 1.0, sweep it")
@@ -57,6 +64,14 @@ class FairnessLoss(Mitigation):
                     "and a class label per sample; use target=loss (the spread of group segmentation losses)")
         return None
 
+    def unsupported(self, task: Task) -> str | None:
+        """Also refuses target=tpr/eo for a softmax head (multi-class): their rates are binary."""
+        if task.name == "multiclass" and self.hparams["target"] != "loss":
+            return (f"target={self.hparams['target']} compares soft true/false-positive rates of a sigmoid score "
+                    "against 0/1 labels, which a softmax head over classes does not have; use target=loss (the "
+                    "spread of group mean cross-entropies)")
+        return super().unsupported(task)
+
     def penalty(self, per_sample: Any, batch: Batch) -> Any:
         """The differentiable gap between the batch's groups."""
         import torch
@@ -66,6 +81,9 @@ class FairnessLoss(Mitigation):
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
         if len(g) and int(g.min()) < 0:
             raise InputError(f"mitigation {self.name!r}: negative group codes in a training batch")
+        if self.n_classes and self.hparams["target"] != "loss":
+            raise InputError(f"mitigation {self.name!r}: target={self.hparams['target']} needs 0/1 labels and "
+                             "sigmoid scores; a softmax head takes target=loss")
         how = self.hparams["penalty"]
         n = int(g.max()) + 1 if len(g) else 1
         onehot = torch.nn.functional.one_hot(g, n).to(per_sample.dtype)  # (b, G)

@@ -45,8 +45,9 @@ class GroupThresholds(Mitigation):
     threshold_policy: str | None = "fixed:0.5"
     tasks: ClassVar[tuple[str, ...]] = ("classification",)
     other_tasks: ClassVar[str] = (
-        "it chooses a per-group threshold on per-sample scores with class labels; a segmentation "
-        "mask is thresholded per pixel at logit 0 and has no score to threshold per sample")
+        "it chooses a per-group threshold on a binary score; a segmentation mask is thresholded per pixel at "
+        "logit 0 and has no score to threshold per sample, and a multi-class decision is the argmax over the "
+        "classes' probabilities, with no threshold to move")
     thresholds: Any = field(default=None, repr=False)
     global_thresholds: Any = field(default=None, repr=False)
     fallback: list[tuple[int, int]] = field(default_factory=list, repr=False)

@@ -20,7 +20,7 @@ class GroupDRO(Mitigation):
 
     name: str = "groupdro"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     q: Any = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"eta": 0.01, "by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = "Sagawa, Koh, Hashimoto, Liang. ICLR 2020, Algorithm 1 (robust_step_size 0.01)"
@@ -42,18 +42,24 @@ class GroupDRO(Mitigation):
 
         if n_groups < 1:
             raise InputError(f"mitigation {self.name!r} needs at least one group, got n_groups={n_groups}")
-        n_units = n_groups * (2 if self.hparams["by"] == "group_class" else 1)
+        n_units = n_groups * (max(self.n_classes, 2) if self.hparams["by"] == "group_class" else 1)
         self.q = torch.full((n_units,), 1.0 / n_units)
         return head
 
     def units(self, batch: Batch) -> Any:
-        """The batch's unit codes: group, or 2 * group + label (labels[:, label_column])."""
+        """The batch's unit codes: group, or 2 * group + label (labels[:, label_column]); for a softmax head
+        K * group + class index."""
         g = batch.groups
         if g is None:
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
         if self.hparams["by"] == "group":
             return g
         col = self.hparams["label_column"]
+        if self.n_classes:
+            if col != 0:
+                raise InputError(f"mitigation {self.name!r}: label_column={col} but a multi-class label is one "
+                                 "column (the class index); leave label_column at 0")
+            return self.n_classes * g + batch.y.long()
         if not 0 <= col < batch.y.shape[1]:
             raise InputError(f"mitigation {self.name!r}: label_column={col} but labels have "
                              f"{batch.y.shape[1]} column(s)")
@@ -86,4 +92,5 @@ class GroupDRO(Mitigation):
         """Base description plus the reference and the group definition."""
         return {**super().describe(), "reference": self.REFERENCE,
                 "notes": "groups = attribute groups (by=group) or attribute x label cells as in the paper "
-                         "(by=group_class); no generalisation adjustment (paper's C = 0 default)"}
+                         "(by=group_class; a softmax head's K classes give K cells per group); no generalisation "
+                         "adjustment (paper's C = 0 default)"}

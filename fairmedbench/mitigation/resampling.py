@@ -20,7 +20,7 @@ class Resampling(Mitigation):
     """Sample with replacement, weight 1 / (number of units x size of the sample's unit)."""
 
     name: str = "resampling"
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation")
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     DEFAULTS: ClassVar[dict[str, Any]] = {"by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = ("Idrissi et al. 2022 (SUBG/RWG data balancing); MEDFAIR resampling baseline "
                                 "(Zong et al. 2023)")
@@ -39,7 +39,8 @@ class Resampling(Mitigation):
 
     def epoch_indices(self, y: np.ndarray, groups: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
         """n draws with replacement, each unit (group / class / cell) with total probability 1 / #units."""
-        units = balance_units(self.name, self.hparams["by"], np.asarray(y), groups, self.hparams["label_column"])
+        units = balance_units(self.name, self.hparams["by"], np.asarray(y), groups, self.hparams["label_column"],
+                              self.n_classes)
         _, inverse, counts = np.unique(units, return_inverse=True, return_counts=True)
         p = 1.0 / (len(counts) * counts[inverse])
         return rng.choice(len(units), size=len(units), replace=True, p=p / p.sum())
@@ -47,4 +48,5 @@ class Resampling(Mitigation):
     def describe(self) -> dict[str, Any]:
         """Base description plus the reference and the sampling rule."""
         return {**super().describe(), "reference": self.REFERENCE,
-                "notes": "epoch = n draws with replacement; by=class/group_class use labels[:, label_column]"}
+                "notes": "epoch = n draws with replacement; by=class/group_class use labels[:, label_column] "
+                         "(a softmax head's class index: K classes, K x groups cells)"}

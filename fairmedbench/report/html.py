@@ -375,9 +375,9 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
         boot = (doc.get("test_bootstrap") or {}).get(ds) or {}
         boot_table = None
         if boot.get("methods"):
-            keys = [k for k in ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm")
-                    if any(k in e for e in boot["methods"].values())]
-            boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k), k != "worst_group_auc")
+            order = boot.get("keys", ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm"))
+            keys = [k for k in order if any(k in e for e in boot["methods"].values())]
+            boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k), k != order[0])
                                                                for k in keys]]
                                                    for m, e in boot["methods"].items()],
                                f"paired test-set bootstrap ({boot.get('n_boot')} resamples; seed means, groups "

@@ -202,22 +202,27 @@ def render_compare(doc: dict, console: Any) -> None:
     console.print(vs)
     boots = doc.get("test_bootstrap") or {}
     if any(boots.values()):
+        from fairmedbench.metrics.specs import metric_spec
+
+        first = next(b for b in boots.values() if b)
+        util = metric_spec(first.get("metric", "auc")).header  # AUC, or macro AUC (multi-class)
         tb = Table(title="with the test set's sampling error: seed means, paired test-set bootstrap [95% CI]",
                    title_justify="left")
-        for h in ("dataset", "method", "signed AUC difference", "CI excludes 0", "worst-group AUC",
-                  "worst-group AUC - ERM", "CI excludes 0"):
+        for h in ("dataset", "method", f"signed {util} difference", "CI excludes 0", f"worst-group {util}",
+                  f"worst-group {util} - ERM", "CI excludes 0"):
             tb.add_column(h)
         for ds, b in boots.items():
             if not b:
                 continue
+            worst, diff, vs_erm = b.get("keys", ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm"))
             for m, e in b["methods"].items():
-                d, w, v = e.get("auc_diff"), e["worst_group_auc"], e.get("worst_group_auc_vs_erm")
+                d, w, v = e.get(diff), e[worst], e.get(vs_erm)
                 tb.add_row(ds, m, "—" if not d else fmt(d["value"], d["ci_low"], d["ci_high"]),
                            "—" if not d else ("[red]yes[/]" if d["excludes_0"] else "no"),
                            fmt(w["value"], w["ci_low"], w["ci_high"]),
                            "—" if not v else fmt(v["value"], v["ci_low"], v["ci_high"]),
                            "—" if not v else ("[green]yes[/]" if v["excludes_0"] else "no"))
-        groups = next(b["groups"] for b in boots.values() if b)
+        groups = first["groups"]
         console.print(tb)
         if len(groups) == 2:
             console.print(f"signed difference = {groups[1]} - {groups[0]}")

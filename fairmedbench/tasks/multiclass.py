@@ -74,8 +74,12 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
         raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
     if cfg.select == "worst_group_macro_auc" and groups["val"] is None:
         raise InputError("selection rule 'worst_group_macro_auc' needs the sensitive attribute on validation")
+    if mitigation.needs_attribute_at_training and groups["train"] is None:
+        raise InputError(f"mitigation {mitigation.name!r} needs the sensitive attribute at training; "
+                         "give --attribute for a dataset that has one")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    mitigation.softmax_classes(n_classes)  # the hooks below see class indices and a softmax head
     model = mitigation.wrap_head(head, n_groups)
     xt = torch.as_tensor(x["train"], dtype=torch.float32)
     yt = torch.as_tensor(y["train"], dtype=torch.long)

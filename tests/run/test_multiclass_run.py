@@ -97,8 +97,8 @@ def test_evaluate_on_saved_predictions_equals_the_run(lp_run, tmp_path: Path) ->
 
 
 def test_mitigations_and_usages_that_do_not_serve_multiclass_are_refused(routed, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="does not apply to multiclass"):
-        run(_spec(mitigation="adversarial"), _opts(tmp_path))
+    with pytest.raises(InputError, match="does not apply to multiclass: .*argmax"):
+        run(_spec(mitigation="group_thresholds"), _opts(tmp_path))
     with pytest.raises(InputError, match="argmax"):  # a threshold would be silently unused otherwise
         run(_spec(threshold="fixed:0.3"), _opts(tmp_path))
     with pytest.raises(InputError, match="offers multiclass"):
