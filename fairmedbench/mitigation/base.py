@@ -77,7 +77,7 @@ class Mitigation:
         """Why this method, with its hyperparameters, cannot train a model of `task`; None when it can."""
         if task.name not in self.tasks:
             return self.other_tasks or f"it applies to {' and '.join(self.tasks)} only"
-        if task.name == "multiclass" and self.hparams.get("label_column", 0) != 0:  # one label: the class index
+        if task.class_index_labels and self.hparams.get("label_column", 0) != 0:  # one label: the class index
             return (f"label_column={self.hparams['label_column']} but a multi-class label is one column (the class "
                     "index); leave label_column at 0")
         return None if task.sample_labels else self.label_need()

@@ -66,7 +66,7 @@ class FairnessLoss(Mitigation):
 
     def unsupported(self, task: Task) -> str | None:
         """Also refuses target=tpr/eo for a softmax head (multi-class): their rates are binary."""
-        if task.name == "multiclass" and self.hparams["target"] != "loss":
+        if task.class_index_labels and self.hparams["target"] != "loss":
             return (f"target={self.hparams['target']} compares soft true/false-positive rates of a sigmoid score "
                     "against 0/1 labels, which a softmax head over classes does not have; use target=loss (the "
                     "spread of group mean cross-entropies)")

@@ -38,6 +38,7 @@ class Task:
     score_column: str  # per-sample score column of each task column ({task} is replaced by its name)
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
     samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
+    class_index_labels: bool = False  # a sample's label is one class index (softmax head), not 0/1 per task column
 
     @property
     def headline(self) -> str:

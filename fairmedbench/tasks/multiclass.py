@@ -282,5 +282,5 @@ TASKS.add("multiclass", MulticlassTask(
     name="multiclass", runner="fairmedbench.tasks.multiclass:run_multiclass_task",
     config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
     prediction_columns=("sample_id", "split", "seed"), select_rules=SELECT_RULES, sample_labels=True,
-    run_kind="run-multiclass", label_column="label", score_column="score:{task}"))
+    class_index_labels=True, run_kind="run-multiclass", label_column="label", score_column="score:{task}"))
 
