@@ -355,7 +355,8 @@ def test_run_suite_bundle_is_accepted_and_ranked_by_macro_auc(e2e: dict) -> None
     genuine = next(r for r in rows if r["revision"] != "shuffled")
     assert genuine["metrics"]["utility"] == doc["result"]["reports"][0]["metrics"]["macro_auc"]["__overall__"]["value"]
     page = Path(paths["html"]).read_text()
-    assert "utility (macro AUC), higher is better" in page and ">ES " not in page and "Mean ES" not in page
+    assert "utility (macro AUC), higher is better" in page and "<small>macro AUC</small>" in page
+    assert ">ES " not in page and "Mean ES" not in page
     assert "multiclass: macro_auc" in page and "multiclass: worst_group_macro_auc" in page
     md = Path(paths["markdown"]).read_text()
     assert "| Model | Revision | Mean rank | Rows | Mean utility | Mean gap | Tiers | Flags |" in md
