@@ -42,8 +42,8 @@ beside it (no absolute path, no '..'); predictions have finite scores and the te
 board's pinned test set (when pinned; else the result's own test_fingerprint and n_test; on a board whose
 test set ships its id list, `testsets.TestSet.ids_file`, any non-empty subset of it: coverage is recorded
 and partial rows are ranked separately); and
-`metrics.evaluate_classification` / `evaluate_segmentation` / `evaluate_multiclass`, run on the test rows with the settings in
-result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
+`metrics.evaluate_classification` / `evaluate_segmentation` / `evaluate_multiclass`, run on the test rows with the
+settings in result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count
 and threshold within 1e-9. Recomputation proves the arithmetic, not where the predictions came from: every row
 carries the flags of `flags.FLAGS` (one fact and one check each: no weights hash, weights not public, data seen

@@ -315,9 +315,10 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         lost = [c for c in cols["scores"] if c not in table.column_names]
         extra = [c for c in table.column_names if c not in want]
         if lost or extra:
+            others = ", ".join(c for c in want if c not in cols["scores"])
             problems.append(f"{rel}: {len(lost)} class probability column(s) missing and {len(extra)} unexpected "
                             f"column(s); {entry.dataset} has {len(classes)} classes, so the file holds exactly "
-                            f"{', '.join(cols['scores'])} besides {', '.join(c for c in want if c not in cols['scores'])}")
+                            f"{', '.join(cols['scores'])} besides {others}")
     if problems:
         raise _Stop(problems)
     arrays: dict[str, np.ndarray] = {}
@@ -361,9 +362,9 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                 problems.append(f"{rel}: column {name!r} has {int(bad.sum())} {kind} value(s); "
                                 "every sample needs a finite value")
                 continue
-            if role == "score" and ((arr < 0) | (arr > 1)).any():
-                problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({int(((arr < 0) | (arr > 1)).sum())} "
-                                "outside)")
+            outside = int(((arr < 0) | (arr > 1)).sum()) if role == "score" else 0
+            if outside:
+                problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({outside} outside)")
             if role == "label" and not np.isin(arr, (0.0, 1.0)).all():
                 problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
             elif name == "empty_gt" and not get_task(entry.task).sample_labels:
@@ -374,8 +375,8 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
             unknown = [v for v, i in zip(col.to_pylist(), index) if i < 0]
             if unknown:
                 problems.append(f"{rel}: column {name!r} has {len(unknown)} value(s) that are not a class of "
-                                f"{entry.dataset} (e.g. {unknown[0]!r}); a label is a class index 0..{len(classes) - 1} "
-                                f"or a class name {classes}")
+                                f"{entry.dataset} (e.g. {unknown[0]!r}); a label is a class index "
+                                f"0..{len(classes) - 1} or a class name {classes}")
                 continue
             arrays[name] = index.astype(np.float64)
         elif role == "attr":

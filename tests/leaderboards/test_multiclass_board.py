@@ -70,7 +70,8 @@ def test_good_multiclass_bundle_is_recomputed_and_stored(bundle: Path, tmp_path:
     # the board's columns hold the multi-class board metrics (macro AUC), averaged over the two seeds
     docs = [json.loads((bundle / MC / f"seed{k}.json").read_text()) for k in (0, 1)]
     reports = [d["result"]["reports"][0]["metrics"] for d in docs]
-    assert row["metrics"]["utility"] == pytest.approx(np.mean([m["macro_auc"]["__overall__"]["value"] for m in reports]))
+    assert row["metrics"]["utility"] == pytest.approx(
+        np.mean([m["macro_auc"]["__overall__"]["value"] for m in reports]))
     assert row["metrics"]["worst_group"] == pytest.approx(
         np.mean([m["worst_group_macro_auc"]["__gap__"]["value"] for m in reports]))
     assert row["metrics"]["gap"] == pytest.approx(np.mean([m["macro_auc_gap"]["__gap__"]["value"] for m in reports]))
