@@ -16,18 +16,24 @@ usage, task, metric profile, seeds and the pinned test set). A submission is a b
 
 entry_key = f"{dataset}__{usage}__{'+'.join(attributes)}"; k runs over the entry's seeds. A bundle may
 answer a subset of the suite's entries, but every seed of each entry it answers. In each result document:
-  kind = "run-classification" | "run-segmentation";
+  kind = "run-classification" | "run-segmentation" | "run-multiclass";
   spec = RunSpec.identity() plus "seed": k (spec.model, dataset, attributes, usage, profile must match);
   inputs = {"dataset": {"name", "fingerprint", "split_fingerprint", "test_fingerprint", "n_test"},
             "model": {"name", "weights_sha256"}} (the model fields equal model.json's);
   run_id = store.run_id({"kind", "spec", "inputs"}) as result_document computes it;
-  predictions = tasks.base.get_task(task).predictions_block("seed<k>.predictions.parquet", tasks, attributes).
+  predictions = tasks.base.get_task(task).predictions_block("seed<k>.predictions.parquet", tasks, attributes,
+                                                             <the dataset card's classes>).
 test_fingerprint = sha256 hex of "\\n".join(sorted(test sample ids)) in utf-8 (`suites.test_fingerprint`).
 The Parquet holds val and test rows (classification; val picks the threshold) or test rows (segmentation;
 columns dsc, iou, empty_gt and optionally hd95: one row per test sample; a sample with an empty ground truth
 cannot be prompted, so its row has empty_gt true and null scores, it counts as a covered test id and is left out
 of every metric and flag; the result's usage.skipped, when present, names exactly those sample ids; hd95 may also
-be null where the predicted mask is empty, dsc 0, as HD95 is undefined there), seed = k on every row, attr:<a> = group names (null = missing).
+be null where the predicted mask is empty, dsc 0, as HD95 is undefined there), seed = k on every row, attr:<a> =
+group names (null = missing). A multi-class result (predictions.classes = the dataset
+card's classes, in order) has one `label` column, a class index 0..C-1 or a class name, and one probability
+column score:<class> per class, each in [0, 1], every row summing to 1 within
+`metrics.multiclass.PROB_SUM_TOLERANCE` (1e-3, the engine's own check); it is recomputed with
+`metrics.evaluate_multiclass` (argmax decision, no threshold) and ranked by its headline, macro AUC.
 
 `submit` accepts a bundle only when: every file is a regular .json or .parquet file (no symlinks, no
 pickles or zip archives, Parquet magic present, strict JSON without NaN), within the size limits
@@ -37,8 +43,8 @@ beside it (no absolute path, no '..'); predictions have finite scores and the te
 board's pinned test set (when pinned; else the result's own test_fingerprint and n_test; on a board whose
 test set ships its id list, `testsets.TestSet.ids_file`, any non-empty subset of it: coverage is recorded
 and partial rows are ranked separately); and
-`metrics.evaluate_classification` / `evaluate_segmentation`, run on the test rows with the settings in
-result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
+`metrics.evaluate_classification` / `evaluate_segmentation` / `evaluate_multiclass`, run on the test rows with the
+settings in result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count
 and threshold within 1e-9. Recomputation proves the arithmetic, not where the predictions came from: every row
 carries the flags of `flags.FLAGS` (one fact and one check each: no weights hash, weights not public, data seen

@@ -15,21 +15,23 @@ from fairmedbench.leaderboards.flags import (UNRANKED_FLAGS, Facts, SeedPredicti
 from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT
 from fairmedbench.leaderboards.suites import Suite
 from fairmedbench.leaderboards.tiers import TIERS, entry_record, read_verification, tier_of
-from fairmedbench.metrics.specs import board_higher_is_better
+from fairmedbench.metrics.specs import board_higher_is_better, board_metrics
 
-# (key, header, what it is); which direction is better comes from the MetricSpec registry
+# (key, header, what it is); which metric fills it for each task, and which direction is better, come from the
+# MetricSpec registry (`board_columns`)
 COLUMNS = (
-    ("utility", "Utility", "overall AUC (classification) or mean DSC (segmentation)"),
-    ("worst_group", "Worst group", "lowest group AUC / DSC among groups where it is defined"),
-    ("gap", "Gap", "largest minus smallest group AUC / DSC (ΔAUC, ΔDSC)"),
-    ("es", "ES", "equity-scaled utility: overall / (1 + Σ|group - overall|) (ES-AUC, ES-DSC)"),
+    ("utility", "Utility", "the task's headline metric on the whole test set"),
+    ("worst_group", "Worst group", "the headline metric of the lowest group among groups where it is defined"),
+    ("gap", "Gap", "largest minus smallest group value of the headline metric"),
+    ("es", "ES", "equity-scaled utility: overall / (1 + Σ|group - overall|)"),
     ("eqodds", "EqOdds", "equalized-odds difference max(ΔTPR, ΔFPR) at the validation threshold"),
     ("ece_gap", "ECE gap", "largest minus smallest group expected calibration error"),
 )
 RANKING_RULE = (
     "Rows are ranked within each (dataset, usage, attribute): verified rows above self-reported rows, then by ES "
     "(equity-scaled utility), higher first; ties are broken by utility, higher first, then by model name and "
-    "revision. A row whose verification failed, or flagged near-perfect predictions, or duplicate predictions "
+    "revision. A task with no ES metric (multi-class) ranks by utility, its headline metric (macro AUC), higher "
+    "first. A row whose verification failed, or flagged near-perfect predictions, or duplicate predictions "
     "unless the row is verified (a copy cannot unrank the verified original), is shown but not ranked (rank '—', "
     "listed after the ranked rows, the reason in its flags). An undefined value (shown as "
     "'n/a': fewer than two groups with a defined metric, or undefined in any task or seed, since every value "
@@ -40,6 +42,21 @@ RANKING_RULE = (
     "another sample of test patients. The model summary orders models by their mean rank over their ranked rows "
     "(lower is better; none when no row is ranked)."
 )
+
+
+def board_columns(suite: Suite) -> list[dict[str, Any]]:
+    """The page's columns for a suite: those that some task of its entries fills (a multi-class-only board has no
+    ES, EqOdds or ECE gap), each with the metric that fills it per task (from the MetricSpec registry)."""
+    tasks = list(dict.fromkeys(e.task for e in suite.entries))
+    out = []
+    for key, header, definition in COLUMNS:
+        fills = {t: board_metrics(t)[key] for t in tasks if key in board_metrics(t)}
+        if fills:
+            per_task = "; ".join(f"{t}: {spec.name}" for t, spec in fills.items())
+            out.append({"key": key, "header": header, "better": "high" if board_higher_is_better(key) else "low",
+                        "definition": f"{definition} ({per_task})",
+                        "metrics": [{"task": t, "name": spec.name, "label": spec.header} for t, spec in fills.items()]})
+    return out
 
 
 def submission_dirs(board_dir: Path) -> list[Path]:
@@ -169,8 +186,7 @@ def build(board_dir: Path | str, suite: Suite) -> dict[str, Path]:
     generated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     board = {"suite": {"name": suite.name, "version": suite.version, "description": suite.description},
              "generated_at": generated, "ranking_rule": RANKING_RULE,
-             "columns": [{"key": k, "header": h, "better": "high" if board_higher_is_better(k) else "low",
-                          "definition": d} for k, h, d in COLUMNS],
+             "columns": board_columns(suite),
              "entries": [e.describe() for e in suite.entries], "flag_legend": legend(), "tiers": list(TIERS),
              "models": summary, "rows": rows}
     return {

@@ -10,7 +10,7 @@ Torch-free: numpy, scikit-learn and pyarrow only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -32,13 +32,15 @@ MIN_PER_CLASS = 5
 @dataclass(frozen=True)
 class SeedPredictions:
     """One seed's test predictions: ids, labels (n, K) or None for segmentation, scores (n, K) (per-sample DSC
-    as one column for segmentation), and group names per attribute (None = missing)."""
+    as one column for segmentation), and group names per attribute (None = missing). `one_hot`: a multi-class
+    prediction, whose labels are the true class one-hot over the K class-probability columns (rows sum to 1)."""
 
     seed: int
     ids: np.ndarray
     labels: np.ndarray | None
     scores: np.ndarray
     attributes: dict[str, np.ndarray]
+    one_hot: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,31 @@ def scored_rows(test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v)[keep] for k, v in test.items()}
 
 
+def class_indices(values: Sequence[Any], classes: Sequence[str]) -> np.ndarray:
+    """A multi-class label per value as its class index: an index 0..C-1 (an integer, or a float with no fraction)
+    or a class name, exactly; -1 for anything else (another number or text, a boolean, a null)."""
+    pos = {str(c): i for i, c in enumerate(classes)}
+    out = np.full(len(values), -1, dtype=np.int64)
+    for k, v in enumerate(values):
+        if isinstance(v, str):
+            out[k] = pos.get(v, -1)
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) \
+                and float(v).is_integer() and 0 <= v < len(classes):
+            out[k] = int(v)
+    return out
+
+
 def from_columns(test: dict[str, np.ndarray], block: dict[str, Any], seed: int) -> SeedPredictions:
     """Test-row columns (as `submit` reads them, or a stored Parquet's) -> SeedPredictions of the scored rows."""
     cols = block["columns"]
     test = scored_rows(test)
+    if block.get("classes"):  # multi-class: one label column (class index or name), one probability per class
+        classes = block["classes"]
+        index = class_indices(list(test[cols["labels"][0]]), classes)
+        labels = np.eye(len(classes))[index]
+        scores = np.column_stack([np.asarray(test[c], dtype=np.float64) for c in cols["scores"]])
+        attrs = {a: np.asarray(test[f"attr:{a}"], dtype=object) for a in block["attributes"]}
+        return SeedPredictions(seed, np.asarray(test[cols["id"]]).astype(str), labels, scores, attrs, one_hot=True)
     if cols.get("labels"):
         labels = np.column_stack([np.asarray(test[c], dtype=np.float64) for c in cols["labels"]])
         scores = np.column_stack([np.asarray(test[c], dtype=np.float64) for c in cols["scores"]])
@@ -136,7 +159,8 @@ def seen_in_pretraining(f: Facts) -> str | None:
 
 
 def near_perfect(f: Facts) -> str | None:
-    """Overall AUC >= 0.99, or > 95% of samples within 0.05 of their label (segmentation: DSC >= 0.99)."""
+    """Overall AUC >= 0.99, or > 95% of samples within 0.05 of their label (segmentation: DSC >= 0.99; multi-class:
+    macro AUC >= 0.99, or > 95% of samples with every class probability within 0.05 of the one-hot label)."""
     from sklearn.metrics import roc_auc_score
 
     for p in f.seeds:
@@ -144,6 +168,16 @@ def near_perfect(f: Facts) -> str | None:
             share = float(np.mean(p.scores[:, 0] >= NEAR_PERFECT_DSC))
             if share > NEAR_PERFECT_SHARE:
                 return f"seed {p.seed}: {share:.0%} of test samples have DSC >= {NEAR_PERFECT_DSC}"
+            continue
+        if p.one_hot:
+            share = float(np.mean((np.abs(p.scores - p.labels) < NEAR_PERFECT_GAP).all(axis=1)))
+            if share > NEAR_PERFECT_SHARE:
+                return (f"seed {p.seed}: {share:.0%} of test samples have every class probability within "
+                        f"{NEAR_PERFECT_GAP} of their one-hot label")
+            aucs = [roc_auc_score(p.labels[:, j], p.scores[:, j]) for j in range(p.labels.shape[1])
+                    if 0 < p.labels[:, j].sum() < len(p.labels)]
+            if aucs and float(np.mean(aucs)) >= NEAR_PERFECT_AUC:
+                return f"seed {p.seed}: overall macro AUC {float(np.mean(aucs)):.4f} >= {NEAR_PERFECT_AUC}"
             continue
         share = float(np.mean(np.abs(p.scores - p.labels) < NEAR_PERFECT_GAP))
         if share > NEAR_PERFECT_SHARE:
@@ -180,7 +214,9 @@ def duplicate_predictions(f: Facts) -> str | None:
 
 def implausible_groups(f: Facts) -> str | None:
     """Classification: within a group with >= 5 positives and >= 5 negatives, positive and negative scores do
-    not overlap at all (every positive scores above every negative), on some task and seed."""
+    not overlap at all (every positive scores above every negative), on some task and seed. Multi-class: within
+    a group, every class with >= 5 samples in and >= 5 out of it (at least two such classes) separates one-vs-rest
+    with zero overlap: one easy class may separate, the group's whole label vector may not."""
     for p in f.seeds:
         if p.labels is None:
             continue
@@ -189,6 +225,13 @@ def implausible_groups(f: Facts) -> str | None:
             continue
         for g in sorted({v for v in groups if v is not None}):
             m = groups == g
+            if p.one_hot:
+                judged = [s[y == 1].min() > s[y == 0].max() for y, s in zip(p.labels[m].T, p.scores[m].T)
+                          if y.sum() >= MIN_PER_CLASS and len(y) - y.sum() >= MIN_PER_CLASS]
+                if len(judged) >= 2 and all(judged):
+                    return (f"seed {p.seed}, group {g}: each of {len(judged)} classes scores all its samples above "
+                            "the group's others (no overlap)")
+                continue
             for j in range(p.labels.shape[1]):
                 y, s = p.labels[m, j], p.scores[m, j]
                 n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
@@ -233,15 +276,19 @@ FLAGS: tuple[Flag, ...] = (
          seen_in_pretraining),
     Flag("near-perfect", "near-perfect predictions", f"on some seed: overall AUC >= {NEAR_PERFECT_AUC} on a task, "
          f"or more than {NEAR_PERFECT_SHARE:.0%} of test scores within {NEAR_PERFECT_GAP} of their 0/1 label "
-         f"(segmentation: more than {NEAR_PERFECT_SHARE:.0%} of test samples with DSC >= {NEAR_PERFECT_DSC}); "
-         "no foundation model is known to do this on a real medical test set.", near_perfect),
+         f"(segmentation: more than {NEAR_PERFECT_SHARE:.0%} of test samples with DSC >= {NEAR_PERFECT_DSC}; "
+         f"multi-class: macro AUC >= {NEAR_PERFECT_AUC}, or more than {NEAR_PERFECT_SHARE:.0%} of test samples with "
+         f"every class probability within {NEAR_PERFECT_GAP} of the one-hot label); no foundation model is known "
+         "to do this on a real medical test set.", near_perfect),
     Flag("duplicate", "duplicate predictions", f"the per-sample scores of some seed have Pearson r > {DUPLICATE_R} "
          "(or are identical) with another accepted submission's on the same test ids and seed.",
          duplicate_predictions),
     Flag("implausible-groups", "implausible group scores", "classification: within some group of the row's "
          f"attribute with at least {MIN_PER_CLASS} positives and {MIN_PER_CLASS} negatives, every positive scores "
-         "above every negative (zero overlap) on some task and seed: the scores reproduce that group's labels "
-         "exactly, which real models on real test sets do not do; a label leak or made-up scores.",
+         "above every negative (zero overlap) on some task and seed (multi-class: every class with at least "
+         f"{MIN_PER_CLASS} samples in and out of it, two or more such classes, separates one-vs-rest with zero "
+         "overlap): the scores reproduce that group's labels exactly, which real models on real test sets do not "
+         "do; a label leak or made-up scores.",
          implausible_groups),
     Flag("pending", "test set not pinned", "the board has not pinned this entry's test-set fingerprints yet; the "
          "test ids were checked for consistency with the submission's own fingerprints only.", pending_fingerprints),

@@ -123,8 +123,15 @@ def _provenance_items(row: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
-def scatter(rows: list[dict[str, Any]], width: int = 620, height: int = 380) -> Figure:
-    """Inline SVG: utility (x) against gap (y, lower is fairer), one point per row with both defined."""
+def utility_label(columns: list[dict[str, Any]]) -> str:
+    """What the utility column holds on this board, e.g. 'AUC / DSC' or 'macro AUC' ('' when not known)."""
+    col = next((c for c in columns if c["key"] == "utility"), {})
+    return " / ".join(dict.fromkeys(m["label"] for m in col.get("metrics", [])))
+
+
+def scatter(rows: list[dict[str, Any]], width: int = 620, height: int = 380, utility: str = "AUC / DSC") -> Figure:
+    """Inline SVG: utility (x, `utility` names its metrics) against gap (y, lower is fairer), one point per row
+    with both defined."""
     pts = [(i, r) for i, r in enumerate(rows) if r["metrics"].get("utility") is not None
            and r["metrics"].get("gap") is not None]
     left, right, top, bottom = 56, 16, 14, 42
@@ -149,7 +156,7 @@ def scatter(rows: list[dict[str, Any]], width: int = 620, height: int = 380) -> 
         xv, yv = x0 + (x1 - x0) * k / 4, y0 + (y1 - y0) * k / 4
         shapes += [text(f"{sx(xv):.1f}", str(height - bottom + 14), f"{xv:.3f}"),
                    text(str(left - 4), f"{sy(yv) + 4:.1f}", f"{yv:.3f}", "end")]
-    shapes += [text(f"{(left + width - right) / 2:.0f}", str(height - 6), "utility (AUC / DSC), higher is better"),
+    shapes += [text(f"{(left + width - right) / 2:.0f}", str(height - 6), f"utility ({utility}), higher is better"),
                text("12", mid_y, "gap, lower is fairer", transform=f"rotate(-90 12 {mid_y})")]
     for i, r in pts:
         m = r["metrics"]
@@ -172,7 +179,9 @@ def html_page(board: dict[str, Any]) -> str:
         generated_at=board["generated_at"], ranking_rule=board["ranking_rule"], columns=board["columns"],
         rows=[{**r, "provenance_items": _provenance_items(r)} for r in rows], models=board["models"],
         options={k: sorted({r[k] for r in rows}) for k in ("dataset", "attribute", "usage")},
-        scatter=scatter(rows), fmt=fmt, csp=_csp(), script=SCRIPT, entries=board.get("entries", []),
+        scatter=scatter(rows, utility=utility_label(board["columns"]) or "AUC / DSC"), fmt=fmt,
+        has_es=any(c["key"] == "es" for c in board["columns"]),
+        csp=_csp(), script=SCRIPT, entries=board.get("entries", []),
         coverage=coverage_text,
         flag_legend=board.get("flag_legend") or legend(), tiers=board.get("tiers") or list(TIERS),
         unranked_flags=UNRANKED_FLAGS,
@@ -191,13 +200,14 @@ def md_cell(text: Any) -> str:
 def markdown(board: dict[str, Any]) -> str:
     """README tables: models by mean rank, then every row by (dataset, usage, attribute) and rank."""
     suite, columns = board["suite"], board["columns"]
+    es = any(c["key"] == "es" for c in columns)  # a multi-class-only board has no ES column
     out = [f"### Leaderboard: {md_cell(suite['name'])} v{md_cell(suite['version'])}", "",
            f"Ranking rule: {board['ranking_rule']}", "",
-           "| Model | Revision | Mean rank | Rows | Mean utility | Mean ES | Mean gap | Tiers | Flags |",
-           "|---|---|---:|---:|---:|---:|---:|---|---|"]
+           "| Model | Revision | Mean rank | Rows | Mean utility |" + (" Mean ES |" if es else "")
+           + " Mean gap | Tiers | Flags |", "|---|---|---:|---:|---:|" + ("---:|" if es else "") + "---:|---|---|"]
     for m in board["models"]:
         out.append(f"| {md_cell(m['model'])} | {md_cell(m['revision'])} | {fmt(m['mean_rank'], 2)} | {m['rows']} | "
-                   f"{fmt(m['utility'])} | {fmt(m['es'])} | {fmt(m['gap'])} | "
+                   f"{fmt(m['utility'])} | " + (f"{fmt(m['es'])} | " if es else "") + f"{fmt(m['gap'])} | "
                    f"{md_cell(', '.join(m.get('tiers', [])))} | {md_cell('; '.join(m['flags']))} |")
     head = (["Dataset", "Usage", "Attribute", "Rank", "Model", "Revision"] + [c["header"] for c in columns]
             + ["Tier", "Flags", "Coverage"])

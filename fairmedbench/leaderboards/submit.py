@@ -25,11 +25,12 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
-from fairmedbench.leaderboards.flags import SCORED_COLUMNS, Facts, from_columns, scored_rows
+from fairmedbench.leaderboards.flags import SCORED_COLUMNS, Facts, class_indices, from_columns, scored_rows
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
+from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE, evaluate_multiclass
 from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
@@ -298,9 +299,10 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     except (pa.ArrowException, OSError) as err:
         raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
     cols = block["columns"]
+    classes = [str(c) for c in block.get("classes") or ()]  # multi-class: the card's (checked by _check_document)
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
     if get_task(entry.task).sample_labels:  # labels and scores per sample; else per-sample DSC/IoU
-        want.update({c: "label" for c in cols["labels"]})
+        want.update({c: "class" if classes else "label" for c in cols["labels"]})
         want.update({c: "score" for c in cols["scores"]})
     else:  # empty_gt first: it says which rows were not prompted (they carry null scores)
         want.update({"empty_gt": "label", "dsc": "score", "iou": "score"})
@@ -309,6 +311,14 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     want.update({c: "attr" for c in cols["attributes"]})
     problems = [f"{rel}: missing column {c!r}" for c in want if c not in table.column_names]
     problems += [f"{rel}: unexpected column {c!r}" for c in table.column_names if c not in want]
+    if classes:  # say what a multi-class file must hold: the count of class columns missing or extra
+        lost = [c for c in cols["scores"] if c not in table.column_names]
+        extra = [c for c in table.column_names if c not in want]
+        if lost or extra:
+            others = ", ".join(c for c in want if c not in cols["scores"])
+            problems.append(f"{rel}: {len(lost)} class probability column(s) missing and {len(extra)} unexpected "
+                            f"column(s); {entry.dataset} has {len(classes)} classes, so the file holds exactly "
+                            f"{', '.join(cols['scores'])} besides {others}")
     if problems:
         raise _Stop(problems)
     arrays: dict[str, np.ndarray] = {}
@@ -322,6 +332,8 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
               "text": pa.types.is_string(t) or pa.types.is_large_string(t),
               "int": pa.types.is_integer(t),
               "label": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
+              "class": pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
+              or pa.types.is_large_string(t),
               "score": pa.types.is_floating(t) or pa.types.is_integer(t),
               "distance": pa.types.is_floating(t) or pa.types.is_integer(t),
               "attr": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
@@ -354,13 +366,23 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                 problems.append(f"{rel}: column {name!r} has {int(bad.sum())} {kind} value(s); "
                                 "every sample needs a finite value")
                 continue
-            if role == "score" and ((arr < 0) | (arr > 1)).any():
-                problems.append(f"{rel}: column {name!r} must hold values in [0, 1]")
+            outside = int(((arr < 0) | (arr > 1)).sum()) if role == "score" else 0
+            if outside:
+                problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({outside} outside)")
             if role == "label" and not np.isin(arr, (0.0, 1.0)).all():
                 problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
             elif name == "empty_gt" and not get_task(entry.task).sample_labels:
                 unscored = arr == 1.0
             arrays[name] = full
+        elif role == "class":  # a class index 0..C-1 or a class name of the card, stored as the index
+            index = class_indices(col.to_pylist(), classes)
+            unknown = [v for v, i in zip(col.to_pylist(), index) if i < 0]
+            if unknown:
+                problems.append(f"{rel}: column {name!r} has {len(unknown)} value(s) that are not a class of "
+                                f"{entry.dataset} (e.g. {unknown[0]!r}); a label is a class index "
+                                f"0..{len(classes) - 1} or a class name {classes}")
+                continue
+            arrays[name] = index.astype(np.float64)
         elif role == "attr":
             arrays[name] = np.array([None if v is None else _label(v) for v in col.to_pylist()], dtype=object)
         else:
@@ -370,6 +392,14 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if undefined:
             problems.append(f"{rel}: column 'hd95' is null on {undefined} row(s) with dsc > 0; HD95 is undefined "
                             "only where the predicted mask is empty (dsc 0), so give the distance there")
+    if not problems and classes:  # one softmax per row: the class probabilities sum to 1
+        dev = np.abs(np.column_stack([arrays[c] for c in cols["scores"]]).sum(axis=1) - 1.0)
+        off = dev > PROB_SUM_TOLERANCE
+        if off.any():
+            problems.append(f"{rel}: {int(off.sum())} row(s) whose class probabilities ({', '.join(cols['scores'])}) "
+                            f"do not sum to 1 within {PROB_SUM_TOLERANCE:g} (largest deviation {dev.max():.3g}, e.g. "
+                            f"sample {str(arrays[cols['id']][np.argmax(off)])!r}); write the softmax over all "
+                            f"{len(classes)} classes")
     if problems:
         raise _Stop(problems)
     split = arrays.pop(cols["split"])
@@ -441,6 +471,12 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
         if not get_task(entry.task).sample_labels:
             out = evaluate_segmentation(test["dsc"], attributes, iou=test["iou"],
                                         hd95=test.get("hd95"), empty_gt=test["empty_gt"] > 0.5, **common)
+        elif block.get("classes"):  # multi-class: the argmax decides, no threshold; the default profile only
+            common.pop("profile")
+            tasks = list(block["tasks"])
+            out = evaluate_multiclass(test[block["columns"]["labels"][0]],
+                                      np.column_stack([test[c] for c in block["columns"]["scores"]]), attributes,
+                                      classes=list(block["classes"]), task_name=tasks[0], **common)
         else:
             tasks = list(block["tasks"])
             y = np.column_stack([test[f"label:{t}"] for t in tasks])
@@ -515,7 +551,10 @@ def _check_document(rel: str, doc: Any, entry: Entry, seed: int, model: dict[str
     tasks = block.get("tasks")
     if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
         return lines + [f"{rel}: predictions.tasks must be a non-empty list of names"]
-    want = get_task(entry.task).predictions_block(expected_file, tasks, list(entry.attributes))
+    want = get_task(entry.task).predictions_block(expected_file, tasks, list(entry.attributes), entry.classes)
+    if "classes" in want and block.get("classes") != want["classes"]:  # the score columns follow from the classes
+        return lines + [f"{rel}: predictions.classes is {block.get('classes')!r}; {entry.dataset} has the classes "
+                        f"{want['classes']} (in this order: a label is an index into them)"]
     for k in ("format", "attributes", "columns"):
         if block.get(k) != want[k]:
             lines.append(f"{rel}: predictions.{k} is {block.get(k)!r}, expected {want[k]!r}")

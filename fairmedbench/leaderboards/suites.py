@@ -62,6 +62,13 @@ class Entry:
         object.__setattr__(self, "headline", spec.name)
 
     @property
+    def classes(self) -> tuple[str, ...]:
+        """The dataset card's class names, in index order (a multi-class entry's score columns, one per class)."""
+        from fairmedbench.registry.datasets import get_card
+
+        return tuple(str(c) for c in get_card(self.dataset).classes)
+
+    @property
     def key(self) -> str:
         """Folder name of this entry inside a bundle: dataset__usage__attr1+attr2."""
         return f"{self.dataset}__{self.usage}__{'+'.join(self.attributes)}"
@@ -148,6 +155,8 @@ SYNTH_PINS = {
                       "2b91a41b9362339633b593cabd00b7d90bda832057521553d481736f0ff417b5", 60),
     "synth-contrast": ("f88c93af6be077196f88551b8e60b46860ec385f27404d9c892028c53a131077",
                        "3567a47ce3c10ac38c631b7a5d785623df5165305d6e764db5b8e7b1ddd09d0b", 60),
+    "synth-ordinal": ("6a77245740ec201988c4a29f71b952c86a008b7874f5690abe282445dbd13e73",
+                      "1f530d6f5a8c07f8d73b163555c8c7375137430d427f8070a07cb2d11356bd56", 60),
 }
 SYNTH_OPTIONS = (("n", 200),)
 
@@ -169,6 +178,13 @@ register_suite(Suite(
     "Built-in synthetic lesions (200 images each), runnable offline: box-prompted segmentation on the "
     "negative and positive controls.",
     tuple(_synth(d, "sam-prompt", "segmentation", (0,)) for d in ("synth-control", "synth-contrast")),
+))
+register_suite(Suite(
+    "synthetic-multiclass", "1.0",
+    "Built-in synthetic ordinal grades 0..3 (200 images), runnable offline: a multi-class positive control (the "
+    "female group's grade signal is 0.35x the male group's); linear probe with a softmax head, ranked by macro "
+    "one-vs-rest AUC.",
+    (_synth("synth-ordinal", "lp", "multiclass", (0, 1, 2)),),
 ))
 # Real test sets. NIH ChestX-ray14's official test_list.txt is not part of its metadata and is not available
 # offline, so the board's test set is a documented patient-level rule over the official metadata
@@ -221,12 +237,17 @@ register_suite(Suite(
     (Entry("nih-cxr14", SEX_AGE, "lp", seeds=(0, 1, 2), test_set=NIH_TEST),
      Entry("nih-cxr14", SEX_AGE, "clip-zs", test_set=NIH_TEST)),
 ))
+# ham10000-7class reads the same metadata and split files as ham10000 (its own card only relabels dx as the class), so
+# its test set is the same 1,002 published test images, pinned by the same fingerprint
 register_suite(Suite(
-    "ham10000", "2.0",
-    "HAM10000 dermoscopy, published patient-level split: melanoma-or-akiec classification (linear probe) and "
-    "lesion segmentation (box-prompted SAM), by sex and age.",
+    "ham10000", "2.1",
+    "HAM10000 dermoscopy, published patient-level split: melanoma-or-akiec classification (linear probe), "
+    "lesion segmentation (box-prompted SAM) and the 7 diagnosis classes (linear probe, softmax head), by sex and "
+    "age.",
     (Entry("ham10000", SEX_AGE, "lp", seeds=(0, 1, 2), test_set=HAM_TEST, options=HAM_OPTIONS),
-     Entry("ham10000", SEX_AGE, "sam-prompt", task="segmentation", test_set=HAM_TEST, options=HAM_OPTIONS)),
+     Entry("ham10000", SEX_AGE, "sam-prompt", task="segmentation", test_set=HAM_TEST, options=HAM_OPTIONS),
+     Entry("ham10000-7class", SEX_AGE, "lp", task="multiclass", seeds=(0, 1, 2), test_set=HAM_TEST,
+           options=HAM_OPTIONS)),
 ))
 register_suite(Suite(
     "chexpert", "2.0",

@@ -61,8 +61,10 @@ class Task:
         """The metric compare ranks methods by across datasets (Friedman): worst-group utility."""
         return board_metrics(self.name)["worst_group"].name
 
-    def predictions_block(self, file: str, tasks: list[str], attributes: list[str]) -> dict[str, Any]:
-        """The result document's description of its predictions Parquet for this task."""
+    def predictions_block(self, file: str, tasks: list[str], attributes: list[str],
+                          classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+        """The result document's description of its predictions Parquet for this task (`classes`, the dataset
+        card's class names, matter only to a task with one score column per class: MulticlassTask)."""
         from fairmedbench.engine import store
 
         labels = [self.label_column.format(task=t) for t in tasks] if self.label_column else []

@@ -13,6 +13,7 @@ from fairmedbench.engine import store
 from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics import evaluate_classification
+from fairmedbench.metrics.multiclass import evaluate_multiclass
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 from fairmedbench.tasks.base import get_task
 
@@ -36,7 +37,8 @@ def dataset_rows(dataset: str, split: str, n: int) -> pd.DataFrame:
     r = _rng(dataset, split)
     return pd.DataFrame({"sample_id": [f"{dataset}-{split}-{i:04d}" for i in range(n)],
                          "lesion": r.integers(0, 2, n), "effusion": r.integers(0, 2, n),
-                         "sex": r.choice(["female", "male"], n), "age": r.choice(["<60", ">=60"], n)})
+                         "sex": r.choice(["female", "male"], n), "age": r.choice(["<60", ">=60"], n),
+                         "grade": r.integers(0, 4, n)})
 
 
 def split_fingerprint(dataset: str) -> str:
@@ -79,6 +81,25 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
                                          n_boot=N_BOOT, seed=seed, min_group_size=10, profile=entry.profile,
                                          intersect=intersect)
         kind = "classification"
+    elif entry.task == "multiclass":  # label = class index ('grade', 4 classes); softmax of q * one-hot + noise
+        classes = list(entry.classes)
+        val = dataset_rows(entry.dataset, "val", N_VAL)
+        frames = []
+        for part in (val, test):
+            y = part["grade"].to_numpy() % len(classes)
+            z = q * np.eye(len(classes))[y] + r.normal(0, 1, (len(part), len(classes)))
+            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            frames.append(pd.DataFrame({"sample_id": part["sample_id"], "split": "val" if part is val else "test",
+                                        "seed": seed, "label": y.astype("int64"),
+                                        **{f"score:{c}": p[:, k] for k, c in enumerate(classes)},
+                                        **{f"attr:{a}": part[a] for a in attrs}}))
+        frame = pd.concat(frames, ignore_index=True)
+        t = frame[frame.split == "test"]
+        result = evaluate_multiclass(t["label"].to_numpy(), t[[f"score:{c}" for c in classes]].to_numpy(),
+                                     {a: t[f"attr:{a}"].to_numpy() for a in attrs}, classes=classes,
+                                     task_name="label", n_boot=N_BOOT, seed=seed, min_group_size=10,
+                                     intersect=intersect)
+        tasks, kind = ("label",), "multiclass"
     else:
         # about 10% empty ground truths: not prompted, so no score, and left out of the metrics (as a run does)
         empty = r.random(N_TEST) < 0.1
@@ -97,7 +118,7 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
                           "test_fingerprint": test_fingerprint(test["sample_id"]), "n_test": N_TEST},
               "model": {"name": model["name"], "weights_sha256": model["weights_sha256"]}}
     doc = store.result_document(f"run-{entry.task}", spec, result.to_dict(), inputs, {"total": 0.1})
-    doc["predictions"] = get_task(kind).predictions_block(block_file, list(tasks), attrs)
+    doc["predictions"] = get_task(kind).predictions_block(block_file, list(tasks), attrs, entry.classes)
     return doc, frame
 
 

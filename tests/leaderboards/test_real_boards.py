@@ -44,14 +44,15 @@ def test_real_boards_name_attributes_headline_and_test_sets() -> None:
     for name in ("nih-cxr14", "ham10000", "chexpert", "mimic-cxr", "fairvlmed10k", "harvard-gf", "papila"):
         for e in get_suite(name).entries:
             assert e.test_set is not None and e.split_fingerprint is None
-            assert e.headline == {"classification": "auc", "segmentation": "dsc"}[e.task]
+            assert e.headline == {"classification": "auc", "segmentation": "dsc", "multiclass": "macro_auc"}[e.task]
             d = e.describe()
-            assert d["attributes"] == list(e.attributes) and d["headline_metric"]["label"] in ("AUC", "DSC")
+            assert d["attributes"] == list(e.attributes) and d["headline_metric"]["label"] in ("AUC", "DSC",
+                                                                                              "macro AUC")
     nih = get_suite("nih-cxr14").entries[0]
     assert (nih.test_fingerprint, nih.n_test, nih.pending, nih.partial_coverage) == (
         suites.NIH_TEST.fingerprint, 22013, False, True)
     ham = get_suite("ham10000").entries
-    assert {e.task for e in ham} == {"classification", "segmentation"}
+    assert [e.task for e in ham] == ["classification", "segmentation", "multiclass"]
     assert all(e.n_test == 1002 and not e.pending and not e.partial_coverage for e in ham)
     assert get_suite("mimic-cxr").entries[0].pending  # no copy here: checked for consistency until pinned
     with pytest.raises(ValueError, match="is a segmentation metric"):

@@ -14,7 +14,7 @@ from fairmedbench.leaderboards import suites
 from fairmedbench.leaderboards.suites import SUITES, Entry, Suite, get_suite, register_suite
 
 
-@pytest.mark.parametrize("board", ["synthetic", "synthetic-seg"])
+@pytest.mark.parametrize("board", ["synthetic", "synthetic-seg", "synthetic-multiclass"])
 def test_synthetic_suite_pins_match_the_generator(board: str) -> None:
     for e in get_suite(board).entries:
         _, split = load_with_split(e.dataset, None, seed=0, **e.dataset_options)
