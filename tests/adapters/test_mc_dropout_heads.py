@@ -134,3 +134,20 @@ def test_lora_memo_is_bypassed_while_lora_dropout_samples(vit_lora_head) -> None
         assert len(calls) == 2
         head(xt), head(xt)  # eval encoder: encoded once, then reused
     assert len(calls) == 3
+
+
+def test_lora_memo_re_encodes_an_input_written_in_place(vit_lora_head) -> None:
+    import torch
+
+    head, x, calls = vit_lora_head
+    xt = torch.as_tensor(x[:2].copy())
+    head.eval()
+    calls.clear()
+    with torch.no_grad():
+        with head.encoder_memo():
+            before = head(xt)
+            xt.add_(1.0)  # same memory, new pixels: torch's version counter moved, so no stale encoding
+            after = head(xt)
+        assert len(calls) == 2
+        fresh = head(xt)
+    assert not torch.equal(before, after) and torch.equal(after, fresh)
