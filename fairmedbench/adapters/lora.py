@@ -155,8 +155,7 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
             memo = self._memo
             if memo is None or torch.is_grad_enabled() or any(m.training for m in self.encoder.modules()):
                 return self._run_encoder(x)
-            x = x.detach()
-            base = x if x._base is None else x._base
+            base = x if x._base is None else x._base  # (no detach: a detached tensor is no view of its base)
             place = (str(x.device), x.data_ptr(), tuple(x.shape), x.stride(), x.dtype)
             seen = memo.get(place)
             # the same memory, its tensor still alive (so never freed and reused) and unwritten since (torch's

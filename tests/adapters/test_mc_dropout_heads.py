@@ -86,14 +86,21 @@ def vit_lora_head():
     return head, x, calls
 
 
-def test_lora_mc_runs_the_encoder_once_per_batch_with_the_same_passes(vit_lora_head) -> None:
+def test_lora_mc_runs_the_encoder_once_per_batch_with_the_same_passes(vit_lora_head, monkeypatch) -> None:
+    import hashlib
+    from types import SimpleNamespace
+
     head, x, calls = vit_lora_head
     calls.clear()
     want = _full_passes(head, x, 4, seed=3)
     assert len(calls) == 4 * 3  # reference: T passes x 3 chunks of <= 2 images
+    hashed = []
+    monkeypatch.setattr("fairmedbench.adapters.lora.hashlib",
+                        SimpleNamespace(blake2b=lambda *a, **k: hashed.append(1) or hashlib.blake2b(*a, **k)))
     calls.clear()
     got = mc_predict(head, x, 4, seed=3)
     assert len(calls) == 3  # the encoder once per chunk; the 4 passes re-run dropout + linear only
+    assert len(hashed) == 3  # pixels read once per chunk; later passes find the same chunk of the same array
     assert got.std(axis=0).max() > 0
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-7)  # same masks in the same order: same passes
     assert head._memo is None  # released with the call
