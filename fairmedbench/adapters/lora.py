@@ -153,7 +153,8 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
 
         def _encode(self, x: "torch.Tensor") -> "torch.Tensor":
             memo = self._memo
-            if memo is None or torch.is_grad_enabled() or any(m.training for m in self.encoder.modules()):
+            if (memo is None or torch.is_grad_enabled() or x.is_inference()  # (no version counter to check)
+                    or any(m.training for m in self.encoder.modules())):
                 return self._run_encoder(x)
             base = x if x._base is None else x._base  # (no detach: a detached tensor is no view of its base)
             place = (str(x.device), x.data_ptr(), tuple(x.shape), x.stride(), x.dtype)

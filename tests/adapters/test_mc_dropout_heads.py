@@ -1,5 +1,6 @@
 """MC dropout heads: lp and lora sample only their head dropout at inference, seeded, leaving eval-mode
-predictions and the global RNG alone; dropout 0 changes nothing and cannot be sampled."""
+predictions and the global RNG alone; dropout 0 changes nothing and cannot be sampled. A LoRA head's eval-mode
+encoder runs once per input batch, not once per pass, with the very passes of T full forwards."""
 
 from __future__ import annotations
 
