@@ -6,15 +6,23 @@ timm ViT / SAM ViT / TinyViT / BLIP `qkv`; transformers CLIP, SigLIP, DINOv2, Sw
 (+ `o_proj` or `out_proj`); older BERT-style `query`/`key`/`value`; open_clip ViT its MLP `c_fc`/`c_proj`
 (see TARGET_RULES); ResNets their block convolutions. The representation is the model's own
 `encode_image` (same pooling and projection) run with gradients on the copy.
+
+Dropout: peft's `lora_dropout` sits inside each adapted layer (on the LoRA branch's input) and samples in
+training only; the head's `mc_dropout` sits after the encoder, on its representation. MC dropout samples the
+latter alone, so within `encoder_memo` (tasks.classification.mc_predict) the eval-mode encoder runs once per
+input batch and the T passes re-run only dropout and the linear layer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
 import inspect
 import re
+import weakref
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -126,12 +134,44 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
         def __init__(self) -> None:
             super().__init__()
             self.encoder = encoder
+            self._memo: dict[tuple, Any] | None = None  # inside encoder_memo: input place or content -> encoding
             with torch.no_grad():
                 dim = self._encode(torch.as_tensor(example[:1], dtype=torch.float32)).shape[1]
             self.linear = nn.Linear(dim, n_outputs)
             self.mc_dropout = head_dropout(settings["head_dropout"])
 
+        @contextlib.contextmanager
+        def encoder_memo(self) -> Iterator[None]:
+            """Inside: the encoder runs once per distinct input batch, later calls with the same pixels reuse its
+            output (weights must not change inside). Not used with gradients or while any encoder module
+            trains (LoRA dropout on): then the encoder is not a fixed function of its input."""
+            self._memo = {}
+            try:
+                yield
+            finally:
+                self._memo = None
+
         def _encode(self, x: "torch.Tensor") -> "torch.Tensor":
+            memo = self._memo
+            if (memo is None or torch.is_grad_enabled() or x.is_inference()  # (no version counter to check)
+                    or any(m.training for m in self.encoder.modules())):
+                return self._run_encoder(x)
+            base = x if x._base is None else x._base  # (no detach: a detached tensor is no view of its base)
+            place = (str(x.device), x.data_ptr(), tuple(x.shape), x.stride(), x.dtype)
+            seen = memo.get(place)
+            # the same memory, its tensor still alive (so never freed and reused) and unwritten since (torch's
+            # version counter): the same pixels, found without reading them (mc_predict's chunks of one array)
+            if seen is not None and seen[0]() is base and seen[1] == x._version:
+                return seen[2]
+            # else by content: wrappers (volumes.make_volume_head) build new tensors of the same pixels every pass
+            flat = x.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat, digest_size=32).digest())
+            if content not in memo:
+                memo[content] = self._run_encoder(x)
+            memo[place] = (weakref.ref(base), x._version, memo[content])
+            return memo[content]
+
+        def _run_encoder(self, x: "torch.Tensor") -> "torch.Tensor":
             with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
                 return encode(clone, x.to(device)).float().cpu()
 

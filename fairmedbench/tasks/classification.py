@@ -168,7 +168,10 @@ def predict(head: Any, x: np.ndarray) -> np.ndarray:
 def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int, softmax: bool = False) -> np.ndarray:
     """MC dropout (Gal & Ghahramani 2016): (T, n, K) sigmoid (or, with `softmax`, softmax) outputs of `samples`
     passes with the head's `mc_dropout` layers sampling and everything else in eval mode (a LoRA encoder's own
-    dropout stays off). Seeded by `seed` without touching the global torch RNG."""
+    dropout stays off, so it runs once per input through its `encoder_memo`). Seeded by `seed` without touching
+    the global torch RNG."""
+    import contextlib
+
     import torch
 
     drops = [m for name, m in head.named_modules()
@@ -180,7 +183,10 @@ def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int, softmax: bool 
     xt = torch.as_tensor(x, dtype=torch.float32)
     head.eval()
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with torch.random.fork_rng(devices=[]), torch.no_grad(), contextlib.ExitStack() as memos:
+            for m in head.modules():  # deterministic encoders before the dropout: computed once, not T times
+                if hasattr(m, "encoder_memo"):
+                    memos.enter_context(m.encoder_memo())
             torch.manual_seed(seed)
             for m in drops:
                 m.train()
