@@ -939,13 +939,14 @@ def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
         for measure, c in per.items():
             r = c["retention"]
             delta = "undefined" if c["delta"] is None else f"{c['delta']:.4f}"
-            t = Table(title=f"{attr} / {measure}: δ = {delta} ({c['pair_aggregation']} over pairs, mean over "
-                            f"{len(r)} retention levels; {c['pm']})")
-            t.add_column("group")
-            for x in r:
-                t.add_column(f"{x:.0%}", justify="right")
-            for grp, vals in c["groups"].items():
-                t.add_row(grp, *("—" if v is None else f"{v:.3f}" for v in vals["pm"]))
+            console.print(f"[bold]{attr} / {measure}: δ = {delta}[/] ({c['pair_aggregation']} over pairs, mean over "
+                          f"{len(r)} retention levels; {c['pm']} of the retained cases per group)")
+            t = Table()
+            t.add_column("retained", justify="right")  # one row per level: a few groups fit any terminal width
+            for grp in c["groups"]:
+                t.add_column(grp, justify="right")
+            for i, x in enumerate(r):
+                t.add_row(f"{x:.0%}", *("—" if v["pm"][i] is None else f"{v['pm'][i]:.3f}" for v in c["groups"].values()))
             console.print(t)
             for note in c["notes"]:
                 console.print(f"[cyan]note[/] {note}")

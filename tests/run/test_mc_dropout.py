@@ -83,6 +83,22 @@ def test_cli_evaluate_uncertainty_json_and_table(mc_run, capsys: pytest.CaptureF
     assert set(rows["group"]) >= {"female", "male"} and set(rows["retention"]) == {1.0, 0.75, 0.5}
 
 
+def test_cli_evaluate_uncertainty_terminal_table_has_a_row_per_level(mc_run, capsys: pytest.CaptureFixture) -> None:
+    """The terminal shows one row per retention level and a column per group, so it fits 80 columns."""
+    tmp, out = mc_run
+    path = out.out_dir / out.seed_docs[0]["predictions"]["file"]
+    assert main(["evaluate", "--predictions", str(path), "--uncertainty", "variance", "--retention-step", "0.25"]) == 0
+    text = capsys.readouterr().out
+    assert "sex / variance: δ = " in text
+    sex = text[text.index("sex / variance"):]  # the first table after the sex line (other attributes follow)
+    lines = sex.splitlines()
+    header = next(line for line in lines if line.startswith("┃"))
+    assert "retained" in header and "female" in header and "male" in header
+    rows = [line for line in lines if line.startswith("│")][:3]
+    assert [r.split("│")[1].strip() for r in rows] == ["100%", "75%", "50%"]
+    assert all("…" not in line for line in text.splitlines())
+
+
 @pytest.fixture(scope="module")
 def ordinal_run(tmp_path_factory: pytest.TempPathFactory):
     """synth-ordinal (grades 0..3, weaker grade signal for females) through lp with MC dropout. Until
