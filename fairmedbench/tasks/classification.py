@@ -36,9 +36,6 @@ class TrainConfig:
     select: str = "val_loss"
 
 
-SELECT_RULES = ("val_loss", "overall_auc", "worst_group_auc", "dto")
-
-
 def _auc(y: np.ndarray, s: np.ndarray) -> float:
     """Mann-Whitney AUC (ties 1/2); NaN with one class."""
     from scipy.stats import rankdata
@@ -106,8 +103,9 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
     if not (np.isin(train.y, (0, 1)).all() and np.isin(val.y, (0, 1)).all()):
         raise InputError("classification heads train on 0/1 labels; these hold other values (a multi-class label "
                          "needs the multiclass task: a dataset card that declares it)")
-    if cfg.select not in SELECT_RULES:
-        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
+    rules = get_task("classification").select_rules
+    if cfg.select not in rules:
+        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(rules)}")
     if cfg.select in ("worst_group_auc", "dto") and val.groups is None:
         raise InputError(f"selection rule {cfg.select!r} needs the sensitive attribute on the validation split")
     if mitigation.needs_attribute_at_training and train.groups is None:

@@ -23,12 +23,10 @@ from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
 from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
 
-SELECT_RULES = ("val_loss", "macro_auc", "worst_group_macro_auc")
-
 
 class MulticlassConfig(TrainConfig):
     """Softmax-head training hyperparameters: the classification head's (class_balanced weights the
-    cross-entropy by n / (C · n_c) from the train split); `select` takes this task's SELECT_RULES."""
+    cross-entropy by n / (C · n_c) from the train split); `select` takes one of the task's select_rules."""
 
 
 @dataclass
@@ -74,8 +72,9 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
 
     if len(y["val"]) == 0:
         raise InputError("the validation split is empty: checkpoint selection needs one")
-    if cfg.select not in SELECT_RULES:
-        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
+    rules = get_task("multiclass").select_rules
+    if cfg.select not in rules:
+        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(rules)}")
     if cfg.select == "worst_group_macro_auc" and groups["val"] is None:
         raise InputError("selection rule 'worst_group_macro_auc' needs the sensitive attribute on validation")
     torch.manual_seed(seed)

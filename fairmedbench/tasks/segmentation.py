@@ -105,9 +105,6 @@ def run_segmentation(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], l
 
 # --- training a prompted mask decoder -----------------------------------------------------------------------
 
-SEG_SELECT_RULES = ("val_dsc", "worst_group_dsc")
-
-
 @dataclass
 class DecoderConfig:
     """Mask-decoder fine-tuning hyperparameters (recorded in the result).
@@ -127,9 +124,10 @@ class DecoderConfig:
 
 def check_decoder_config(cfg: DecoderConfig) -> DecoderConfig:
     """InputError for a setting that cannot train: rule, non-positive sizes, a negative rate."""
-    if cfg.select not in SEG_SELECT_RULES:
+    rules = get_task("segmentation").select_rules
+    if cfg.select not in rules:
         raise InputError(f"selection rule {cfg.select!r} does not apply to segmentation: a mask decoder is selected "
-                         f"by {' or '.join(SEG_SELECT_RULES)} (mean or worst-group validation DSC)")
+                         f"by {' or '.join(rules)} (mean or worst-group validation DSC)")
     for name in ("epochs", "patience", "batch_size"):
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "epochs" else 1):
