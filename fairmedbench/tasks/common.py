@@ -2,8 +2,8 @@
 the group codes mitigations train with, resuming a finished seed, and the per-seed result document.
 
 A runner is called by `benchmark.run` as `run(spec, adapter, model, dataset, split, ctx, opts, out_dir, info,
-t_load)` and returns (seed documents, metric results, reused seeds); `opts` is the run's options (read here:
-`force`, `progress`).
+t_load)` and returns (seed documents, metric results, reused seeds); `opts` is the run's options (runners
+read its `force` and `progress`).
 """
 
 from __future__ import annotations
