@@ -184,3 +184,17 @@ def test_batch_table_has_both_test_sets(tmp_path: Path, capsys: pytest.CaptureFi
     tidy = pd.read_csv(tmp_path / "t.csv")
     assert rc == 0 and set(tidy["test_set"]) == {"original", "resampled balanced:grp"}
     assert set(tidy["source"]) == set(map(str, paths))
+
+
+def test_matched_age_column_is_the_cards_binned_age_attribute() -> None:
+    from types import SimpleNamespace
+
+    from fairmedbench.analysis.resample import matched_age_column
+    from fairmedbench.registry.datasets import get_card
+
+    card = get_card("synth-contrast")  # attributes sex, age (binned, raw column 'age'), age_bins
+    assert matched_age_column(parse_test_resample("matched:sex:0,40,60,80"), card) == "age"
+    assert matched_age_column(parse_test_resample("balanced:sex"), card) is None
+    no_age = SimpleNamespace(name="no-age", attributes=[SimpleNamespace(name="sex", column="sex", bins=None)])
+    with pytest.raises(InputError, match="matched:sex:0,40,60,80: matched needs each sample's age; dataset 'no-age'"):
+        matched_age_column(parse_test_resample("matched:sex:0,40,60,80"), no_age)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -233,6 +233,18 @@ def parse_test_resample(text: str) -> ResampleSpec:
         raise InputError(f"--test-resample {text!r}: age bins need at least two strictly increasing edges, "
                          "e.g. 0,40,60,80")
     return ResampleSpec(method, attr.strip(), bins)
+
+
+def matched_age_column(spec: ResampleSpec, dcard: Any) -> str | None:
+    """The raw numeric age column `matched` draws by (the dataset card's binned attribute named age); None for the
+    other methods; a card without one: InputError."""
+    if spec.method != "matched":
+        return None
+    ages = [a for a in dcard.attributes if a.bins and a.name.startswith("age")]
+    if not ages:
+        raise InputError(f"--test-resample {spec}: matched needs each sample's age; dataset {dcard.name!r} has no "
+                         "numeric age attribute")
+    return ages[0].column
 
 
 def resample_test_set(spec: ResampleSpec, groups: Sequence[object], labels: Sequence[int], ids: Sequence[object],

@@ -252,14 +252,13 @@ def _lp_features(model_name: str, weights: str | None, ds: Any, split: Any, opts
     """Frozen features of every split (train, val, test rows in that order) through the linear-probe usage,
     so they come from (and go to) the same feature cache as `benchmark run`."""
     from fairmedbench.adapters import USAGES, RunContext
-    from fairmedbench.benchmark.run import SplitView
     from fairmedbench.engine.device import select_device
     from fairmedbench.registry.models import load_model
+    from fairmedbench.tasks.common import split_views
 
     device = select_device(opts.device)
     model = load_model(model_name, weights, device=device)
-    views = {k: SplitView(ds, getattr(split, k), f"{ds.fingerprint}:{split.fingerprint}")
-             for k in ("train", "val", "test")}
+    views = split_views(ds, split)
     ctx = RunContext(device=device, precision=opts.precision, cache_dir=opts.cache_dir, batch_size=opts.batch_size,
                      dataset_card=ds.card, progress=progress)
     prepared = USAGES.get("lp").prepare(model, views, ctx)

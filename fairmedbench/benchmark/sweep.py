@@ -208,8 +208,8 @@ def encode(spec: Any, opts: Any) -> None:
     from fairmedbench.adapters import RunContext
     from fairmedbench.adapters.volumes import prepare_classification
     from fairmedbench.benchmark.resolve import resolve_run
-    from fairmedbench.benchmark.run import split_views
     from fairmedbench.registry.models import load_model
+    from fairmedbench.tasks.common import split_views
 
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config, ds, split = resolved.config, resolved.dataset, resolved.split

@@ -89,10 +89,25 @@ class Task:
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
+@dataclass(frozen=True)
+class MulticlassTask(Task):
+    """A Task whose predictions hold one label column (the class index) and one score column per class."""
+
+    def predictions_block(self, file: str, tasks: list[str], attributes: list[str],
+                          classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+        """The predictions description: `label_column`, `score:<class>` for each of `classes` (in index order)."""
+        from fairmedbench.engine import store
+
+        block = store.predictions_block(file, self.name, tasks, attributes, [self.label_column],
+                                        [self.score_column.format(task=c) for c in classes])
+        block["classes"] = list(classes)
+        return block
+
+
 TASKS: Registry[Task] = Registry("task")
 
 TASKS.add("classification", Task(
-    name="classification", runner="fairmedbench.benchmark.run:run_classification_task",
+    name="classification", runner="fairmedbench.tasks.classification:run",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
     prediction_columns=("sample_id", "split", "seed"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
@@ -100,16 +115,21 @@ TASKS.add("classification", Task(
     extra_hparams=(("tasks", "main"),)))
 
 TASKS.add("segmentation", Task(
-    name="segmentation", runner="fairmedbench.benchmark.run:run_segmentation_task",
+    name="segmentation", runner="fairmedbench.tasks.segmentation:run",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
     prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"),
     select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation",
     label_column="", score_column="dsc"))
+
+TASKS.add("multiclass", MulticlassTask(
+    name="multiclass", runner="fairmedbench.tasks.multiclass:run",
+    config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
+    prediction_columns=("sample_id", "split", "seed"), select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
+    sample_labels=True, class_index_labels=True, run_kind="run-multiclass", label_column="label",
+    score_column="score:{task}"))
 
 
 def get_task(name: str) -> Task:
     """The registered task `name` (unknown: InputError listing the known ones)."""
     return TASKS.get(name)
 
-
-from fairmedbench.tasks import multiclass as _multiclass  # noqa: E402,F401  (registers TASKS['multiclass'])

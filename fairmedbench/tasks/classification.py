@@ -1,17 +1,24 @@
-"""Classification runner: train a head on train, select the checkpoint and threshold on validation,
-predict test. Test labels are never passed to training or selection: only to the metric engine."""
+"""The classification task (TASKS['classification']): its runner `run` and the training loop it drives: train a
+head on train, select the checkpoint and threshold on validation, predict test. Test labels are never passed to
+training or selection: only to the metric engine."""
 
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Batch, Mitigation
+from fairmedbench.spec import RunConfig
+from fairmedbench.tasks.base import get_task
+from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
 
 
 @dataclass
@@ -27,9 +34,6 @@ class TrainConfig:
     batch_size: int = 256
     class_balanced: bool = False
     select: str = "val_loss"
-
-
-SELECT_RULES = ("val_loss", "overall_auc", "worst_group_auc", "dto")
 
 
 def _auc(y: np.ndarray, s: np.ndarray) -> float:
@@ -99,8 +103,9 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
     if not (np.isin(train.y, (0, 1)).all() and np.isin(val.y, (0, 1)).all()):
         raise InputError("classification heads train on 0/1 labels; these hold other values (a multi-class label "
                          "needs the multiclass task: a dataset card that declares it)")
-    if cfg.select not in SELECT_RULES:
-        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
+    rules = get_task("classification").select_rules
+    if cfg.select not in rules:
+        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(rules)}")
     if cfg.select in ("worst_group_auc", "dto") and val.groups is None:
         raise InputError(f"selection rule {cfg.select!r} needs the sensitive attribute on the validation split")
     if mitigation.needs_attribute_at_training and train.groups is None:
@@ -250,3 +255,128 @@ def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
 def describe_config(cfg: TrainConfig) -> dict[str, Any]:
     """The training configuration as recorded in results."""
     return asdict(cfg)
+
+
+def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any, out_dir: Path,
+        info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+    """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics."""
+    import pandas as pd
+
+    from fairmedbench.analysis.sampling import Sampling, describe, draw
+    from fairmedbench.analysis.uncertainty import mc_columns, run_uncertainty
+    from fairmedbench.metrics import evaluate_classification
+    from fairmedbench.metrics.profiles import get_profile
+    from fairmedbench.mitigation import make_mitigation
+
+    t0 = time.perf_counter()
+    card = ds.card
+    tasks = spec.train_hparams["tasks"]
+    label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
+    pos = {"train": split.train, "val": split.val, "test": split.test}
+    views = split_views(ds, split)
+    from fairmedbench.adapters.volumes import prepare_classification
+
+    prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
+    t_prep = time.perf_counter() - t0
+    y = ds.samples[label_cols].to_numpy().astype(np.int64)
+    codes, n_groups = training_groups(spec, ds)
+    sampling = Sampling(**spec.sampling)
+    groups = (ds.samples[f"attr:{spec.attributes[0]}"].to_numpy() if spec.attributes
+              else np.full(len(ds.samples), None, dtype=object))
+    task = get_task(spec.task)
+    cfg = task.make_config(spec.train_hparams)
+    mit_h = spec.mitigation_hparams
+    mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
+    docs, results, reused = [], [], []
+    for seed in spec.seeds:
+        path = out_dir / f"seed{seed}.json"
+        if reuse_seed(path, opts, docs, reused, seed):
+            continue
+        keep = draw(sampling, pos, groups, y[:, 0], spec.split_seed, seed)  # all of each split unless sampled
+        ps = {k: p[keep[k]] for k, p in pos.items()}
+        arrays = {k: SplitArrays(_rows(prepared.inputs[k], keep[k]), y[p], None if codes is None else codes[p],
+                                 n_groups) for k, p in ps.items()}
+        t1 = time.perf_counter()
+        factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
+        [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
+                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t)
+        # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
+        policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
+        t_train = time.perf_counter() - t1
+        res = evaluate_classification(
+            y[ps["test"]], sr.test_scores, attr_columns(ds, spec, ps["test"]), task_names=label_cols,
+            threshold=policy, val_y_true=y[ps["val"]], val_y_score=sr.val_scores, profile=spec.profile,
+            n_boot=spec.n_boot, seed=seed)
+        rows = []
+        for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores)):
+            frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
+                                  "seed": seed})
+            for j, t in enumerate(label_cols):
+                frame[f"label:{t}"] = y[p, j]
+                frame[f"score:{t}"] = scores[:, j]
+            for a, v in attr_columns(ds, spec, p).items():
+                frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+            if sr.mc is not None:
+                frame = frame.assign(**mc_columns(sr.mc[name], label_cols))
+                if "patient_id" in ds.samples:
+                    frame["patient_id"] = ds.samples["patient_id"].to_numpy()[p].astype(str)
+            rows.append(frame)
+        pred_name = f"seed{seed}.predictions.parquet"
+        store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
+        extra = {"training": {"config": describe_config(cfg), "mitigation": factory().describe(),
+                              "best_epoch": sr.fit.best_epoch, "best_val_loss": finite(sr.fit.best_val_loss),
+                              "select": sr.fit.select, "best_select_score": finite(sr.fit.best_score),
+                              "val_losses": sr.fit.val_losses, "threshold_policy": policy},
+                 "usage": {"name": adapter.name, **prepared.notes}}
+        if sr.mc is not None:
+            pid = ds.samples["patient_id"].to_numpy()[ps["test"]] if "patient_id" in ds.samples else None
+            extra["uncertainty"] = run_uncertainty(y[ps["test"]], sr.mc["test"], label_cols,
+                                                   attr_columns(ds, spec, ps["test"]), patient_ids=pid)
+        if sampling.active:
+            extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
+                                 "splits": describe(keep, pos, groups, y[:, 0])}
+        if sampling.test_resample:
+            extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
+                                                     (y[ps["val"]], sr.val_scores), seed)
+        doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
+                            {"load": t_load, "prepare": t_prep, "train": t_train,
+                             "metrics": time.perf_counter() - t1 - t_train})
+        store.write_json(path, doc)
+        docs.append(doc)
+        results.append(res)
+    return docs, results, reused
+
+
+def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, scores: np.ndarray,
+                    label_cols: list[str], policy: str | None, val: tuple[np.ndarray, np.ndarray],
+                    seed: int) -> dict[str, Any]:
+    """The run's test set resampled as --test-resample asks (seeded by the run seed) and evaluated like the
+    original: the drawn ids, their counts and the result, stored beside the original's."""
+    from fairmedbench.analysis.resample import matched_age_column, parse_test_resample, resample_test_set
+    from fairmedbench.metrics import evaluate_classification
+
+    rs = parse_test_resample(str(spec.sampling["test_resample"]))
+    age_col = matched_age_column(rs, ds.card)
+    ages = None if age_col is None else _numeric(ds.samples[age_col].to_numpy()[test])
+    group_col = f"attr:{rs.attribute}"
+    sample = resample_test_set(rs, ds.samples[group_col].to_numpy()[test], y[test, 0],
+                               ds.samples["sample_id"].to_numpy()[test], seed, ages=ages,
+                               columns={"group_col": group_col, "label_col": label_cols[0],
+                                        **({"age_col": age_col} if age_col else {})})
+    p = sample.positions
+    res = evaluate_classification(y[test][p], scores[p], {a: v[p] for a, v in attr_columns(ds, spec, test).items()},
+                                  task_names=label_cols, threshold=policy, val_y_true=val[0], val_y_score=val[1],
+                                  profile=spec.profile, n_boot=spec.n_boot, seed=seed)
+    return {**sample.to_dict(), "result": res.to_dict()}
+
+
+def _numeric(values: np.ndarray) -> np.ndarray:
+    """Numbers as float (unparseable cells NaN: left out by the age bins)."""
+    import pandas as pd
+
+    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+
+
+def _rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """`x[keep]`, or `x` itself when every row is kept (a memory-mapped feature array is not copied)."""
+    return x if len(keep) == len(x) else x[keep]

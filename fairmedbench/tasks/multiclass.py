@@ -9,22 +9,24 @@ the argmax (no threshold to choose). Test labels reach only the metric engine.
 from __future__ import annotations
 
 import copy
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fairmedbench.engine import store
 from fairmedbench.errors import InputError
-from fairmedbench.tasks.base import TASKS, Task
+from fairmedbench.spec import RunConfig
+from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
-
-SELECT_RULES = ("val_loss", "macro_auc", "worst_group_macro_auc")
+from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
 
 
 class MulticlassConfig(TrainConfig):
     """Softmax-head training hyperparameters: the classification head's (class_balanced weights the
-    cross-entropy by n / (C · n_c) from the train split); `select` takes this task's SELECT_RULES."""
+    cross-entropy by n / (C · n_c) from the train split); `select` takes one of the task's select_rules."""
 
 
 @dataclass
@@ -70,8 +72,9 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
 
     if len(y["val"]) == 0:
         raise InputError("the validation split is empty: checkpoint selection needs one")
-    if cfg.select not in SELECT_RULES:
-        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(SELECT_RULES)}")
+    rules = get_task("multiclass").select_rules
+    if cfg.select not in rules:
+        raise InputError(f"selection rule {cfg.select!r}: choose one of {', '.join(rules)}")
     if cfg.select == "worst_group_macro_auc" and groups["val"] is None:
         raise InputError("selection rule 'worst_group_macro_auc' needs the sensitive attribute on validation")
     if mitigation.needs_attribute_at_training and groups["train"] is None:
@@ -153,22 +156,17 @@ def class_labels(ds: Any) -> tuple[np.ndarray, list[str]]:
     return yi, classes
 
 
-def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any,
-                        out_dir: Path, info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
-    """The multiclass runner: a softmax head per seed, checkpoint on validation, test metrics by group."""
-    import time
-
+def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any, out_dir: Path,
+        info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+    """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
+    metrics by group."""
     import pandas as pd
     import torch
 
-    # run.py's small helpers, imported here (the benchmark layer sits above tasks; the runner is loaded by it)
     from fairmedbench.adapters.volumes import prepare_classification
-    from fairmedbench.benchmark.run import SplitView, _attr_columns, _reuse, _seed_doc, _training_groups
-    from fairmedbench.engine import store
+    from fairmedbench.analysis.uncertainty import mc_class_columns, uncertainty_block
     from fairmedbench.metrics.multiclass import evaluate_multiclass
     from fairmedbench.mitigation import make_mitigation
-
-    from fairmedbench.analysis.uncertainty import mc_class_columns, uncertainty_block
     from fairmedbench.tasks.classification import mc_predict
 
     mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
@@ -186,11 +184,10 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
     if missing:
         raise InputError(f"dataset {ds.card.name!r}: class(es) {[classes[c] for c in missing]} have no train "
                          "sample; the softmax head cannot learn them (use more data or another split)")
-    views = {k: SplitView(ds, p, f"{ds.fingerprint}:{split.fingerprint}") for k, p in pos.items()}
-    prepared = prepare_classification(adapter, model, views, ctx)
+    prepared = prepare_classification(adapter, model, split_views(ds, split), ctx)
     t_prep = time.perf_counter() - t0
-    codes, n_groups = _training_groups(spec, ds)
-    task = TASKS.get(spec.task)
+    codes, n_groups = training_groups(spec, ds)
+    task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     label = task.label_column
     docs: list[dict] = []
@@ -198,7 +195,7 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
     reused: list[int] = []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
-        if _reuse(path, opts, docs, reused, seed):
+        if reuse_seed(path, opts, docs, reused, seed):
             continue
         t1 = time.perf_counter()
         mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
@@ -220,7 +217,7 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
             mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
             probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
-        res = evaluate_multiclass(y[split.test], probs["test"], _attr_columns(ds, spec, split.test), classes=classes,
+        res = evaluate_multiclass(y[split.test], probs["test"], attr_columns(ds, spec, split.test), classes=classes,
                                   task_name=ds.card.label_column, n_boot=spec.n_boot, seed=seed)
         rows = []
         for name in ("val", "test"):
@@ -229,7 +226,7 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
                                   "seed": seed, label: y[p]})
             for c, cls in enumerate(classes):
                 frame[task.score_column.format(task=cls)] = probs[name][:, c]
-            for a, v in _attr_columns(ds, spec, p).items():
+            for a, v in attr_columns(ds, spec, p).items():
                 frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
             if mc is not None:
                 frame = frame.assign(**mc_class_columns(mc[name], classes))
@@ -239,48 +236,21 @@ def run_multiclass_task(spec: Any, adapter: Any, model: Any, ds: Any, split: Any
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
         extra = {"training": {"config": asdict(cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
-                              "best_epoch": fit.best_epoch, "best_val_loss": _finite(fit.best_val_loss),
-                              "select": fit.select, "best_select_score": _finite(fit.best_score),
+                              "best_epoch": fit.best_epoch, "best_val_loss": finite(fit.best_val_loss),
+                              "select": fit.select, "best_select_score": finite(fit.best_score),
                               "val_losses": fit.val_losses, "decision": "argmax"},
                  "usage": {"name": adapter.name, "head": f"softmax over {len(classes)} classes", **prepared.notes}}
         if mc is not None:
             pid = ds.samples["patient_id"].to_numpy()[split.test] if "patient_id" in ds.samples else None
             extra["uncertainty"] = {ds.card.label_column: uncertainty_block(
-                y[split.test], mc["test"], _attr_columns(ds, spec, split.test), patient_ids=pid)}
-        doc = _seed_doc(task.run_kind, spec, seed, res, info, pred_name, [ds.card.label_column], extra,
-                        {"load": t_load, "prepare": t_prep, "train": t_train,
-                         "metrics": time.perf_counter() - t1 - t_train})
-        # _seed_doc writes the base block, which cannot know the classes: the multiclass block replaces it
+                y[split.test], mc["test"], attr_columns(ds, spec, split.test), patient_ids=pid)}
+        doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, [ds.card.label_column], extra,
+                            {"load": t_load, "prepare": t_prep, "train": t_train,
+                             "metrics": time.perf_counter() - t1 - t_train})
+        # seed_document writes the base block, which cannot know the classes: the multiclass block replaces it
         doc["predictions"] = task.predictions_block(pred_name, [ds.card.label_column], list(spec.attributes),
                                                     classes)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
     return docs, results, reused
-
-
-def _finite(v: float) -> float | None:
-    return float(v) if np.isfinite(v) else None
-
-
-@dataclass(frozen=True)
-class MulticlassTask(Task):
-    """A Task whose predictions hold one label column (the class index) and one score column per class."""
-
-    def predictions_block(self, file: str, tasks: list[str], attributes: list[str],
-                          classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-        """The predictions description: `label_column`, `score:<class>` for each of `classes` (in index order)."""
-        from fairmedbench.engine import store
-
-        block = store.predictions_block(file, self.name, tasks, attributes, [self.label_column],
-                                        [self.score_column.format(task=c) for c in classes])
-        block["classes"] = list(classes)
-        return block
-
-
-TASKS.add("multiclass", MulticlassTask(
-    name="multiclass", runner="fairmedbench.tasks.multiclass:run_multiclass_task",
-    config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
-    prediction_columns=("sample_id", "split", "seed"), select_rules=SELECT_RULES, sample_labels=True,
-    class_index_labels=True, run_kind="run-multiclass", label_column="label", score_column="score:{task}"))
-

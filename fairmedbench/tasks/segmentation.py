@@ -1,5 +1,5 @@
-"""Segmentation runner: prompted masks for the test samples, per-sample DSC/IoU at a stated mask threshold;
-and the training loop of a prompted mask decoder, with a trainable encoder copy where the usage gives one
+"""The segmentation task (TASKS['segmentation']): its runner `run`; prompted masks for the test samples,
+per-sample DSC/IoU at a stated mask threshold; and the training loop of a prompted mask decoder, with a trainable encoder copy where the usage gives one
 (`fit_decoder`), with a mitigation plugin's hooks.
 
 A 3D sample (D, H, W) is segmented slice by slice by a 2D model: every slice whose ground truth is non-empty
@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from fairmedbench.adapters.prompts import Prompt, make_prompt, make_prompt_3d
+from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_counts
 from fairmedbench.mitigation.base import Batch, Mitigation
+from fairmedbench.spec import RunConfig
+from fairmedbench.tasks.base import get_task
+from fairmedbench.tasks.common import attr_columns, reuse_seed, seed_document, training_groups
 
 
 @dataclass
@@ -100,9 +105,6 @@ def run_segmentation(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], l
 
 # --- training a prompted mask decoder -----------------------------------------------------------------------
 
-SEG_SELECT_RULES = ("val_dsc", "worst_group_dsc")
-
-
 @dataclass
 class DecoderConfig:
     """Mask-decoder fine-tuning hyperparameters (recorded in the result).
@@ -122,9 +124,10 @@ class DecoderConfig:
 
 def check_decoder_config(cfg: DecoderConfig) -> DecoderConfig:
     """InputError for a setting that cannot train: rule, non-positive sizes, a negative rate."""
-    if cfg.select not in SEG_SELECT_RULES:
+    rules = get_task("segmentation").select_rules
+    if cfg.select not in rules:
         raise InputError(f"selection rule {cfg.select!r} does not apply to segmentation: a mask decoder is selected "
-                         f"by {' or '.join(SEG_SELECT_RULES)} (mean or worst-group validation DSC)")
+                         f"by {' or '.join(rules)} (mean or worst-group validation DSC)")
     for name in ("epochs", "patience", "batch_size"):
         v = getattr(cfg, name)
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "epochs" else 1):
@@ -400,3 +403,113 @@ def describe_decoder_config(cfg: DecoderConfig) -> dict[str, Any]:
             "loss": "per sample: soft Dice (sigmoid, squared denominators) + mean pixel BCE on the decoder's "
                     "low-resolution logits against the mask resized like the image",
             "prompts": "a box from each ground-truth mask (slice), redrawn every batch with the run's box_jitter"}
+
+
+def _stage(ctx: Any, name: str) -> Callable[[int, int], None] | None:
+    return (lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None
+
+
+def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
+                     jitter: float) -> tuple[Callable[[int], tuple[Any, dict[str, Any]]], dict[str, Any]]:
+    """For a usage that trains: encoder maps of every split computed once, and a function seed -> (predictor,
+    the result's training block); plus the usage notes."""
+    from fairmedbench.mitigation import make_mitigation
+
+    cfg = check_decoder_config(get_task(spec.task).make_config(spec.train_hparams))
+    mit_h = spec.mitigation_hparams
+    codes, n_groups = training_groups(spec, ds)
+    problem = adapter.trainable(model, ctx)
+    train, val, test = (prepare_split(problem, ds.load_image, ds.load_mask, p, keep=name == "val",
+                                      progress=_stage(ctx, f"encoder maps ({name})"))
+                        for name, p in (("train", split.train), ("val", split.val), ("test", split.test)))
+
+    def fit(seed: int) -> tuple[Any, dict[str, Any]]:
+        mitigation = make_mitigation(spec.mitigation, **mit_h)
+        decoder, outcome = fit_decoder(problem, train, val, codes, n_groups, cfg, mitigation, seed, jitter,
+                                       progress=_stage(ctx, f"training the decoder (seed {seed})"))
+        return problem.predictor(decoder), {
+            "config": describe_decoder_config(cfg), "mitigation": mitigation.describe(), **outcome.to_dict(),
+            "n_train_units": len(train.keys), "n_val_samples": len(val.prompted),
+            "sampler_labels": "zeros: a segmentation sample has no class label"}
+
+    notes = {**problem.notes(), "units": {"train": len(train.keys), "val": len(val.keys), "test": len(test.keys)}}
+    return fit, notes
+
+
+def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any, out_dir: Path,
+        info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+    """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
+    when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
+    truth gives no prompt: its row has empty_gt=True and no score, and usage.skipped says why)."""
+    from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+
+    jitter = float(spec.usage_hparams["box_jitter"])
+    t0 = time.perf_counter()
+    if adapter.learns:
+        fit, notes = _decoder_trainer(spec, adapter, model, ds, split, ctx, jitter)
+    else:
+        zero_shot = adapter.predictor(model, ctx)
+        fit, notes = (lambda seed: (zero_shot, None)), {}
+    t_prep = time.perf_counter() - t0
+    docs, results, reused = [], [], []
+    for seed in spec.seeds:
+        path = out_dir / f"seed{seed}.json"
+        if reuse_seed(path, opts, docs, reused, seed):
+            continue
+        t1 = time.perf_counter()
+        predict, training = fit(seed)
+        t_train = time.perf_counter() - t1
+        step = (lambda d, n: opts.progress("segmenting", d, n)) if opts.progress else None
+        out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, spec.prompt, seed,
+                               jitter=jitter, progress=step, spacing_of=ds.spacing if ds.card.dim == 3 else None)
+        if not out.positions:
+            raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
+        p = np.asarray(out.positions)
+        t_seg = time.perf_counter() - t1 - t_train
+        res = evaluate_segmentation(out.dsc, attr_columns(ds, spec, p), iou=out.iou, hd95=out.hd95 or None,
+                                    profile=spec.profile,
+                                    n_boot=spec.n_boot, seed=seed)
+        pred_name = f"seed{seed}.predictions.parquet"
+        frame = _segmentation_frame(ds, spec, seed, out, split.test)
+        store.write_parquet(out_dir / pred_name, frame)
+        ids = ds.samples["sample_id"].to_numpy().astype(str)
+        extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
+                                           "prompted_slices": int(sum(out.prompted_slices)),
+                                           "n_skipped": len(out.skipped),
+                                           "skipped": {ids[k]: v for k, v in out.skipped.items()}, **notes}}
+        timings = {"load": t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
+        if training is not None:
+            extra["training"] = training
+            timings.update(prepare=t_prep, train=t_train)
+        doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, info, pred_name, ["segmentation"], extra,
+                            timings)
+        store.write_json(path, doc)
+        docs.append(doc)
+        results.append(res)
+    return docs, results, reused
+
+
+def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any) -> Any:
+    """One predictions row per test sample in split order: DSC/IoU (HD95 for 3D) of the prompted ones; an
+    unprompted one (empty ground truth) has empty_gt=True and null scores, so the test ids stay complete while
+    the metrics, computed on prompted rows only, ignore it."""
+    import pandas as pd
+
+    pos = np.asarray(test, dtype=np.int64)
+    at = {int(i): k for k, i in enumerate(out.positions)}
+    missing = [int(i) for i in pos if int(i) not in at and int(i) not in out.skipped]
+    if missing:  # the runner scores or skips every test sample; anything else is a bug, not a row to drop
+        raise RuntimeError(f"segmentation returned no outcome for {len(missing)} test sample(s)")
+    k = np.array([at.get(int(i), -1) for i in pos])
+    scored = k >= 0
+
+    def column(values: list[float]) -> np.ndarray:
+        return np.where(scored, np.asarray(values, dtype=np.float64)[np.maximum(k, 0)] if values else np.nan, np.nan)
+
+    frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str), "split": "test",
+                          "seed": seed, "dsc": column(out.dsc), "iou": column(out.iou), "empty_gt": ~scored})
+    if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
+        frame["hd95"] = column(out.hd95)
+    for a, v in attr_columns(ds, spec, pos).items():
+        frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+    return frame

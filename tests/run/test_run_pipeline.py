@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fairmedbench.benchmark import run as run_mod
 from fairmedbench.benchmark.run import RunOptions, run
 from fairmedbench.cli import main
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.spec import RunSpec
+from fairmedbench.tasks import classification as classification_task
 
 SMALL = {"n": 60}
 
@@ -93,7 +93,7 @@ def test_test_labels_never_choose_threshold_or_checkpoint(lp_run, monkeypatch: p
 
 def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
-    real_eval = run_mod.__dict__.get("evaluate_classification")
+    real_eval = classification_task.__dict__.get("evaluate_classification")
     import fairmedbench.metrics as metrics
 
     original = metrics.evaluate_classification

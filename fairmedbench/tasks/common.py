@@ -1,0 +1,79 @@
+"""What every task runner shares: the split views features are extracted from, a sample's attribute values,
+the group codes mitigations train with, resuming a finished seed, and the per-seed result document.
+
+A runner is called by `benchmark.run` as `run(spec, adapter, model, dataset, split, ctx, opts, out_dir, info,
+t_load)` and returns (seed documents, metric results, reused seeds); `opts` is the run's options (runners
+read its `force` and `progress`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fairmedbench.engine import store
+from fairmedbench.spec import RunConfig
+from fairmedbench.tasks.base import get_task
+
+
+class SplitView:
+    """One split of a dataset as the feature extractor sees it: ids, images, a fingerprint."""
+
+    def __init__(self, dataset: Any, positions: np.ndarray, fingerprint: str) -> None:
+        self.dataset, self.positions, self.fingerprint = dataset, np.asarray(positions), fingerprint
+        self.sample_ids = [str(dataset.samples["sample_id"].iloc[int(i)]) for i in self.positions]
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def load_image(self, k: int) -> np.ndarray:
+        """The image of the split's k-th sample."""
+        return self.dataset.load_image(int(self.positions[k]))
+
+
+def split_views(ds: Any, split: Any) -> dict[str, SplitView]:
+    """The train/val/test views features are extracted from (their fingerprint keys the feature cache): the
+    unsampled split, so every run of one (model, dataset, split) shares one encode."""
+    fp = f"{ds.fingerprint}:{split.fingerprint}"
+    return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+
+
+def attr_columns(ds: Any, spec: RunConfig, positions: np.ndarray) -> dict[str, np.ndarray]:
+    """Each of the run's sensitive attributes: its group of the samples at `positions`."""
+    return {a: ds.samples[f"attr:{a}"].to_numpy()[positions] for a in spec.attributes}
+
+
+def training_groups(spec: RunConfig, ds: Any) -> tuple[np.ndarray | None, int]:
+    """Group codes of every sample for the attribute mitigations train with (the run's first; -1 = missing)."""
+    if not spec.attributes:
+        return None, 0
+    values = ds.samples[f"attr:{spec.attributes[0]}"].to_numpy()
+    names = sorted({v for v in values if isinstance(v, str)})
+    lookup = {n: i for i, n in enumerate(names)}
+    return np.array([lookup.get(v, -1) for v in values]), len(names)
+
+
+def reuse_seed(path: Path, opts: Any, docs: list[dict[str, Any]], reused: list[int], seed: int) -> bool:
+    """Append a seed's finished result (from an interrupted earlier run of this config) unless forced."""
+    if path.exists() and not opts.force:
+        docs.append(store.read_json(path))
+        reused.append(seed)
+        return True
+    return False
+
+
+def seed_document(kind: str, spec: RunConfig, seed: int, result: Any, info: dict[str, Any], pred_name: str,
+                  tasks: list[str], extra: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
+    """One seed's result document: the spec with its seed, the metrics, the run's inputs and timings, the task's
+    description of the predictions file, then the runner's `extra` blocks."""
+    doc = store.result_document(kind, {**spec.identity(), "seed": seed}, result.to_dict(), info, timings)
+    doc["predictions"] = get_task(spec.task).predictions_block(pred_name, tasks, list(spec.attributes))
+    doc.update(extra)
+    return doc
+
+
+def finite(v: float) -> float | None:
+    """`v` as a float, or None (JSON null) when it is NaN or infinite."""
+    return float(v) if np.isfinite(v) else None
