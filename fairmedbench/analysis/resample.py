@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import DatasetCard
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,7 @@ def parse_test_resample(text: str) -> ResampleSpec:
     return ResampleSpec(method, attr.strip(), bins)
 
 
-def matched_age_column(spec: ResampleSpec, dcard: Any) -> str | None:
+def matched_age_column(spec: ResampleSpec, dcard: DatasetCard) -> str | None:
     """The raw numeric age column `matched` draws by (the dataset card's binned attribute named age); None for the
     other methods; a card without one: InputError."""
     if spec.method != "matched":

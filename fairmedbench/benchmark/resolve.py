@@ -196,7 +196,7 @@ def files_fingerprint(ds: Dataset) -> str:
 def test_resample_age_column(text: str, dcard: DatasetCard, attributes: tuple[str, ...], task: Task) -> str | None:
     """Check a --test-resample spec against the run (its attribute is one of the run's, the task has labels);
     for `matched`, the raw numeric age column: the card's binned attribute named age."""
-    from fairmedbench.analysis.resample import parse_test_resample
+    from fairmedbench.analysis.resample import matched_age_column, parse_test_resample
 
     rs = parse_test_resample(text)
     if not task.samples_splits:
@@ -204,13 +204,7 @@ def test_resample_age_column(text: str, dcard: DatasetCard, attributes: tuple[st
     if rs.attribute not in attributes:
         raise InputError(f"--test-resample {text}: attribute {rs.attribute!r} is not one of this run's "
                          f"({', '.join(attributes)}); add --attribute {rs.attribute}")
-    if rs.method != "matched":
-        return None
-    ages = [a for a in dcard.attributes if a.bins and a.name.startswith("age")]
-    if not ages:
-        raise InputError(f"--test-resample {text}: matched needs each sample's age; dataset {dcard.name!r} has no "
-                         "numeric age attribute")
-    return ages[0].column
+    return matched_age_column(rs, dcard)
 
 
 def resolve_sampling(spec: RunSpec, checked: Checked, ds: Dataset, split: Split) -> Sampling:
