@@ -28,12 +28,14 @@ import numpy as np
 from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.spec import RunSpec
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
                   "intervals of {headline} are across seeds on one test set and leave out its sampling error")
-#: headline metrics the paired test-set bootstrap resamples: binary AUC (first task) and multi-class macro AUC
-BOOTSTRAPPED = ("auc", "macro_auc")
+#: headline metric -> the paired test-set bootstrap that resamples it (metrics.paired): binary AUC of the first
+#: task's score, or multi-class macro AUC of the class probabilities
+BOOTSTRAPPED = {"auc": paired_group_auc, "macro_auc": paired_group_macro_auc}
 
 
 @dataclass
@@ -174,7 +176,6 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     (binary AUC of the first task, or multi-class macro AUC) per method, and of each method's worst-group value
     minus ERM's (rows without a group value are left out). Keys: <worst-group metric>, <headline>_diff,
     <worst-group metric>_vs_erm."""
-    from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
     from fairmedbench.tasks.base import get_task
 
     if n_boot < 1:
@@ -191,10 +192,9 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     score_cols = [c for c in ref.columns if c.startswith("s") and c[1:].isdigit()]
     scores = np.stack([f[score_cols].to_numpy()[keep] for m in out.methods for f in frames[m]])  # (S, n, C)
     y, g = ref["y"].to_numpy()[keep], ref["g"].to_numpy()[keep].astype(str)
-    if task.headline == "macro_auc":
-        res = paired_group_macro_auc(y.astype(int), scores, g, n_boot=n_boot, label=f"{ds}|{attribute}")
-    else:
-        res = paired_group_auc(y, scores[:, :, 0], g, n_boot=n_boot, label=f"{ds}|{attribute}")
+    if len(score_cols) == 1:  # a binary score: (S, n)
+        scores = scores[:, :, 0]
+    res = BOOTSTRAPPED[task.headline](y, scores, g, n_boot=n_boot, label=f"{ds}|{attribute}")
     n_seeds = len(frames["erm"])
     shape = (len(out.methods), n_seeds, len(res.groups))
     point = res.point.reshape(shape)
