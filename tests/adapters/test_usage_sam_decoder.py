@@ -191,5 +191,5 @@ def test_list_usages_shows_sam_decoder(capsys: pytest.CaptureFixture) -> None:
     assert rows["sam-decoder"]["task"] == "segmentation" and rows["sam-decoder"]["requires"] == ["segment"]
     assert main(["list", "mitigations", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["groupdro"]["tasks"] == "classification, segmentation"
-    assert rows["adversarial"]["tasks"] == "classification"
+    assert rows["groupdro"]["tasks"] == "classification, segmentation, multiclass"
+    assert rows["adversarial"]["tasks"] == "classification, multiclass"
