@@ -40,6 +40,16 @@ def select_device(device: str = "auto") -> str:
     return device
 
 
+def describe_device(device: str) -> str:
+    """The hardware a run computed on, for its provenance: 'cuda:0 NVIDIA H100 80GB HBM3' or 'cpu <model name>'."""
+    if device.startswith("cuda"):
+        import torch
+
+        index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
+        return f"cuda:{index} {torch.cuda.get_device_name(index)}"
+    return f"{device} {_cpu_identity().split('|')[0]}"
+
+
 def check_precision(precision: str) -> str:
     """Validate a precision name (auto, fp32 or bf16)."""
     if precision not in PRECISIONS:

@@ -340,7 +340,7 @@ def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any
                                                      (y[ps["val"]], sr.val_scores), seed)
         doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
                             {"load": t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train})
+                             "metrics": time.perf_counter() - t1 - t_train}, ctx.device)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)

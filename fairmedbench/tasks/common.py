@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fairmedbench.engine import store
+from fairmedbench.engine.device import describe_device
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 
@@ -65,11 +66,14 @@ def reuse_seed(path: Path, opts: Any, docs: list[dict[str, Any]], reused: list[i
 
 
 def seed_document(kind: str, spec: RunConfig, seed: int, result: Any, info: dict[str, Any], pred_name: str,
-                  tasks: list[str], extra: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
+                  tasks: list[str], extra: dict[str, Any], timings: dict[str, float], device: str,
+                  classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """One seed's result document: the spec with its seed, the metrics, the run's inputs and timings, the task's
-    description of the predictions file, then the runner's `extra` blocks."""
+    description of the predictions file (with the card's `classes` for a multi-class task), then the runner's
+    `extra` blocks; the environment names the `device` (provenance, not identity)."""
     doc = store.result_document(kind, {**spec.identity(), "seed": seed}, result.to_dict(), info, timings)
-    doc["predictions"] = get_task(spec.task).predictions_block(pred_name, tasks, list(spec.attributes))
+    doc["environment"]["device"] = describe_device(device)
+    doc["predictions"] = get_task(spec.task).predictions_block(pred_name, tasks, list(spec.attributes), classes)
     doc.update(extra)
     return doc
 

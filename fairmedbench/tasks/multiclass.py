@@ -246,10 +246,7 @@ def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any
                 y[split.test], mc["test"], attr_columns(ds, spec, split.test), patient_ids=pid)}
         doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, [ds.card.label_column], extra,
                             {"load": t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train})
-        # seed_document writes the base block, which cannot know the classes: the multiclass block replaces it
-        doc["predictions"] = task.predictions_block(pred_name, [ds.card.label_column], list(spec.attributes),
-                                                    classes)
+                             "metrics": time.perf_counter() - t1 - t_train}, ctx.device, classes)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)

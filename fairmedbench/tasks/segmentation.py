@@ -482,7 +482,7 @@ def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any
             extra["training"] = training
             timings.update(prepare=t_prep, train=t_train)
         doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, info, pred_name, ["segmentation"], extra,
-                            timings)
+                            timings, ctx.device)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)

@@ -51,6 +51,12 @@ def test_lp_run_writes_valid_results_per_seed_and_summary(lp_run) -> None:
         assert set(pred["split"]) == {"val", "test"} and set(pred["seed"]) == {seed}
         assert {"label:label", "score:label", "attr:sex", "attr:age"} <= set(pred.columns)
         assert (pred["split"] == "test").sum() == doc["inputs"]["dataset"]["n_test"]
+        # the hardware is provenance (environment), never identity: the same run on a GPU keeps its run id
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), None) if Path("/proc/cpuinfo").is_file() else None
+        assert doc["environment"]["device"].startswith("cpu ") and (cpu is None or doc["environment"]["device"] ==
+                                                                     f"cpu {cpu}")
+        assert "device" not in json.dumps(doc["inputs"]) and "device" not in json.dumps(doc["spec"])
     summary = store.read_json(out.out_dir / "summary.json")
     assert summary["across_seeds"]["label/sex"]["auc"]["n_seeds"] == 2
     feats = out.seed_docs[0]["usage"]["features"]
