@@ -205,11 +205,13 @@ def _excludes_0(lo: float, hi: float) -> int:
 
 
 def _names(kind: str) -> dict[str, MetricSpec]:
-    """The task kind's utility, gap, equity-scaled and signed-difference specs (from the registry)."""
+    """The task kind's utility and gap specs, and its equity-scaled and signed-difference specs where the task has
+    them (a multi-class task has no equity-scaled score), from the registry."""
     util = metric_spec(headline_metric(kind))
     board = board_metrics(kind)
     diff = next((s for s in task_metrics(kind) if s.kind == "diff" and s.name == f"{util.name}_diff"), None)
-    return {"util": util, "gap": board["gap"], "es": board["es"], **({"diff": diff} if diff else {})}
+    return {"util": util, "gap": board["gap"], **({"es": board["es"]} if "es" in board else {}),
+            **({"diff": diff} if diff else {})}
 
 
 def _pick(df: Any, metric: str, scope: str) -> Any:
@@ -334,10 +336,14 @@ class _Builder:
         pairs = diff[["model", "dataset"]].drop_duplicates()
         left_out = (f"; {small} configuration(s) with a group below the minimum group size are not counted"
                     if small else "")
-        self.answers.append(
-            f"Bias exists in {hits} of {len(rows) - small} FM × dataset configurations ({kind}; {len(pairs)} FM × "
-            f"dataset pairs, each usage and two-group attribute counted once): the {names['diff'].name} interval "
-            f"excludes 0 across seeds and in every seed's test-set bootstrap{left_out}.")
+        if small == len(rows):  # nothing could be counted: say so rather than "0 of 0"
+            self.answers.append(f"Bias ({kind}): not assessed: every one of the {small} FM × dataset configuration(s) "
+                                "has a group below the minimum group size; use a larger test set.")
+        else:
+            self.answers.append(
+                f"Bias exists in {hits} of {len(rows) - small} FM × dataset configurations ({kind}; {len(pairs)} FM "
+                f"× dataset pairs, each usage and two-group attribute counted once): the {names['diff'].name} "
+                f"interval excludes 0 across seeds and in every seed's test-set bootstrap{left_out}.")
         sec.tables.append(_table(f"signed group difference ({names['diff'].name}: second group − first) per "
                                  "configuration; bias = its interval across seeds and every seed's bootstrap "
                                  "interval exclude 0", pd.DataFrame(rows)))
@@ -350,8 +356,12 @@ class _Builder:
             return sec
         from fairmedbench.report.study_figures import tradeoff_panels
 
+        no_es: list[str] = []
         for kind in self.kinds(self.erm):
             names = _names(kind)
+            if "es" not in names:
+                no_es.append(kind)
+                continue
             sub = self.erm[self.erm["task_kind"] == kind]
             u = _pick(sub, names["util"].name, "overall")
             e = _pick(sub, names["es"].name, "between")
@@ -367,8 +377,12 @@ class _Builder:
                                     stem=self.fig_dir / f"fig4-tradeoff-{kind}",
                                     title=f"{names['es'].header} against {names['util'].header} ({kind})")
             sec.figures.append(self._save(paths, f"{names['es'].header} against {names['util'].header}"))
+        if no_es:
+            sec.text.append(f"Not drawn for {', '.join(no_es)}: the {' and '.join(no_es)} task has no equity-scaled "
+                            "score (METRICS.md).")
         if not sec.figures:
-            sec.note = "no run has both a utility and an equity-scaled score"
+            sec.note = "no run has both a utility and an equity-scaled score" + (
+                f" (the {' and '.join(no_es)} task has no equity-scaled score)" if no_es else "")
         return sec
 
     # -- Fig 5
@@ -440,6 +454,8 @@ class _Builder:
             names = _names(kind)
             sub = base[base["task_kind"] == kind]
             for key in ("util", "gap", "es"):
+                if key not in names:
+                    continue
                 spec = names[key]
                 scope = "overall" if key == "util" else "between"
                 m = sub[(sub["metric"] == spec.name) & (sub["scope"] == scope)]
@@ -485,6 +501,8 @@ class _Builder:
             names = _names(kind)
             sub = self.erm[self.erm["task_kind"] == kind]
             for key in ("gap", "es", "util"):
+                if key not in names:
+                    continue
                 res = self._friedman(sub, names[key], "model", ["dataset", "usage", "prompt", "attribute"], sec,
                                      f"FMs by {names[key].header} ({kind})", f"cd-models-{key}-{kind}")
                 if res and key == "gap":

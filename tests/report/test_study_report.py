@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from fairmedbench.benchmark.run import RunOptions, run
+from fairmedbench.cli import main
 from fairmedbench.engine.results import RunResult
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.report.study import CELL_FIELDS, read_plan, write_study_report
@@ -134,8 +135,8 @@ def test_figures_and_page_exist(study: dict[str, Any]) -> None:
     assert "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page
     assert page.count("data:image/png;base64,") == len(rep.figures) // 2
     # 9 test samples per group, below the minimum group size (30): no configuration is counted as evidence
-    assert any(a.startswith("Bias exists in 0 of 0 FM × dataset configurations") and "4 configuration(s) with a "
-               "group below the minimum group size are not counted" in a for a in rep.answers)
+    assert ("Bias (classification): not assessed: every one of the 4 FM × dataset configuration(s) has a group below "
+            "the minimum group size; use a larger test set.") in rep.answers
     assert any(a.startswith("resampling against ERM") for a in rep.answers)
     assert any(a.startswith("Fairness law (c2l · synth-underrep") and "interpolation MAE" in a for a in rep.answers)
     assert any(a.startswith("Imbalance (c2l · synth-underrep") and "flat across prevalences" in a for a in rep.answers)
@@ -207,7 +208,7 @@ def test_page_in_chromium_leads_with_the_answers(study: dict[str, Any]) -> None:
             "return [...document.body.children].filter(e => e.tagName !== 'H1')[0]")
         assert first.get_attribute("id") == "answers"
         items = first.find_elements("css selector", "li")
-        assert items[0].text.startswith("Bias exists in ")
+        assert items[0].text.startswith("Bias (classification): not assessed")
         # every figure decoded (an inline PNG that failed to load has naturalWidth 0)
         widths = driver.execute_script("return [...document.images].map(i => i.naturalWidth)")
         assert widths and all(w > 0 for w in widths)
@@ -245,3 +246,22 @@ def test_fairness_laws_minority_auc_rises_with_its_share_and_the_control_stays_f
     control = _law_fits(rep.table, "synth-laws-control")["female"]
     assert control.slope_ci_includes_0
     assert any(a.startswith("Fairness law (c2l · synth-laws ·") and "interpolation MAE" in a for a in rep.answers)
+
+
+def test_a_multiclass_study_reports_without_an_equity_scaled_score(tmp_path: Path) -> None:
+    """A multi-class task has no equity-scaled score: the report draws its gap and group figures, ranks and
+    mitigation table, and leaves it out of the trade-off (it crashed on the missing 'es' key before)."""
+    study_file = tmp_path / "mc.yaml"
+    study_file.write_text("description: multi-class report\nmodels: [moco-cxr, imagenet-resnet50]\n"
+                          "datasets: [synth-ordinal]\nattributes: [sex]\nusages: [lp]\nmitigations: [erm, groupdro]\n"
+                          "seeds: [0, 1]\nhparams: {epochs: 3}\nweights: random\nn_boot: 20\n"
+                          "dataset_options:\n  n: 60\n  config: {size: 32}\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(study_file), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert main(["study", "report", str(study_file), "--out", str(out), "--dest", str(tmp_path / "rep")]) == 0
+    figures = {p.name for p in (tmp_path / "rep" / "figures").iterdir()}
+    assert {"fig2-gap-multiclass.png", "fig5-groups-synth-ordinal-sex-lp.png",
+            "cd-mitigations-gap-multiclass.png"} <= figures
+    assert not any(name.startswith("fig4-tradeoff") for name in figures)
+    page = (tmp_path / "rep" / "study.html").read_text()
+    assert "macro AUC" in page and "the multiclass task has no equity-scaled score" in page
