@@ -153,8 +153,9 @@ def _add_inspect(sub: Any) -> None:
     src.add_argument("--dataset-option", action="append", default=[], metavar="KEY=VALUE", help="e.g. n=100")
     src.add_argument("--data-root")
     src.add_argument("--split-seed", type=int, default=0)
-    src.add_argument("--baselines", type=_csv_list, default=["random", "imagenet"], metavar="LIST",
-                     help="with --model: random (same architecture, --weights random) and/or imagenet")
+    src.add_argument("--baselines", type=lambda v: [] if v.strip() == "none" else _csv_list(v),
+                     default=["random", "imagenet"], metavar="LIST",
+                     help="with --model: random (same architecture, --weights random) and/or imagenet, or none")
     src.add_argument("--imagenet-model", default="imagenet-resnet50", help="the ImageNet baseline's model card")
     p.add_argument("--label", metavar="COL", help="disease label column (default: label or disease)")
     p.add_argument("--label-pair", action="append", default=[], metavar="A:B",

@@ -23,6 +23,7 @@ LIST_COLUMNS = ("embedding", "embeddings", "features", "feature")
 TSNE_COLUMNS = ("t-SNE Dimension 1", "t-SNE Dimension 2")
 DEFAULT_LABELS = ("label", "disease")
 DEFAULT_ATTRIBUTES = ("sex", "gender", "race")
+BASELINES = ("random", "imagenet")  # a model's features are compared with the same architecture's random weights
 
 
 @dataclass
@@ -310,8 +311,6 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
                 continue
             baselines["imagenet"] = check_features(bx, None, "ImageNet features")
             provenance["baselines"]["imagenet"] = bprov
-        else:
-            raise InputError(f"--baselines {b!r}: choose from random, imagenet")
     return Inputs(x, [f"{opts.model}[{j}]" for j in range(x.shape[1])], label, attributes, ~held, held, False, None,
                   baselines, provenance, notes)
 
@@ -344,6 +343,10 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
         raise InputError(f"--figure-format {opts.figure_format!r}: choose one of {', '.join(figures.FORMATS)}")
     if opts.n_boot < 0 or opts.n_modes < 1:
         raise InputError("--n-boot must be >= 0 and --modes >= 1")
+    unknown = [b for b in opts.baselines if b not in BASELINES]
+    if unknown:  # before any feature extraction
+        raise InputError(f"--baselines {','.join(unknown)}: choose from {', '.join(BASELINES)} (comma-separated), "
+                         "or none")
     inp = load_embeddings(opts) if opts.embeddings else load_model_features(opts, progress)
     t_load = time.perf_counter() - t0
     notes = inp.notes
