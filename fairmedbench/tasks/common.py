@@ -9,7 +9,7 @@ read its `force` and `progress`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,11 +18,16 @@ from fairmedbench.engine.device import describe_device
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 
+if TYPE_CHECKING:
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.metrics.result import FairnessResult
+    from fairmedbench.registry.datasets.dataset import Dataset
+
 
 class SplitView:
     """One split of a dataset as the feature extractor sees it: ids, images, a fingerprint."""
 
-    def __init__(self, dataset: Any, positions: np.ndarray, fingerprint: str) -> None:
+    def __init__(self, dataset: Dataset, positions: np.ndarray, fingerprint: str) -> None:
         self.dataset, self.positions, self.fingerprint = dataset, np.asarray(positions), fingerprint
         self.sample_ids = [str(dataset.samples["sample_id"].iloc[int(i)]) for i in self.positions]
 
@@ -34,19 +39,19 @@ class SplitView:
         return self.dataset.load_image(int(self.positions[k]))
 
 
-def split_views(ds: Any, split: Any) -> dict[str, SplitView]:
+def split_views(ds: Dataset, split: Split) -> dict[str, SplitView]:
     """The train/val/test views features are extracted from (their fingerprint keys the feature cache): the
     unsampled split, so every run of one (model, dataset, split) shares one encode."""
     fp = f"{ds.fingerprint}:{split.fingerprint}"
     return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
 
 
-def attr_columns(ds: Any, spec: RunConfig, positions: np.ndarray) -> dict[str, np.ndarray]:
+def attr_columns(ds: Dataset, spec: RunConfig, positions: np.ndarray) -> dict[str, np.ndarray]:
     """Each of the run's sensitive attributes: its group of the samples at `positions`."""
     return {a: ds.samples[f"attr:{a}"].to_numpy()[positions] for a in spec.attributes}
 
 
-def training_groups(spec: RunConfig, ds: Any) -> tuple[np.ndarray | None, int]:
+def training_groups(spec: RunConfig, ds: Dataset) -> tuple[np.ndarray | None, int]:
     """Group codes of every sample for the attribute mitigations train with (the run's first; -1 = missing)."""
     if not spec.attributes:
         return None, 0
@@ -65,7 +70,7 @@ def reuse_seed(path: Path, opts: Any, docs: list[dict[str, Any]], reused: list[i
     return False
 
 
-def seed_document(kind: str, spec: RunConfig, seed: int, result: Any, info: dict[str, Any], pred_name: str,
+def seed_document(kind: str, spec: RunConfig, seed: int, result: FairnessResult, info: dict[str, Any], pred_name: str,
                   tasks: list[str], extra: dict[str, Any], timings: dict[str, float], device: str,
                   classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """One seed's result document: the spec with its seed, the metrics, the run's inputs and timings, the task's
