@@ -178,13 +178,13 @@ def test_flags_and_verify_leave_empty_rows_out() -> None:
         "1 sampled item(s) disagree with the data on whether the ground truth is empty, e.g. ('test', 'c')"]
 
 
-def _read_hd95(hd95: list[float]) -> list[str] | None:
+def _read_hd95(hd95: list[float], dsc: tuple[float, ...] = (0.5, np.nan, 0.0, 0.7)) -> list[str] | None:
     """Submit's reader on four segmentation rows (b has an empty ground truth, c an empty prediction: DSC 0)."""
     import io
 
     from fairmedbench.leaderboards.submit import _read_predictions, _Stop
 
-    frame = pd.DataFrame({"sample_id": list("abcd"), "split": "test", "seed": 0, "dsc": [0.5, np.nan, 0.0, 0.7],
+    frame = pd.DataFrame({"sample_id": list("abcd"), "split": "test", "seed": 0, "dsc": list(dsc),
                           "iou": [0.4, np.nan, 0.0, 0.6], "empty_gt": [False, True, False, False], "hd95": hd95,
                           "attr:sex": list("fmmf")})
     block = {"columns": {"id": "sample_id", "split": "split", "seed": "seed", "labels": [], "scores": ["dsc"],
@@ -209,5 +209,8 @@ def test_hd95_may_be_null_only_where_the_prediction_is_empty() -> None:
     assert lines and "column 'hd95' has a value on 1 row(s) with empty_gt true" in lines[0]
     assert _read_hd95([3.0, np.nan, np.nan, -1.0]) == [
         "seed0.predictions.parquet: column 'hd95' has 1 negative value(s); a distance is >= 0 (pixels or mm)"]
+    # a bad dsc column is reported, not a traceback from the HD95 rule that reads it
+    assert _read_hd95([3.0, np.nan, np.nan, 2.0], dsc=(np.nan, np.nan, 0.0, 0.7)) == [
+        "seed0.predictions.parquet: column 'dsc' has 1 NaN value(s); every sample needs a finite value"]
     assert _read_hd95([3.0, np.nan, np.nan, np.inf]) == [
         "seed0.predictions.parquet: column 'hd95' has 1 infinite value(s); every sample needs a finite value"]
