@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.suites import Entry
 
 # near-perfect predictions (classification): overall AUC at or above this on any task and seed ...
@@ -91,6 +92,8 @@ def from_columns(test: dict[str, np.ndarray], block: dict[str, Any], seed: int) 
     if block.get("classes"):  # multi-class: one label column (class index or name), one probability per class
         classes = block["classes"]
         index = class_indices(list(test[cols["labels"][0]]), classes)
+        if (index < 0).any():  # np.eye(C)[-1] would read as the last class
+            raise InputError(f"{int((index < 0).sum())} label(s) are not a class of {list(classes)}")
         labels = np.eye(len(classes))[index]
         scores = np.column_stack([np.asarray(test[c], dtype=np.float64) for c in cols["scores"]])
         attrs = {a: np.asarray(test[f"attr:{a}"], dtype=object) for a in block["attributes"]}

@@ -299,7 +299,8 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     except (pa.ArrowException, OSError) as err:
         raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
     cols = block["columns"]
-    classes = [str(c) for c in block.get("classes") or ()]  # multi-class: the card's (checked by _check_document)
+    # multi-class: the card's classes, decided by the entry's task (never by a key the submitter writes)
+    classes = list(entry.classes) if get_task(entry.task).class_index_labels else []
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
     if get_task(entry.task).sample_labels:  # labels and scores per sample; else per-sample DSC/IoU
         want.update({c: "class" if classes else "label" for c in cols["labels"]})
@@ -471,12 +472,12 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
         if not get_task(entry.task).sample_labels:
             out = evaluate_segmentation(test["dsc"], attributes, iou=test["iou"],
                                         hd95=test.get("hd95"), empty_gt=test["empty_gt"] > 0.5, **common)
-        elif block.get("classes"):  # multi-class: the argmax decides, no threshold; the default profile only
+        elif get_task(entry.task).class_index_labels:  # the argmax decides, no threshold; the default profile only
             common.pop("profile")
             tasks = list(block["tasks"])
             out = evaluate_multiclass(test[block["columns"]["labels"][0]],
                                       np.column_stack([test[c] for c in block["columns"]["scores"]]), attributes,
-                                      classes=list(block["classes"]), task_name=tasks[0], **common)
+                                      classes=list(entry.classes), task_name=tasks[0], **common)
         else:
             tasks = list(block["tasks"])
             y = np.column_stack([test[f"label:{t}"] for t in tasks])
@@ -558,6 +559,9 @@ def _check_document(rel: str, doc: Any, entry: Entry, seed: int, model: dict[str
     for k in ("format", "attributes", "columns"):
         if block.get(k) != want[k]:
             lines.append(f"{rel}: predictions.{k} is {block.get(k)!r}, expected {want[k]!r}")
+    unexpected = sorted(set(block) - set(want))
+    if unexpected:  # e.g. 'classes' on a binary entry: nothing a reader might branch on goes unchecked
+        lines.append(f"{rel}: predictions has unexpected key(s) {unexpected} for a {entry.task} entry")
     return lines
 
 

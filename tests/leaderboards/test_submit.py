@@ -97,6 +97,15 @@ def test_tampered_metric(bundle: Path, tmp_path: Path) -> None:
     assert any("metrics/auc/__overall__/value" in r for r in reasons)
 
 
+def test_a_classes_key_on_a_binary_entry_is_refused(bundle: Path, tmp_path: Path) -> None:
+    """The board reads a file by its entry's task; a 'classes' key the submitter adds to a binary result is refused
+    rather than sending the file down the multi-class path."""
+    def add_classes(doc: dict) -> None:
+        doc["predictions"]["classes"] = ["0", "1"]
+    edit_json(bundle / CLS / "seed0.json", add_classes)
+    rejected(bundle, tmp_path / "lb", "predictions has unexpected key(s) ['classes'] for a classification entry")
+
+
 def test_tampered_ci_and_threshold(bundle: Path, tmp_path: Path) -> None:
     def bump(doc: dict) -> None:
         doc["result"]["reports"][1]["metrics"]["auc_gap"]["__gap__"]["ci_high"] -= 1e-6
