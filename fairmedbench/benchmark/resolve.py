@@ -222,6 +222,23 @@ def resolve_sampling(spec: RunSpec, checked: Checked, ds: Dataset, split: Split)
                    groups, split.train, resample)
 
 
+def _check_training_groups(checked: Checked, ds: Dataset, split: Split) -> None:
+    """A mitigation that trains with the group of every training sample refuses, before any encode, a training
+    split where some sample has no value of the run's first attribute (its group code would be -1)."""
+    from fairmedbench.mitigation import make_mitigation
+
+    plugin = make_mitigation(checked.spec.mitigation, **checked.mitigation_hparams)
+    if not plugin.needs_attribute_at_training or not checked.attributes:
+        return
+    attr = checked.attributes[0]
+    values = ds.samples[f"attr:{attr}"].to_numpy()[split.train]
+    missing = int(sum(not isinstance(v, str) for v in values))
+    if missing:
+        raise InputError(f"mitigation {plugin.name!r} trains with each training sample's {attr} group, but {missing} "
+                         f"of {len(values)} training samples have no {attr} value; choose an attribute every sample "
+                         "has (--attribute), or --mitigation erm")
+
+
 def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",
                 verify_weights: bool = True) -> Resolved:
     """Check `spec`, read the dataset's table and split, locate the weights and resolve the precision: the
@@ -242,6 +259,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     files = files_fingerprint(ds)
     data_fp = hashlib.sha256(f"{ds.fingerprint}|{files}".encode()).hexdigest()
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
+    _check_training_groups(checked, ds, split)
     sampling = resolve_sampling(spec, checked, ds, split)
     config = RunConfig(
         engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,

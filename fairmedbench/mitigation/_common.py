@@ -32,11 +32,8 @@ def check_positive(method: str, key: str, value: float, allow_zero: bool = False
 def label_column(method: str, y: np.ndarray, column: int, n_classes: int = 0) -> np.ndarray:
     """The class code used for class balancing: y[:, column] > 0.5 of 0/1 labels (y (n,) or (n, K)), or, with
     `n_classes` K >= 2 (a softmax head), the class index y itself (n,), checked to lie in 0..K-1."""
-    if n_classes:
+    if n_classes:  # label_column 0 (Mitigation.unsupported)
         yi = np.asarray(y)
-        if column != 0:
-            raise InputError(f"mitigation {method!r}: label_column={column} but a multi-class label is one "
-                             "column (the class index); leave label_column at 0")
         bad = yi.size and (yi.min() < 0 or yi.max() >= n_classes or (yi != yi.astype(np.int64)).any())
         if yi.ndim != 1 or bad:
             raise InputError(f"mitigation {method!r}: multi-class labels must be class indices 0..{n_classes - 1} "

@@ -89,7 +89,8 @@ class Mitigation:
             raise InputError(f"mitigation {self.name!r} does not apply to {task.name}: {why}")
 
     def softmax_classes(self, n_classes: int) -> None:
-        """Declare that the head is one softmax over `n_classes` classes and labels are class indices."""
+        """Declare that the head is one softmax over `n_classes` classes and labels are class indices (the runner
+        has checked the task's rules with `check_task` first)."""
         if n_classes < 2:
             raise InputError(f"mitigation {self.name!r}: a softmax head needs >= 2 classes, got {n_classes}")
         self.n_classes = int(n_classes)

@@ -81,9 +81,6 @@ class FairnessLoss(Mitigation):
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
         if len(g) and int(g.min()) < 0:
             raise InputError(f"mitigation {self.name!r}: negative group codes in a training batch")
-        if self.n_classes and self.hparams["target"] != "loss":
-            raise InputError(f"mitigation {self.name!r}: target={self.hparams['target']} needs 0/1 labels and "
-                             "sigmoid scores; a softmax head takes target=loss")
         how = self.hparams["penalty"]
         n = int(g.max()) + 1 if len(g) else 1
         onehot = torch.nn.functional.one_hot(g, n).to(per_sample.dtype)  # (b, G)

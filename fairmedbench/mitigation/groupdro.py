@@ -55,10 +55,7 @@ class GroupDRO(Mitigation):
         if self.hparams["by"] == "group":
             return g
         col = self.hparams["label_column"]
-        if self.n_classes:
-            if col != 0:
-                raise InputError(f"mitigation {self.name!r}: label_column={col} but a multi-class label is one "
-                                 "column (the class index); leave label_column at 0")
+        if self.n_classes:  # label_column 0 (Mitigation.unsupported)
             return self.n_classes * g + batch.y.long()
         if not 0 <= col < batch.y.shape[1]:
             raise InputError(f"mitigation {self.name!r}: label_column={col} but labels have "

@@ -82,6 +82,7 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
                          "give --attribute for a dataset that has one")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    mitigation.check_task(get_task("multiclass"))  # its rules for a class-index label, for callers that skip resolve
     mitigation.softmax_classes(n_classes)  # the hooks below see class indices and a softmax head
     model = mitigation.wrap_head(head, n_groups)
     xt = torch.as_tensor(x["train"], dtype=torch.float32)

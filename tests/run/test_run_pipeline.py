@@ -172,3 +172,26 @@ def test_an_imported_split_is_part_of_the_run_identity(lp_run, tmp_path: Path) -
     other = run(_spec(split_file=str(path)), _opts(tmp))
     assert not other.reused and other.out_dir != first.out_dir
     assert other.config.split_fingerprint.endswith(f"file:{store.sha256_file(path)}")
+
+
+def test_missing_group_values_are_refused_before_any_encode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mitigation that trains with every training sample's group refuses training samples without one (their
+    code would be -1: a traceback in the adversary, an error after the encode elsewhere) before any work."""
+    from fairmedbench.benchmark import datasets
+
+    real = datasets.load_with_split
+
+    def with_gaps(*args, **kw):
+        ds, split = real(*args, **kw)
+        ds.samples.loc[ds.samples.index[split.train[:3]], "attr:sex"] = None
+        return ds, split
+
+    monkeypatch.setattr(datasets, "load_with_split", with_gaps)
+    for mitigation in ("groupdro", "adversarial"):
+        with pytest.raises(InputError, match=rf"mitigation '{mitigation}' trains with each training sample's sex "
+                                             r"group, but 3 of \d+ training samples have no sex value"):
+            run(_spec(attributes=("sex",), mitigation=mitigation, seeds=(0,)), _opts(tmp_path))
+    assert not (tmp_path / "cache").exists()  # refused before feature extraction
+    out = run(_spec(attributes=("sex",), seeds=(0,), hparams={"epochs": 2}), _opts(tmp_path))  # ERM trains
+    assert out.seed_docs[0]["spec"]["mitigation"] == "erm"
+
