@@ -166,6 +166,12 @@ def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tup
             problems.append(f"{int((claimed != found).sum())} sampled item(s) disagree with the data on whether "
                             f"the ground truth is empty, e.g. {index[np.argmax(claimed != found)]}")
         scored = ~(claimed | found)
+        if "hd95" in want.columns and "hd95" in got.columns:  # a null HD95 (empty prediction) must be one here too
+            null_sub = want["hd95"].isna().to_numpy() & scored
+            null_run = got.loc[index, "hd95"].isna().to_numpy() & scored
+            if (null_sub != null_run).any():
+                problems.append(f"{int((null_sub != null_run).sum())} sampled item(s) have a null HD95 where the "
+                                f"re-run has a distance, or the reverse, e.g. {index[np.argmax(null_sub != null_run)]}")
     a = want.set_index(key)[score_cols].to_numpy(dtype=np.float64)[scored]
     b = got.loc[index, score_cols].to_numpy(dtype=np.float64)[scored]
     return int(a.size), float(np.max(np.abs(a - b))) if a.size else None, problems

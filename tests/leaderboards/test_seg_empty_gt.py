@@ -172,6 +172,10 @@ def test_flags_and_verify_leave_empty_rows_out() -> None:
                         "iou": [0.4, np.nan, 0.6, np.nan], "empty_gt": [False, True, False, True]})
     again = sub.assign(dsc=[0.5, np.nan, 0.75, np.nan])
     assert _compare(sub, again, ["a", "b", "c", "d"], block) == (4, pytest.approx(0.05), [])
+    hd = sub.assign(hd95=[2.0, np.nan, np.nan, np.nan])  # c has a distance in the data; a null hides it
+    assert _compare(hd, again.assign(hd95=[2.0, np.nan, 3.5, np.nan]), ["a", "b", "c", "d"], block)[2] == [
+        "1 sampled item(s) have a null HD95 where the re-run has a distance, or the reverse, e.g. ('test', 'c')"]
+    assert _compare(hd, again.assign(hd95=[2.5, np.nan, np.nan, np.nan]), ["a", "b", "c", "d"], block)[2] == []
     lied = sub.assign(empty_gt=[False, True, True, True], dsc=[0.5, np.nan, np.nan, np.nan])
     n, diff, problems = _compare(lied, again, ["a", "b", "c", "d"], block)
     assert (n, diff) == (2, 0.0) and problems == [
