@@ -375,7 +375,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
         boot = (doc.get("test_bootstrap") or {}).get(ds) or {}
         boot_table = None
         if boot.get("methods"):
-            order = boot.get("keys", ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm"))
+            order = boot["keys"]  # the task's worst-group metric, its signed difference, the worst group vs ERM
             keys = [k for k in order if any(k in e for e in boot["methods"].values())]
             boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k), k != order[0])
                                                                for k in keys]]

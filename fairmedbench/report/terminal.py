@@ -214,7 +214,7 @@ def render_compare(doc: dict, console: Any) -> None:
         for ds, b in boots.items():
             if not b:
                 continue
-            worst, diff, vs_erm = b.get("keys", ("worst_group_auc", "auc_diff", "worst_group_auc_vs_erm"))
+            worst, diff, vs_erm = b["keys"]
             for m, e in b["methods"].items():
                 d, w, v = e.get(diff), e[worst], e.get(vs_erm)
                 tb.add_row(ds, m, "—" if not d else fmt(d["value"], d["ci_low"], d["ci_high"]),
