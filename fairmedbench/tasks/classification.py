@@ -8,7 +8,7 @@ import copy
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -19,6 +19,12 @@ from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
+
+if TYPE_CHECKING:
+    from fairmedbench.adapters.base import RunContext, Usage
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 
 @dataclass
@@ -257,7 +263,8 @@ def describe_config(cfg: TrainConfig) -> dict[str, Any]:
     return asdict(cfg)
 
 
-def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any, out_dir: Path,
+def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
+        opts: Any, out_dir: Path,
         info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
     """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics."""
     import pandas as pd

@@ -12,7 +12,7 @@ import copy
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,13 @@ from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
 from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
+
+if TYPE_CHECKING:
+    from fairmedbench.adapters.base import RunContext, Usage
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.mitigation.base import Mitigation
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 
 class MulticlassConfig(TrainConfig):
@@ -62,7 +69,7 @@ def selection_score(rule: str, y: np.ndarray, p: np.ndarray, groups: np.ndarray 
 
 def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
                      groups: dict[str, np.ndarray | None], n_groups: int, n_classes: int, cfg: MulticlassConfig,
-                     mitigation: Any, seed: int) -> tuple[Any, MulticlassFit]:
+                     mitigation: Mitigation, seed: int) -> tuple[Any, MulticlassFit]:
     """Train `head` (logits (n, C)) with cross-entropy through the mitigation's hooks; keep the weights of the
     epoch best by `cfg.select` on validation."""
     import torch
@@ -136,7 +143,7 @@ def predict_proba(head: Any, x: np.ndarray) -> np.ndarray:
         return torch.softmax(logits, dim=1).numpy()
 
 
-def class_labels(ds: Any) -> tuple[np.ndarray, list[str]]:
+def class_labels(ds: Dataset) -> tuple[np.ndarray, list[str]]:
     """Every sample's class index from the card's label column, and the card's class names (the index order)."""
     card = ds.card
     classes = [str(c) for c in card.classes]
@@ -157,7 +164,8 @@ def class_labels(ds: Any) -> tuple[np.ndarray, list[str]]:
     return yi, classes
 
 
-def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any, out_dir: Path,
+def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
+        opts: Any, out_dir: Path,
         info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
     """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
     metrics by group."""

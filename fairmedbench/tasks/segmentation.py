@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -26,6 +26,12 @@ from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.common import attr_columns, reuse_seed, seed_document, training_groups
+
+if TYPE_CHECKING:
+    from fairmedbench.adapters.base import RunContext, Usage
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 
 @dataclass
@@ -436,7 +442,8 @@ def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: 
     return fit, notes
 
 
-def run(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any, opts: Any, out_dir: Path,
+def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
+        opts: Any, out_dir: Path,
         info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
     """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
     when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
