@@ -4,7 +4,6 @@ training or selection: only to the metric engine."""
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,10 +14,11 @@ import numpy as np
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.thresholds import choose_threshold
-from fairmedbench.mitigation.base import Batch, Mitigation
+from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
+from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, reuse_seed, seed_document, split_views,
+                                       training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -130,41 +130,22 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
     params = list(model.parameters()) + list(mitigation.extra_parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     bce = torch.nn.BCEWithLogitsLoss(reduction="none", pos_weight=pos_weight)
-    best, best_state, best_epoch, bad, curve = np.inf, copy.deepcopy(model.state_dict()), -1, 0, []
-    best_loss = np.nan
     yv_np = _as2d(val.y)
     trainable = any(p.requires_grad for p in params)
-    for epoch in range(cfg.epochs if trainable else 0):
-        model.train()
-        order = mitigation.epoch_indices(train.y, train.groups, rng)
-        for start in range(0, len(order), cfg.batch_size):
-            b = torch.as_tensor(order[start:start + cfg.batch_size])
-            gb = None if gt is None else gt[b]
-            rep = model.representation(xt[b])
-            logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
-            per = bce(logits, yt[b]).mean(dim=1)
-            loss = mitigation.loss(per, Batch(logits, yt[b], gb, rep))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        model.eval()
-        with torch.no_grad():
-            logits_v = model(xv)
-            loss_v = float(torch.nn.functional.binary_cross_entropy_with_logits(logits_v, yv))
-            v = selection_score(cfg.select, yv_np, torch.sigmoid(logits_v).numpy(), val.groups, loss_v)
-        curve.append(loss_v)
-        if v < best - 1e-7:
-            best, best_state, best_epoch, bad, best_loss = v, copy.deepcopy(model.state_dict()), epoch, 0, loss_v
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
+
+    def validate(m: Any) -> tuple[float, float]:
+        logits_v = m(xv)
+        loss_v = float(torch.nn.functional.binary_cross_entropy_with_logits(logits_v, yv))
+        return selection_score(cfg.select, yv_np, torch.sigmoid(logits_v).numpy(), val.groups, loss_v), loss_v
+
+    fit = fit_epochs(model, mitigation, opt, (xt, yt, gt), (train.y, train.groups), cfg.epochs if trainable else 0,
+                     cfg.batch_size, cfg.patience, rng, lambda logits, yb: bce(logits, yb).mean(dim=1), validate)
+    best = fit.best_score
     if not trainable:  # a fixed head (e.g. zero-shot) is used as is; its validation loss is still recorded
         model.eval()
         with torch.no_grad():
             best = float(torch.nn.functional.binary_cross_entropy_with_logits(model(xv), yv))
-    model.load_state_dict(best_state)
-    return model, FitOutcome(best_epoch, float(best_loss), curve, cfg.select, float(best))
+    return model, FitOutcome(fit.best_epoch, fit.best_val_loss, fit.val_losses, cfg.select, float(best))
 
 
 def predict(head: Any, x: np.ndarray) -> np.ndarray:

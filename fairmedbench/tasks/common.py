@@ -8,13 +8,16 @@ read its `force` and `progress`).
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from fairmedbench.engine import store
 from fairmedbench.engine.device import describe_device
+from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 
@@ -86,3 +89,52 @@ def seed_document(kind: str, spec: RunConfig, seed: int, result: FairnessResult,
 def finite(v: float) -> float | None:
     """`v` as a float, or None (JSON null) when it is NaN or infinite."""
     return float(v) if np.isfinite(v) else None
+
+
+@dataclass
+class EpochsFit:
+    """What the epoch loop kept: the best epoch (-1: none ran), its selection score and validation loss, the
+    validation loss of every epoch, and the best weights (loaded back into the model)."""
+
+    best_epoch: int
+    best_score: float
+    best_val_loss: float
+    val_losses: list[float] = field(default_factory=list)
+
+
+def fit_epochs(model: Any, mitigation: Mitigation, opt: Any, train: tuple[Any, Any, Any], sampler: tuple[np.ndarray,
+               np.ndarray | None], epochs: int, batch_size: int, patience: int, rng: np.random.Generator,
+               per_sample_loss: Callable[[Any, Any], Any], validate: Callable[[Any], tuple[float, float]]
+               ) -> EpochsFit:
+    """The head training loop every classifier task shares: per epoch, the mitigation's sample order (from the
+    `sampler` labels and groups), minibatches through its loss hook, then `validate(model)` -> (selection score,
+    lower is better; validation loss) under no_grad; early stop after `patience` epochs without improvement;
+    the best epoch's weights are loaded back."""
+    import torch
+
+    x, y, groups = train
+    best, best_state, best_epoch, bad, curve, best_loss = np.inf, copy.deepcopy(model.state_dict()), -1, 0, [], np.nan
+    for epoch in range(epochs):
+        model.train()
+        order = mitigation.epoch_indices(sampler[0], sampler[1], rng)
+        for start in range(0, len(order), batch_size):
+            b = torch.as_tensor(order[start:start + batch_size])
+            gb = None if groups is None else groups[b]
+            rep = model.representation(x[b])
+            logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
+            loss = mitigation.loss(per_sample_loss(logits, y[b]), Batch(logits, y[b], gb, rep))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            score, loss_v = validate(model)
+        curve.append(loss_v)
+        if score < best - 1e-7:
+            best, best_state, best_epoch, bad, best_loss = score, copy.deepcopy(model.state_dict()), epoch, 0, loss_v
+        else:
+            bad += 1
+            if bad >= patience:
+                break
+    model.load_state_dict(best_state)
+    return EpochsFit(best_epoch, float(best), float(best_loss), curve)

@@ -8,7 +8,6 @@ the argmax (no threshold to choose). Test labels reach only the metric engine.
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +20,8 @@ from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
-from fairmedbench.tasks.common import attr_columns, finite, reuse_seed, seed_document, split_views, training_groups
+from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, reuse_seed, seed_document, split_views,
+                                       training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -75,8 +75,6 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
     import torch
     import torch.nn.functional as F
 
-    from fairmedbench.mitigation.base import Batch
-
     if len(y["val"]) == 0:
         raise InputError("the validation split is empty: checkpoint selection needs one")
     rules = get_task("multiclass").select_rules
@@ -103,34 +101,16 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
         weight = len(yt) / (n_classes * counts.clamp(min=1))
     params = list(model.parameters()) + list(mitigation.extra_parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    best, best_state, best_epoch, bad, curve, best_loss = np.inf, copy.deepcopy(model.state_dict()), -1, 0, [], np.nan
-    for epoch in range(cfg.epochs):
-        model.train()
-        order = mitigation.epoch_indices(y["train"], groups["train"], rng)
-        for start in range(0, len(order), cfg.batch_size):
-            b = torch.as_tensor(order[start:start + cfg.batch_size])
-            gb = None if gt is None else gt[b]
-            rep = model.representation(xt[b])
-            logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
-            per = F.cross_entropy(logits, yt[b], weight=weight, reduction="none")
-            loss = mitigation.loss(per, Batch(logits, yt[b], gb, rep))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        model.eval()
-        with torch.no_grad():
-            logits_v = model(xv)
-            loss_v = float(F.cross_entropy(logits_v, yv, weight=weight))
-            score = selection_score(cfg.select, y["val"], torch.softmax(logits_v, 1).numpy(), groups["val"], loss_v)
-        curve.append(loss_v)
-        if score < best - 1e-7:
-            best, best_state, best_epoch, bad, best_loss = score, copy.deepcopy(model.state_dict()), epoch, 0, loss_v
-        else:
-            bad += 1
-            if bad >= cfg.patience:
-                break
-    model.load_state_dict(best_state)
-    return model, MulticlassFit(best_epoch, float(best_loss), float(best), cfg.select, curve)
+
+    def validate(m: Any) -> tuple[float, float]:
+        logits_v = m(xv)
+        loss_v = float(F.cross_entropy(logits_v, yv, weight=weight))
+        return selection_score(cfg.select, y["val"], torch.softmax(logits_v, 1).numpy(), groups["val"], loss_v), loss_v
+
+    fit = fit_epochs(model, mitigation, opt, (xt, yt, gt), (y["train"], groups["train"]), cfg.epochs, cfg.batch_size,
+                     cfg.patience, rng, lambda logits, yb: F.cross_entropy(logits, yb, weight=weight, reduction="none"),
+                     validate)
+    return model, MulticlassFit(fit.best_epoch, fit.best_val_loss, fit.best_score, cfg.select, fit.val_losses)
 
 
 def predict_proba(head: Any, x: np.ndarray) -> np.ndarray:
