@@ -372,7 +372,8 @@ class _Builder:
                      "y_lo": r["ci_low_e"], "y_hi": r["ci_high_e"], "usage": r["usage"],
                      "FM category": r["model_kind_u"] or "unknown", "prompt": r["prompt"]}
                     for _, r in both.iterrows()]
-            facets = ["usage", "FM category"] + (["prompt"] if kind == "segmentation" else [])
+            prompted = any(isinstance(r["prompt"], str) for r in rows)  # a prompted usage's runs name their prompt
+            facets = ["usage", "FM category"] + (["prompt"] if prompted else [])
             paths = tradeoff_panels(rows, facets, x_label=names["util"].header, y_label=names["es"].header,
                                     stem=self.fig_dir / f"fig4-tradeoff-{kind}",
                                     title=f"{names['es'].header} against {names['util'].header} ({kind})")
