@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -25,3 +27,26 @@ def real_data() -> Path:
     if not root.is_dir():
         pytest.skip(f"real data not found at {root} (set FMB_REAL_DATA to the shared/real folder)")
     return root
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """One headless Chromium (Debian's chromium + chromium-driver, driven by Selenium) shared by the page tests;
+    each sets its window size. Skips with the install line when either is absent."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if not binary or not chromedriver:
+        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-extensions",
+                "--no-first-run"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()

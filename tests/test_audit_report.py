@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -133,24 +133,10 @@ def test_report_refuses_masks_and_batches(tmp_path: Path, capsys: pytest.Capture
 
 # --- in a real browser -------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+@pytest.fixture
+def browser(chromium: Any) -> Any:
+    chromium.set_window_size(1280, 900)
+    return chromium
 
 
 def _check_in_browser(driver: Any, page: Path, shot: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -133,38 +134,24 @@ def test_a_plugin_card_appears_in_the_generated_catalogue_escaped(tmp_path: Path
     assert "- **Checkpoint layout**: unknown (built outside a source checkout)" in models  # no project root given
 
 
-def test_site_in_headless_chromium(site: Path) -> None:
+def test_site_in_headless_chromium(site: Path, chromium: Any) -> None:
     """The index and the model catalogue render in a real browser: theme loaded, nav and table present."""
-    import shutil
-
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     from fairmedbench.registry.models import MODELS
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
-    try:
-        driver.get((site / "index.html").as_uri())
-        assert driver.title == "fairmedbench"
-        nav = [a.get_attribute("textContent").strip() for a in driver.find_elements(By.CSS_SELECTOR, "nav.md-nav a")]
-        assert {"Getting started", "Metric sheet", "Models", "Add a mitigation"} <= set(nav)
-        driver.get((site / "catalogue" / "models" / "index.html").as_uri())
-        assert driver.title == "Models - fairmedbench"
-        rows = driver.find_elements(By.CSS_SELECTOR, "article table tbody tr")
-        assert [r.find_element(By.TAG_NAME, "code").text for r in rows] == MODELS.names()
-        header = driver.find_element(By.CSS_SELECTOR, "header.md-header")
-        assert header.value_of_css_property("position") in ("sticky", "fixed")  # the theme's CSS is applied
-    finally:
-        driver.quit()
+    driver = chromium
+    driver.set_window_size(1400, 1000)
+    driver.get((site / "index.html").as_uri())
+    assert driver.title == "fairmedbench"
+    nav = [a.get_attribute("textContent").strip() for a in driver.find_elements(By.CSS_SELECTOR, "nav.md-nav a")]
+    assert {"Getting started", "Metric sheet", "Models", "Add a mitigation"} <= set(nav)
+    driver.get((site / "catalogue" / "models" / "index.html").as_uri())
+    assert driver.title == "Models - fairmedbench"
+    rows = driver.find_elements(By.CSS_SELECTOR, "article table tbody tr")
+    assert [r.find_element(By.TAG_NAME, "code").text for r in rows] == MODELS.names()
+    header = driver.find_element(By.CSS_SELECTOR, "header.md-header")
+    assert header.value_of_css_property("position") in ("sticky", "fixed")  # the theme's CSS is applied
 
 
 def test_docs_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

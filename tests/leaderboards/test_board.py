@@ -7,7 +7,7 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from bundle_factory import model_card, pending_synthetic_suite, write_bundle
@@ -121,29 +121,10 @@ def test_markdown_cells_cannot_break_the_table() -> None:
 
 # --- the page in a real browser -------------------------------------------------------------------------------
 
-def _driver() -> Any:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-extensions", "--no-first-run"):
-        opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(chromedriver), options=opts)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = _driver()
-    try:
-        yield driver
-    finally:
-        driver.quit()
+@pytest.fixture
+def browser(chromium: Any) -> Any:
+    chromium.set_window_size(800, 600)  # headless Chromium's default size
+    return chromium
 
 
 def _column(driver: Any, key: str) -> int:

@@ -204,49 +204,31 @@ def test_board_json_has_flags_and_tiers_per_row(board: dict[str, Path]) -> None:
     assert "implausible group scores" in md and "| verified |" in md
 
 
-def _driver() -> Any:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1800,1400"):
-        opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(chromedriver), options=opts)
-
-
-def test_page_shows_flags_and_tiers_per_row_in_chromium(board: dict[str, Path], tmp_path: Path) -> None:
-    driver = _driver()
-    try:
-        driver.get(board["html"].resolve().as_uri())
-        heads = [th.text for th in driver.find_elements("css selector", "#board thead th")]
-        tier_col, flag_col = heads.index("Tier"), heads.index("Flags")
-        rows = driver.find_elements("css selector", "#board tbody tr")
-        assert len(rows) == 9  # 3 submissions x (2 classification attributes + 1 segmentation)
-        seen = {}
-        for r in rows:
-            cells = r.find_elements("css selector", "td")
-            flags = {d.get_attribute("data-flag") for d in cells[flag_col].find_elements("css selector", ".flag")}
-            seen.setdefault(cells[1].text, []).append((cells[tier_col].text, flags))
-        assert {t for t, _ in seen["alpha-fm"]} == {"verified"}
-        assert {t for m in ("forged-fm", "copy-fm") for t, _ in seen[m]} == {"self-reported"}
-        assert any({"near-perfect", "implausible-groups"} <= f for _, f in seen["forged-fm"])
-        assert all("duplicate" in f for _, f in seen["copy-fm"])
-        legend = driver.find_elements("css selector", "#flag-legend tbody tr")
-        assert [tr.get_attribute("data-flag") for tr in legend] == [f.key for f in F.FLAGS]
-        assert "Pearson r > 0.999" in driver.find_element("id", "flag-legend").text
-        tiers = [tr.find_elements("css selector", "td")[0].text for tr in
-                 driver.find_elements("css selector", "#tier-legend tbody tr")]
-        assert tiers == [t["key"] for t in TIERS]
-        assert len(driver.find_elements("css selector", "script")) == 1
-        shot = Path(os.environ.get("FMB_SCREENSHOT_DIR", tmp_path)) / "board-flags-tiers.png"
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        driver.find_element("id", "board").screenshot(str(shot))
-        assert shot.stat().st_size > 10_000
-    finally:
-        driver.quit()
+def test_page_shows_flags_and_tiers_per_row_in_chromium(board: dict[str, Path], tmp_path: Path, chromium: Any) -> None:
+    driver = chromium
+    driver.set_window_size(1800, 1400)
+    driver.get(board["html"].resolve().as_uri())
+    heads = [th.text for th in driver.find_elements("css selector", "#board thead th")]
+    tier_col, flag_col = heads.index("Tier"), heads.index("Flags")
+    rows = driver.find_elements("css selector", "#board tbody tr")
+    assert len(rows) == 9  # 3 submissions x (2 classification attributes + 1 segmentation)
+    seen = {}
+    for r in rows:
+        cells = r.find_elements("css selector", "td")
+        flags = {d.get_attribute("data-flag") for d in cells[flag_col].find_elements("css selector", ".flag")}
+        seen.setdefault(cells[1].text, []).append((cells[tier_col].text, flags))
+    assert {t for t, _ in seen["alpha-fm"]} == {"verified"}
+    assert {t for m in ("forged-fm", "copy-fm") for t, _ in seen[m]} == {"self-reported"}
+    assert any({"near-perfect", "implausible-groups"} <= f for _, f in seen["forged-fm"])
+    assert all("duplicate" in f for _, f in seen["copy-fm"])
+    legend = driver.find_elements("css selector", "#flag-legend tbody tr")
+    assert [tr.get_attribute("data-flag") for tr in legend] == [f.key for f in F.FLAGS]
+    assert "Pearson r > 0.999" in driver.find_element("id", "flag-legend").text
+    tiers = [tr.find_elements("css selector", "td")[0].text for tr in
+             driver.find_elements("css selector", "#tier-legend tbody tr")]
+    assert tiers == [t["key"] for t in TIERS]
+    assert len(driver.find_elements("css selector", "script")) == 1
+    shot = Path(os.environ.get("FMB_SCREENSHOT_DIR", tmp_path)) / "board-flags-tiers.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    driver.find_element("id", "board").screenshot(str(shot))
+    assert shot.stat().st_size > 10_000

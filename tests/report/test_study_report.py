@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -189,32 +188,19 @@ def test_plan_errors(tmp_path: Path, study: dict[str, Any]) -> None:
 
 # --- the page in a real browser ------------------------------------------------------------------------------
 
-def test_page_in_chromium_leads_with_the_answers(study: dict[str, Any]) -> None:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if not chromium or not chromedriver:
-        pytest.skip("headless Chromium not found: apt-get install -y chromium chromium-driver")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
-    try:
-        driver.get(study["report"].html.resolve().as_uri())
-        first = driver.execute_script(
-            "return [...document.body.children].filter(e => e.tagName !== 'H1')[0]")
-        assert first.get_attribute("id") == "answers"
-        items = first.find_elements("css selector", "li")
-        assert items[0].text.startswith("Bias (classification): not assessed")
-        # every figure decoded (an inline PNG that failed to load has naturalWidth 0)
-        widths = driver.execute_script("return [...document.images].map(i => i.naturalWidth)")
-        assert widths and all(w > 0 for w in widths)
-        assert not driver.find_element("css selector", "details.provenance").get_attribute("open")
-    finally:
-        driver.quit()
+def test_page_in_chromium_leads_with_the_answers(study: dict[str, Any], chromium: Any) -> None:
+    driver = chromium
+    driver.set_window_size(800, 600)
+    driver.get(study["report"].html.resolve().as_uri())
+    first = driver.execute_script(
+        "return [...document.body.children].filter(e => e.tagName !== 'H1')[0]")
+    assert first.get_attribute("id") == "answers"
+    items = first.find_elements("css selector", "li")
+    assert items[0].text.startswith("Bias (classification): not assessed")
+    # every figure decoded (an inline PNG that failed to load has naturalWidth 0)
+    widths = driver.execute_script("return [...document.images].map(i => i.naturalWidth)")
+    assert widths and all(w > 0 for w in widths)
+    assert not driver.find_element("css selector", "details.provenance").get_attribute("open")
 
 
 # --- acceptance: the fairness-laws sweep on its presets -------------------------------------------------------
