@@ -6,9 +6,9 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_board import _driver
 
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
 from fairmedbench.benchmark.run import RunOptions
@@ -20,7 +20,7 @@ N_PRESENT_TEST = 115  # of the 621 real images, those of the board's pinned test
 
 
 @pytest.mark.slow  # encodes 621 real images with a random-weight ResNet-18 (about 5 minutes on 2 shared cores)
-def test_nih_real_board_run_submit_build_and_browse(real_data: Path, tmp_path: Path) -> None:
+def test_nih_real_board_run_submit_build_and_browse(real_data: Path, tmp_path: Path, chromium: Any) -> None:
     nih = real_data / "nih-cxr14"
     if not (nih / "images").is_dir():
         pytest.skip(f"real NIH images not found at {nih / 'images'}")
@@ -40,22 +40,19 @@ def test_nih_real_board_run_submit_build_and_browse(real_data: Path, tmp_path: P
                                  "complete": False} for r in summary["rows"])
     html = Path(build_board("nih-cxr14", boards)["html"])
 
-    driver = _driver()
-    try:
-        driver.set_window_size(1600, 1400)
-        driver.get(html.resolve().as_uri())
-        text = driver.find_element("tag name", "body").text
-        assert NIH_TEST.name in text and NIH_TEST.fingerprint in text
-        assert get_suite("nih-cxr14").entries[0].test_set.coverage_rule() in text
-        rows = driver.find_elements("css selector", "#board tbody tr")
-        assert len(rows) == 2
-        for r in rows:
-            cells = [c.text for c in r.find_elements("css selector", "td")]
-            assert cells[1:7] == ["moco-cxr", "random-r1", "nih-cxr14", "lp", cells[5], "115 / 22,013 (0.5%) partial"]
-            assert cells[5] in ("sex", "age") and cells[0] == "1"
-        shots = Path(os.environ.get("FMB_SCREENSHOT_DIR", tmp_path))
-        shots.mkdir(parents=True, exist_ok=True)
-        assert driver.save_screenshot(str(shots / "nih-real-board.png"))
-    finally:
-        driver.quit()
+    driver = chromium
+    driver.set_window_size(1600, 1400)
+    driver.get(html.resolve().as_uri())
+    text = driver.find_element("tag name", "body").text
+    assert NIH_TEST.name in text and NIH_TEST.fingerprint in text
+    assert get_suite("nih-cxr14").entries[0].test_set.coverage_rule() in text
+    rows = driver.find_elements("css selector", "#board tbody tr")
+    assert len(rows) == 2
+    for r in rows:
+        cells = [c.text for c in r.find_elements("css selector", "td")]
+        assert cells[1:7] == ["moco-cxr", "random-r1", "nih-cxr14", "lp", cells[5], "115 / 22,013 (0.5%) partial"]
+        assert cells[5] in ("sex", "age") and cells[0] == "1"
+    shots = Path(os.environ.get("FMB_SCREENSHOT_DIR", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(shots / "nih-real-board.png"))
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
