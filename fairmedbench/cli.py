@@ -55,6 +55,11 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--profile", default="default", choices=_profile_names(),
                    help="metric conventions; 'fairmedfm' reproduces that package's numbers (labelled)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0 = no CIs)")
+    p.add_argument("--n-perm", type=int, default=1000,
+                   help="permutations testing each gap and two-group difference (0 = no tests)")
+    p.add_argument("--patient-column", metavar="COL",
+                   help="resample and permute whole patients by this column (default: 'patient_id' or 'Patient ID' "
+                        "when present; 'none' resamples rows)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--logits", action="store_true", help="scores are logits: map them through the sigmoid")
     p.add_argument("--min-group-size", type=int, default=30, help="flag groups smaller than this")
@@ -93,13 +98,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         predictions=sources[0] if len(sources) == 1 else None, demo=args.demo, labels=_extend(args.label), scores=_extend(args.score),
         attributes=_extend(args.attribute), bins={k: list(v) for k, v in (parse_bins(b) for b in args.bins)},
         bins_closed=args.bins_closed, intersect=args.intersect,
-        threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, seed=args.seed, logits=args.logits,
+        threshold=args.threshold, profile=args.profile, n_boot=args.n_boot, n_perm=args.n_perm,
+        patient_column=args.patient_column, seed=args.seed, logits=args.logits,
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
         mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
         test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv))
-    if opts.n_boot < 0:
-        raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
+    if opts.n_boot < 0 or opts.n_perm < 0:
+        raise InputError(f"--n-boot and --n-perm must be >= 0, got {opts.n_boot} and {opts.n_perm}")
     if len(sources) > 1:
         return _evaluate_batch(sources, opts, args.json)
     with _progress(quiet=args.json) as step:
@@ -325,6 +331,8 @@ def _numbers_parent() -> argparse.ArgumentParser:
                    help="encoder precision: auto = bf16 on CUDA or a CPU that runs bf16 natively (measured once "
                         "per machine), else fp32; the choice is printed and recorded")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0 = no CIs)")
+    p.add_argument("--n-perm", type=int, default=1000,
+                   help="permutations testing each gap and two-group difference (0 = no tests)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip samples with unmapped attribute values or missing/undecodable files (counted)")
     return p
@@ -384,7 +392,8 @@ def run_spec(args: argparse.Namespace) -> Any:
     return RunSpec(model=args.model, dataset=args.dataset, attributes=tuple(_extend(args.attribute)),
                    usage=args.usage or "", mitigation=args.mitigation, seeds=parse_seeds(args.seeds),
                    split_seed=args.split_seed, split_file=args.split_file, weights=args.weights, profile=args.profile,
-                   threshold=args.threshold, n_boot=args.n_boot, precision=args.precision, prompt=args.prompt,
+                   threshold=args.threshold, n_boot=args.n_boot, n_perm=args.n_perm, precision=args.precision,
+                   prompt=args.prompt,
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
@@ -900,9 +909,14 @@ def _add_uncertainty(sub: Any) -> None:
                    help="performance on the kept cases (default: kappa for multi-class, auc for binary)")
     g.add_argument("--pair-aggregation", choices=PAIR_AGGREGATIONS, default="sum",
                    help="δ over group pairs: sum (Lu et al. Eq. 5) or mean")
-    g.add_argument("--patient-column", default="patient_id", metavar="COL",
-                   help="with a measure: average each MC pass per patient when the file has this column")
     p.set_defaults(handler=_cmd_evaluate_uncertainty)
+
+
+def uncertainty_patient_column(asked: str | None) -> str | None:
+    """--patient-column for the uncertainty analysis: each MC pass is averaged per patient of this column."""
+    if asked is not None and asked.strip().lower() == "none":
+        return None
+    return asked or "patient_id"
 
 
 def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
@@ -917,7 +931,8 @@ def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
         raise InputError(f"--uncertainty analyses one task: give one --label, not {labels}")
     doc = evaluate_uncertainty(args.predictions[0], args.uncertainty, label=labels[0] if labels else None,
                                scores=_extend(args.score) or None, attributes=_extend(args.attribute) or None,
-                               split_column=args.split_column, patient_column=args.patient_column,
+                               split_column=args.split_column,
+                               patient_column=uncertainty_patient_column(args.patient_column),
                                pm=args.uncertainty_pm, retention_step=args.retention_step,
                                pair_aggregation=args.pair_aggregation)
     if args.out:

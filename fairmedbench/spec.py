@@ -26,6 +26,7 @@ class RunSpec:
     profile: str = "default"
     threshold: str | None = None  # None: the profile's rule, else val_youden
     n_boot: int = 2000
+    n_perm: int = 1000  # permutations per gap / two-group difference test (0 = no tests)
     precision: str = "auto"
     prompt: str = "bbox"
     skip_bad: bool = False
@@ -79,6 +80,7 @@ class RunConfig:
     profile: str
     precision: str  # resolved: fp32 or bf16
     n_boot: int
+    n_perm: int
     seeds: tuple[int, ...]
 
     def identity(self) -> dict[str, Any]:

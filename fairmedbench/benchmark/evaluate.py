@@ -12,6 +12,7 @@ import numpy as np
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.metrics import FairnessResult, evaluate_classification
+from fairmedbench.metrics.bootstrap import N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
@@ -37,6 +38,8 @@ class EvaluateOptions:
     threshold: str | None = None
     profile: str = "default"
     n_boot: int = 2000
+    n_perm: int = N_PERM
+    patient_column: str | None = None  # None: a column named patient_id / Patient ID when present; 'none': rows
     seed: int = 0
     logits: bool = False
     min_group_size: int = 30
@@ -181,6 +184,30 @@ def _split_rows(df: Any, col: str, notes: list[str]) -> tuple[np.ndarray, np.nda
     return val, test
 
 
+#: patient columns found by name when --patient-column is not given (the package's own, NIH's)
+PATIENT_COLUMNS = ("patient_id", "Patient ID")
+
+
+def resolve_patient_column(columns: Any, opts: EvaluateOptions, source: str, notes: list[str]) -> str | None:
+    """The column whose patients are resampled together (said in `notes`), or None for rows."""
+    asked = opts.patient_column
+    if asked is not None and asked.strip().lower() == "none":
+        notes.append("resampling unit: row (--patient-column none); if a patient has several rows, the intervals "
+                     "are too narrow and the tests too eager")
+        return None
+    if asked:
+        if asked not in columns:
+            raise InputError(f"--patient-column {asked!r} is not a column of {source}; name the patient id column, "
+                             "or give --patient-column none to resample rows")
+        notes.append(f"resampling unit: patient (column {asked!r})")
+        return asked
+    found = next((c for c in PATIENT_COLUMNS if c in columns), None)
+    notes.append(f"resampling unit: patient (column {found!r}, found by name; --patient-column none resamples rows)"
+                 if found else "resampling unit: row (no 'patient_id' or 'Patient ID' column; name one with "
+                               "--patient-column COL)")
+    return found
+
+
 def _load(opts: EvaluateOptions) -> tuple[Columns, dict[str, Any], str]:
     if opts.demo:
         from fairmedbench.benchmark.demo import demo_predictions
@@ -210,6 +237,8 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     _columns(df, opts.attributes, "attribute", source)
     _columns(df, list(opts.bins), "binned attribute", source)
     val, test = _split_rows(df, opts.split_column, notes)
+    patient = resolve_patient_column(df.columns, opts, source, notes)
+    pids = None if patient is None else np.asarray(df[patient], dtype=object)[test]
     from fairmedbench.metrics.groups import Bins
 
     bins = {k: Bins(v, opts.bins_closed) for k, v in opts.bins.items()}
@@ -219,16 +248,17 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     if opts.masks:
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on classification predictions, not on --masks")
-        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins)
+        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins, patient)
         kind = "evaluate-segmentation"
     elif multiclass_scores(df, opts, source):
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on binary classification predictions, not on "
                              "multi-class ones")
-        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, bins)
+        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, bins, pids)
         kind = "evaluate-multiclass"
     else:
-        result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress, bins)
+        result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress, bins,
+                                                               pids)
         kind = "evaluate-classification"
     t_metrics = time.perf_counter() - t0 - t_read
     spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}}
@@ -278,7 +308,8 @@ class Resampling:
 
 def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                     notes: list[str], progress: Callable[[int, int, str], None] | None,
-                    bins: dict[str, Any]) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, Any]:
+                    bins: dict[str, Any], pids: np.ndarray | None = None
+                    ) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, Any]:
     spec = None
     if opts.test_resample:
         from fairmedbench.analysis.resample import parse_test_resample
@@ -309,8 +340,8 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
     common = dict(task_names=task_names, bins=bins, intersect=opts.intersect, threshold=policy,
                   val_y_true=y[val] if val.any() else None, val_y_score=s[val] if val.any() else None,
                   profile=opts.profile, n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
-                  logits=False)
-    result = evaluate_classification(y[test], s[test], attrs, on_step=progress, **common)
+                  logits=False, n_perm=opts.n_perm)
+    result = evaluate_classification(y[test], s[test], attrs, on_step=progress, patient_ids=pids, **common)
     resampling = audit = None
     if spec is not None or opts.report:
         from fairmedbench.metrics.classification import resolve_attributes
@@ -326,9 +357,10 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
         if len(opts.labels) > 1:
             notes.append(f"test set resampled on the first label column {opts.labels[0]!r}")
         resampling = Resampling(sample, evaluate_classification(
-            y[test][pos], s[test][pos], {a: v[pos] for a, v in attrs.items()}, **common))
-    keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, *opts.labels, *opts.scores,
-                                      *opts.attributes]) if c and c in df.columns]
+            y[test][pos], s[test][pos], {a: v[pos] for a, v in attrs.items()},
+            patient_ids=None if pids is None else pids[pos], **common))
+    keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
+                                      *opts.labels, *opts.scores, *opts.attributes]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
     if opts.logits:
         for c, k in zip(opts.scores, range(s.shape[1])):
@@ -422,7 +454,7 @@ def _class_index(values: np.ndarray, classes: list[str], what: str) -> np.ndarra
 
 def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                 notes: list[str], progress: Callable[[int, int, str], None] | None,
-                bins: dict[str, Any]) -> tuple[FairnessResult, dict[str, np.ndarray]]:
+                bins: dict[str, Any], pids: np.ndarray | None = None) -> tuple[FairnessResult, dict[str, np.ndarray]]:
     """One label column (class index or name) and the class probabilities: per-group multi-class metrics."""
     from fairmedbench.metrics.multiclass import evaluate_multiclass
 
@@ -449,9 +481,10 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
     attrs = {a: df[a][test] for a in opts.attributes}
     result = evaluate_multiclass(y[test], s[test], attrs, classes=classes, task_name=opts.labels[0], bins=bins,
                                  intersect=opts.intersect, n_boot=opts.n_boot, seed=opts.seed,
-                                 min_group_size=opts.min_group_size, logits=opts.logits, on_step=progress)
-    keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, *opts.labels, *opts.attributes])
-            if c and c in df.columns]
+                                 min_group_size=opts.min_group_size, logits=opts.logits, on_step=progress,
+                                 patient_ids=pids, n_perm=opts.n_perm)
+    keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
+                                      *opts.labels, *opts.attributes]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
     for k, c in enumerate(classes):
         per_sample[f"score:{c}"] = s[test, k]
@@ -459,7 +492,7 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
 
 
 def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
-                  bins: dict[str, Any]) -> tuple[FairnessResult, Any]:
+                  bins: dict[str, Any], patient: str | None = None) -> tuple[FairnessResult, Any]:
     from fairmedbench.engine.masks import read_mask_pairs
     from fairmedbench.metrics.segmentation import dice_batch, dice_per_volume, hd95_batch
 
@@ -485,7 +518,9 @@ def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
         attrs = {a: first.loc[list(vol.volume_ids), a].to_numpy() for a in opts.attributes}
         result = evaluate_segmentation(vol.dsc, attrs, empty_gt=vol.empty_gt, bins=bins,
                                        intersect=opts.intersect, profile=opts.profile, n_boot=opts.n_boot,
-                                       seed=opts.seed, min_group_size=opts.min_group_size)
+                                       seed=opts.seed, min_group_size=opts.min_group_size, n_perm=opts.n_perm,
+                                       patient_ids=None if patient is None else
+                                       first.loc[list(vol.volume_ids), patient].to_numpy())
         import pandas as pd
 
         per = pd.DataFrame({opts.volume: list(vol.volume_ids), "dsc": vol.dsc, "n_slices": vol.n_slices,
@@ -494,7 +529,9 @@ def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
     attrs = {a: rows[a].to_numpy() for a in opts.attributes}
     result = evaluate_segmentation(batch.dsc, attrs, iou=batch.iou, hd95=hd, empty_gt=batch.empty_gt,
                                    bins=bins, intersect=opts.intersect, profile=opts.profile,
-                                   n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size)
+                                   n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
+                                   patient_ids=None if patient is None else rows[patient].to_numpy(),
+                                   n_perm=opts.n_perm)
     return result, per
 
 

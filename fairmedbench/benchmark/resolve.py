@@ -117,6 +117,8 @@ def check_spec(spec: RunSpec) -> Checked:
     parse_policy(threshold)
     if spec.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {spec.n_boot}")
+    if spec.n_perm < 0:
+        raise InputError(f"--n-perm must be >= 0 (0 = no permutation tests), got {spec.n_perm}")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
         raise InputError(f"--seeds {spec.seeds}: give distinct seeds")
     prompt = None
@@ -271,5 +273,5 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
         split_seed=spec.split_seed if not spec.split_file else -1, split_fingerprint=split_fp,
         sampling=sampling.identity(),
         threshold=checked.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
-        seeds=tuple(spec.seeds))
+        n_perm=spec.n_perm, seeds=tuple(spec.seeds))
     return Resolved(checked, config, ds, split, weights, device)

@@ -86,7 +86,7 @@ def _mc_array(table: Any, rows: np.ndarray, passes: dict[str, list[str]], task: 
 
 def evaluate_uncertainty(path: str | Path, uncertainty: str, *, label: str | None = None,
                          scores: list[str] | None = None, attributes: list[str] | None = None,
-                         split_column: str = "split", patient_column: str = "patient_id", pm: str | None = None,
+                         split_column: str = "split", patient_column: str | None = "patient_id", pm: str | None = None,
                          retention_step: float = 0.05, pair_aggregation: str = "sum",
                          n_bins: int = 10) -> dict[str, Any]:
     """Rejection curves per group and δ of one task in a prediction file (module docstring: file convention)."""
@@ -119,7 +119,7 @@ def evaluate_uncertainty(path: str | Path, uncertainty: str, *, label: str | Non
             raise InputError(f"--uncertainty {uncertainty}: a measure needs MC-dropout columns mc:<t>:<name> "
                              f"(benchmark run --mc-samples T writes them); {path} has none")
         mc, y = from_mc
-        pid = np.asarray(table[patient_column][rows], dtype=object) if patient_column in columns else None
+        pid = np.asarray(table[patient_column][rows], dtype=object) if patient_column and patient_column in columns else None
         block = uncertainty_block(y, mc, groups, patient_ids=pid, measures=[uncertainty], pm=pm,
                                   retention=retention, pair_aggregation=pair_aggregation, n_bins=n_bins)
         return {**doc, **block}

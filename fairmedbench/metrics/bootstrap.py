@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
@@ -17,10 +18,16 @@ if TYPE_CHECKING:
 CHUNK_CELLS = 4_000_000
 
 
-def check_settings(n_boot: int, ci_level: float, min_group_size: int) -> None:
+#: permutations of the group label per gap / two-group difference test (METRICS.md, Statistics)
+N_PERM = 1000
+
+
+def check_settings(n_boot: int, ci_level: float, min_group_size: int, n_perm: int = 0) -> None:
     """Reject bootstrap/reporting settings that would give a numpy error or a silently wrong interval."""
     if int(n_boot) != n_boot or n_boot < 0:
         raise InputError(f"n_boot must be a whole number >= 0 (0 = no intervals), got {n_boot}")
+    if int(n_perm) != n_perm or n_perm < 0:
+        raise InputError(f"n_perm must be a whole number >= 0 (0 = no permutation tests), got {n_perm}")
     if not 0.0 < ci_level < 1.0:
         raise InputError(f"ci_level must be between 0 and 1 (e.g. 0.95), got {ci_level}")
     if min_group_size < 0:
@@ -105,3 +112,121 @@ def group_interval(report: "AttributeReport", metric: str, group: str, value: fl
     if why:
         report.ci_notes.setdefault(metric, {})[group] = why
     return (float(value), lo, hi)
+
+
+# ----------------------------------------------------------------------------------------------- resampling units
+# Rows of one patient are not independent: where patient ids are known, the bootstrap draws patients (all of a
+# patient's rows together, a cluster bootstrap) and the permutation test moves whole patients between groups.
+# A unit is a patient WITHIN one group: a patient whose rows fall in two groups (age bins over follow-ups) forms
+# one unit per group, so every unit belongs to exactly one group and the group sizes stay those of the data.
+
+UNIT_PATIENT = "patient"
+UNIT_ROW = "row"
+
+
+@dataclass(frozen=True)
+class Units:
+    """The resampling unit of each evaluated row (`of_row`, indices 0..n_units-1) and its kind."""
+
+    of_row: np.ndarray
+    kind: str
+
+    @property
+    def n_units(self) -> int:
+        """Number of units (patients within groups, or rows)."""
+        return int(self.of_row.max()) + 1 if self.of_row.size else 0
+
+
+def make_units(codes: np.ndarray, patient_ids: np.ndarray | None) -> Units:
+    """Units of rows with group `codes`: (patient, group) clusters when `patient_ids` is given (a missing id is
+    its own unit), else each row."""
+    n = len(codes)
+    if patient_ids is None:
+        return Units(np.arange(n), UNIT_ROW)
+    pid = np.asarray(patient_ids, dtype=object)
+    if len(pid) != n:
+        raise InputError(f"patient ids: {len(pid)} values for {n} rows; give one patient id per row")
+    keys = np.array([f"\x00row{i}" if _missing_id(v) else str(v) for i, v in enumerate(pid.tolist())], dtype=object)
+    keyed = np.char.add(np.char.add(keys.astype(str), "\x1f"), np.asarray(codes).astype(str))
+    _, inv = np.unique(keyed, return_inverse=True)
+    return Units(inv.astype(np.int64).ravel(), UNIT_PATIENT)
+
+
+def _missing_id(v: object) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and v.strip() in ("", "nan"))
+
+
+def units_in_order(units: Units, rows: np.ndarray) -> np.ndarray:
+    """The distinct units of `rows`, in order of first appearance."""
+    u = units.of_row[rows]
+    _, first = np.unique(u, return_index=True)
+    return u[np.sort(first)]
+
+
+def label_strata(units: Units, rows: np.ndarray, row_label: np.ndarray, label_order: Sequence[int]
+                 ) -> list[np.ndarray]:
+    """The units of `rows` stratified by label at the unit level: one array per label of `label_order` (units whose
+    rows all carry it) and a last one of units with rows of several labels; units in first-appearance order.
+
+    With one row per unit this is the row-level stratification by label, item for item."""
+    order = units_in_order(units, rows)
+    lab = row_label[rows]
+    u = units.of_row[rows]
+    lo = np.full(units.n_units, np.iinfo(np.int64).max)
+    hi = np.full(units.n_units, np.iinfo(np.int64).min)
+    np.minimum.at(lo, u, lab)
+    np.maximum.at(hi, u, lab)
+    single = lo[order] == hi[order]
+    return [order[single & (lo[order] == lab_k)] for lab_k in label_order] + [order[~single]]
+
+
+def unit_weights(rng: np.random.Generator, strata: Sequence[np.ndarray], n_units: int, b: int) -> np.ndarray:
+    """(b, n_units) counts: each stratum (unit indices, in draw order) resampled to its own size."""
+    w = np.zeros((b, n_units))
+    for st in strata:
+        if len(st):
+            w[:, st] = resample_counts(rng, len(st), b)
+    return w
+
+
+def permuted_groups(rng: np.random.Generator, strata: Sequence[np.ndarray], unit_group: np.ndarray, b: int
+                    ) -> np.ndarray:
+    """(b, n_units) group codes with the group labels of the units shuffled within each stratum, per row."""
+    out = np.empty((b, len(unit_group)), dtype=np.int64)
+    for st in strata:
+        if len(st):
+            out[:, st] = rng.permuted(np.broadcast_to(unit_group[st], (b, len(st))), axis=1)
+    return out
+
+
+def unit_group(units: Units, codes: np.ndarray) -> np.ndarray:
+    """The group code of each unit (a unit lies in one group by construction)."""
+    out = np.full(units.n_units, -1, dtype=np.int64)
+    out[units.of_row] = codes
+    return out
+
+
+def clusters_per_group(units: Units, codes: np.ndarray, n_groups: int) -> list[int]:
+    """Number of units in each group."""
+    g = unit_group(units, codes)
+    return [int((g == k).sum()) for k in range(n_groups)]
+
+
+def permutation_p(observed: float, null: np.ndarray, alternative: str) -> tuple[float, int]:
+    """(p, permutations used): (1 + #{null at least as extreme}) / (1 + #valid), 'greater' for a gap (>= observed),
+    'two-sided' for a signed difference (|null| >= |observed|); NaN when the observed value or every permuted one
+    is undefined."""
+    null = null[np.isfinite(null)]
+    if not np.isfinite(observed) or null.size == 0:
+        return math.nan, int(null.size)
+    tol = 1e-12 * max(1.0, abs(observed))
+    hits = (np.abs(null) >= abs(observed) - tol) if alternative == "two-sided" else (null >= observed - tol)
+    return float((1 + int(hits.sum())) / (1 + null.size)), int(null.size)
+
+
+def bias_corrected(value: float, draws: np.ndarray) -> float:
+    """Efron's bootstrap bias correction 2·value − mean(resampled), clipped at 0 (for a gap, never below 0)."""
+    finite = draws[np.isfinite(draws)]
+    if not np.isfinite(value) or finite.size == 0:
+        return math.nan
+    return max(0.0, 2.0 * float(value) - float(finite.mean()))

@@ -20,8 +20,8 @@ from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
-from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, equity_scaled, gap_stats,
-                                         signed_differences)
+from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
+                                         equity_scaled, gap_stats, resampling_record, signed_differences)
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
@@ -149,7 +149,8 @@ def _rate_at(c: np.ndarray, sorted_scores: np.ndarray, t: np.ndarray, side: str)
 
 @dataclass
 class _Plan:
-    """Static structure of one (task, attribute) analysis: blocks per group and the population."""
+    """Static structure of one (task, attribute) analysis: blocks per group and the population, and the rows
+    (indices into the evaluated arrays) behind each block's sorted positives and negatives."""
 
     groups: list[str]
     blocks: list[_Block]
@@ -158,6 +159,17 @@ class _Plan:
     slot_n: list[np.ndarray]
     sauroc_lo: list[np.ndarray]
     sauroc_hi: list[np.ndarray]
+    rows_p: list[np.ndarray]
+    rows_n: list[np.ndarray]
+    rows_p_all: np.ndarray
+    rows_n_all: np.ndarray
+
+    def pooled(self) -> "_Plan":
+        """The plan of a permutation test: every group is the whole population under 0/1 weights (the permuted
+        membership), so each group's sAUROC searches all negatives."""
+        k = len(self.groups)
+        return _Plan(self.groups, [self.pop] * k, self.pop, [], [], [self.pop.lo] * k, [self.pop.hi] * k,
+                     [self.rows_p_all] * k, [self.rows_n_all] * k, self.rows_p_all, self.rows_n_all)
 
 
 def _plan(y: np.ndarray, s: np.ndarray, codes: np.ndarray, groups: Sequence[str], thr: Threshold,
@@ -167,6 +179,7 @@ def _plan(y: np.ndarray, s: np.ndarray, codes: np.ndarray, groups: Sequence[str]
     pos, neg = ys == 1, ys == 0
     sp_all, sn_all = ss[pos], ss[neg]
     cp_codes, cn_codes = cs[pos], cs[neg]
+    rp_all, rn_all = order[pos], order[neg]
     blocks, slot_p, slot_n, lo, hi = [], [], [], [], []
     for g in range(len(groups)):
         ip, in_ = np.nonzero(cp_codes == g)[0], np.nonzero(cn_codes == g)[0]
@@ -176,21 +189,26 @@ def _plan(y: np.ndarray, s: np.ndarray, codes: np.ndarray, groups: Sequence[str]
         blocks.append(_Block(sp_all[ip], sn_g, thr, binner))
         lo.append(np.searchsorted(sn_g, sp_all, side="left"))
         hi.append(np.searchsorted(sn_g, sp_all, side="right"))
-    return _Plan(list(groups), blocks, _Block(sp_all, sn_all, thr, binner), slot_p, slot_n, lo, hi)
+    return _Plan(list(groups), blocks, _Block(sp_all, sn_all, thr, binner), slot_p, slot_n, lo, hi,
+                 [rp_all[i] for i in slot_p], [rn_all[i] for i in slot_n], rp_all, rn_all)
 
 
-def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: "_Names"
-                      ) -> dict[str, dict[str, np.ndarray]]:
-    """Per-group and population metrics for rows of weights (point: one row of ones; bootstrap: counts)."""
+def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: "_Names",
+                      pooled: bool = False) -> dict[str, dict[str, np.ndarray]]:
+    """Per-group and population metrics for rows of weights (point: one row of ones; bootstrap: counts;
+    `pooled`: a permutation plan's 0/1 memberships over the whole population, whose weights are all ones)."""
     b = wps[0].shape[0]
     per: dict[str, dict[str, np.ndarray]] = {}
     group_stats = [blk.stats(wp, wn) for blk, wp, wn in zip(plan.blocks, wps, wns)]
-    wp_all = np.empty((b, len(plan.pop.sp)))
-    wn_all = np.empty((b, len(plan.pop.sn)))
-    for sl, w in zip(plan.slot_p, wps):
-        wp_all[:, sl] = w
-    for sl, w in zip(plan.slot_n, wns):
-        wn_all[:, sl] = w
+    if pooled:
+        wp_all, wn_all = np.ones((b, len(plan.pop.sp))), np.ones((b, len(plan.pop.sn)))
+    else:
+        wp_all = np.empty((b, len(plan.pop.sp)))
+        wn_all = np.empty((b, len(plan.pop.sn)))
+        for sl, w in zip(plan.slot_p, wps):
+            wp_all[:, sl] = w
+        for sl, w in zip(plan.slot_n, wns):
+            wn_all[:, sl] = w
     pop = plan.pop.stats(wp_all, wn_all)
     P, N = pop["_cp"][:, -1], pop["_cn"][:, -1]
     # Global operating points: one threshold for the population, rates reported per group.
@@ -282,6 +300,27 @@ def _between_groups(per: dict[str, dict[str, np.ndarray]], groups: list[str], de
     return out
 
 
+def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.ndarray, defined: dict[str, list[str]],
+                      names: _Names, profile: Profile, n_perm: int, rng: np.random.Generator
+                      ) -> dict[str, np.ndarray]:
+    """Between-group values under H0 (the group label is exchangeable): group labels of the units permuted within
+    label strata (a unit's label stratum: the one label its rows carry, or 'mixed'), the threshold held fixed."""
+    k = len(plan.groups)
+    strata = bs.label_strata(units, np.arange(len(y)), y, (1, 0))
+    ugroup = bs.unit_group(units, codes)
+    pooled = plan.pooled()
+    up, un = units.of_row[plan.rows_p_all], units.of_row[plan.rows_n_all]
+    out: dict[str, list[np.ndarray]] = {}
+    for start, stop in bs.chunks(n_perm, len(y) * max(k, 1)):
+        perm = bs.permuted_groups(rng, strata, ugroup, stop - start)
+        gp, gn = perm[:, up], perm[:, un]
+        res = _evaluate_weights(pooled, [(gp == g).astype(np.float64) for g in range(k)],
+                                [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
+        for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
+            out.setdefault(m, []).append(v)
+    return {m: np.concatenate(v) for m, v in out.items()}
+
+
 def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
     if n == 0:
         return "empty group: no samples, every metric undefined"
@@ -295,10 +334,11 @@ def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
 
 
 def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Threshold, binner: Binner,
-             names: _Names, profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int
-             ) -> AttributeReport:
+             names: _Names, profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
+             patient_ids: np.ndarray | None = None, n_perm: int = 0) -> AttributeReport:
     keep = attr.codes >= 0
     y, s, codes = y[keep], s[keep], attr.codes[keep]
+    units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     groups = list(attr.groups)
     plan = _plan(y, s, codes, groups, thr, binner)
     ones = lambda m: np.ones((1, m))  # noqa: E731
@@ -313,13 +353,16 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     boot: dict[str, dict[str, list[np.ndarray]]] = {}
     if n_boot > 0:
         rng = bs.stable_seed(seed, task, attr.name)
-        sizes_p = [len(b.sp) for b in plan.blocks]
-        sizes_n = [len(b.sn) for b in plan.blocks]
+        # strata in the row-level draw order (every group's positives, then every group's negatives, each sorted
+        # by score), so that one row per patient reproduces the row bootstrap draw for draw
+        per_group = [bs.label_strata(units, np.concatenate([rp, rn]), y, (1, 0))
+                     for rp, rn in zip(plan.rows_p, plan.rows_n)]
+        strata = [st for kind in range(3) for st in (pg[kind] for pg in per_group)]
+        up = [units.of_row[r] for r in plan.rows_p]
+        un = [units.of_row[r] for r in plan.rows_n]
         for start, stop in bs.chunks(n_boot, len(y)):
-            k = stop - start
-            wps = [bs.resample_counts(rng, m, k) for m in sizes_p]
-            wns = [bs.resample_counts(rng, m, k) for m in sizes_n]
-            res = _evaluate_weights(plan, wps, wns, names)
+            w = bs.unit_weights(rng, strata, units.n_units, stop - start)
+            res = _evaluate_weights(plan, [w[:, u] for u in up], [w[:, u] for u in un], names)
             for m, per_g in res.items():
                 if m.startswith("_"):
                     continue
@@ -327,6 +370,8 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
                     boot.setdefault(m, {}).setdefault(g, []).append(v)
             for m, v in _between_groups(res, groups, defined, names, profile).items():
                 boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+    null = _permutation_null(plan, units, y, codes, defined, names, profile,
+                             n_perm, bs.stable_seed(seed, task, attr.name, "permutation")) if n_perm else {}
 
     counts = {OVERALL: {"n": int(len(y)), "n_pos": int(y.sum()), "n_neg": int(len(y) - y.sum())}}
     report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
@@ -358,6 +403,10 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
             report.gap_notes[f"{m}_gap"] = f"fewer than two groups with a defined {m} ({len(defs)})"
     if defined["auc"]:
         report.worst_group["auc"] = min(defined["auc"], key=lambda g: point["auc"][g][0])
+    attach_tests(report, point_between, {m: per[GAP] for m, per in boot.items() if GAP in per}, null, n_perm)
+    n_units = bs.clusters_per_group(units, codes, len(groups))
+    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
+    _flag_single_case_groups(report, plan, units, n_boot)
     t_tpr, cut = point["_t_tpr"][OVERALL][0], point["_cut_fpr"][OVERALL][0]
     above = s[s > cut]
     report.thresholds = {
@@ -369,6 +418,29 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
             "value": None if np.isnan(cut) else _finite(above.min()) if len(above) else "inf", "comparator": ">="},
     }
     return report
+
+
+#: rank metrics of a group: one positive or one negative unit makes them the rank of that one case
+RANK_METRICS = ("auc", "ap", "sauroc", "youden_j_max")
+
+
+def _flag_single_case_groups(report: AttributeReport, plan: _Plan, units: bs.Units, n_boot: int) -> None:
+    """A group with exactly one positive or one negative unit keeps its AUC-type point values but no interval:
+    the stratified bootstrap redraws that one case every time, so the interval would ignore its uncertainty."""
+    for g, rp, rn in zip(plan.groups, plan.rows_p, plan.rows_n):
+        npos, nneg = len(np.unique(units.of_row[rp])), len(np.unique(units.of_row[rn]))
+        single = "positive" if npos == 1 else "negative" if nneg == 1 else None
+        if single is None:
+            continue
+        why = (f"only one {single} {units.kind} in this group: its {'/'.join(RANK_METRICS)} is the rank of that one "
+               "case, and a bootstrap that redraws it every time cannot show how uncertain that is")
+        for m in RANK_METRICS:
+            v = report.values.get(m, {}).get(g)
+            if v is not None and np.isfinite(v[0]):
+                report.values[m][g] = (v[0], math.nan, math.nan)
+                if n_boot:
+                    report.ci_notes.setdefault(m, {})[g] = why
+        report.warnings.append(f"{report.attribute}={g}: {why}")
 
 
 def _finite(v: float) -> float | str | None:
@@ -388,6 +460,26 @@ def _threshold_for(where: str, policy: str, val_y: np.ndarray | None, val_s: np.
 
 def _as_2d(a: np.ndarray) -> np.ndarray:
     return a[:, None] if a.ndim == 1 else a
+
+
+def patient_column_values(patient_ids: Any, n: int) -> np.ndarray | None:
+    """Patient ids as an object array of length n (None stays None: rows are the resampling unit)."""
+    if patient_ids is None:
+        return None
+    pid = np.asarray(patient_ids, dtype=object).ravel()
+    if len(pid) != n:
+        raise InputError(f"patient ids: {len(pid)} values for {n} samples; give one patient id per sample")
+    return pid
+
+
+def resampling_unit_description(patient_ids: np.ndarray | None) -> str:
+    """What the bootstrap and the permutation test draw."""
+    if patient_ids is None:
+        return ("row: every row is resampled on its own (no patient ids given; if a patient has several rows, "
+                "the intervals are too narrow)")
+    return ("patient: all of a patient's rows are drawn together (cluster bootstrap), stratified by label at the "
+            "patient level (patients whose rows carry one label form its stratum, the others a 'mixed' one); a "
+            "patient whose rows fall in two groups counts as one unit per group")
 
 
 def resolve_attributes(
@@ -435,6 +527,8 @@ def evaluate_classification(
     ece_bins: int = 15,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
+    patient_ids: Any = None,
+    n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Every classification metric of METRICS.md per task and attribute, with bootstrap CIs.
 
@@ -444,10 +538,12 @@ def evaluate_classification(
     `on_step(done, total, label)` reports progress. `profile` names a registered metric profile
     (metrics/profiles.py), e.g. 'fairmedfm': best-F1 on the evaluated set, '>', ECE in 10 bins over the observed
     range, `eod`, one-class groups out of every gap; a `threshold` under a profile that fixes its own is an error.
+    `patient_ids` (n,): resample and permute whole patients (cluster bootstrap) instead of rows; `n_perm`
+    permutations test every gap and two-group difference (0 = no tests).
     """
     prof = get_profile(profile)
     check_threshold(prof, threshold)
-    bs.check_settings(n_boot, ci_level, min_group_size)
+    bs.check_settings(n_boot, ci_level, min_group_size, n_perm)
     if int(ece_bins) != ece_bins or ece_bins < 1:
         raise InputError(f"ece_bins must be a whole number >= 1, got {ece_bins}")
     if not 0.0 < fpr_at_tpr <= 1.0:
@@ -471,6 +567,7 @@ def evaluate_classification(
         if vy.shape[1] != y.shape[1] or vy.shape != vs.shape:
             raise InputError(f"validation labels {vy.shape} / scores {vs.shape} do not match the tasks {y.shape}")
     attrs = resolve_attributes(attributes, n, bins, intersect)
+    pids = patient_column_values(patient_ids, n)
     names = _Names(fpr_at_tpr, rates_at_fpr)
     n_bins = prof.ece_bins if prof.ece_bins is not None else ece_bins
     binner = observed_range_binner(n_bins) if prof.ece_binning == "observed_range" else equal_width_binner(n_bins)
@@ -491,12 +588,14 @@ def evaluate_classification(
                                      comparator)
                 thresholds.setdefault(task, {})[a.name] = thr.to_dict()
             reports.append(_analyse(y[:, k], s[:, k], a, task, thr, binner, names, prof, n_boot, seed,
-                                    ci_level, min_group_size))
+                                    ci_level, min_group_size, pids, n_perm))
             if on_step is not None:
                 on_step(len(reports), len(names_t) * len(attrs), f"{task} / {a.name}")
     meta = {"kind": "classification", "profile": prof.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
             "ci_method": "percentile bootstrap, stratified by label within each group (so prevalence has no "
                          "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
+            "resampling_unit": resampling_unit_description(pids), "n_perm": n_perm,
+            "tests": adjust_tests(reports) if n_perm else None,
             "min_group_size": min_group_size, "operating_points": {"fpr_at_tpr": fpr_at_tpr,
                                                                     "rates_at_fpr": rates_at_fpr}, "ece": prof.ece_description(ece_bins),
             "thresholds": thresholds, "n_samples": n, "tasks": names_t,

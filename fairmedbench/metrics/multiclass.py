@@ -212,23 +212,13 @@ def _as_class_index(y_true: Any, k: int) -> np.ndarray:
     return num.astype(np.int64)
 
 
-def _mc_weights(rng: np.random.Generator, cells: list[list[np.ndarray]], b: int) -> list[np.ndarray]:
-    """Per group, (b, n_g) resample counts, drawn within each (group, true class) cell."""
-    out = []
-    for per_class in cells:
-        n_g = sum(len(ix) for ix in per_class)
-        w = np.zeros((b, n_g))
-        for ix in per_class:  # ix: positions inside the group
-            w[:, ix] = bs.resample_counts(rng, len(ix), b)
-        out.append(w)
-    return out
-
-
 def _mc_evaluate(blocks: list[_MCBlock], pop: _MCBlock, slots: list[np.ndarray], n: int, ws: list[np.ndarray],
-                 groups: list[str], classes: list[str]) -> dict[str, dict[str, np.ndarray]]:
+                 groups: list[str], classes: list[str], pooled: bool = False) -> dict[str, dict[str, np.ndarray]]:
+    """Per-group and population metrics for rows of weights; `pooled`: every block is the population and `ws`
+    are a permutation's 0/1 memberships (the population's weights are all ones)."""
     b = ws[0].shape[0] if ws else 1
-    w_all = np.zeros((b, n))
-    for sl, w in zip(slots, ws):
+    w_all = np.ones((b, n)) if pooled else np.zeros((b, n))
+    for sl, w in zip([] if pooled else slots, ws):
         w_all[:, sl] = w
     per: dict[str, dict[str, np.ndarray]] = {}
     for g, blk, w in [(OVERALL, pop, w_all)] + list(zip(groups, blocks, ws)):
@@ -280,6 +270,8 @@ def evaluate_multiclass(
     min_group_size: int = 30,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
+    patient_ids: Any = None,
+    n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Multi-class metrics per attribute and group with stratified bootstrap CIs (METRICS.md, multi-class).
 
@@ -288,11 +280,14 @@ def evaluate_multiclass(
     macro one-vs-rest AUC (mean over the classes present in the group), balanced accuracy, accuracy, Cohen's
     kappa (unweighted, linear, quadratic) and per-class TPR `tpr:<class>` at the argmax; between groups:
     `<m>_gap`, `worst_group_<m>`, per group `<m>_vs_best` (value minus the best group's) and, for two groups,
-    `<m>_diff` (second minus first, as in the binary engine).
+    `<m>_diff` (second minus first, as in the binary engine). `patient_ids`: resample and permute whole patients;
+    `n_perm` permutations test every gap and two-group difference (0 = none).
     """
-    from fairmedbench.metrics.classification import resolve_attributes
+    from fairmedbench.metrics.classification import (patient_column_values, resampling_unit_description,
+                                                     resolve_attributes)
+    from fairmedbench.metrics.result import adjust_tests
 
-    bs.check_settings(n_boot, ci_level, min_group_size)
+    bs.check_settings(n_boot, ci_level, min_group_size, n_perm)
     s = _as_class_scores(y_score, None if classes is None else len(classes), logits)
     k = s.shape[1]
     names = [str(c) for c in classes] if classes is not None else [str(c) for c in range(k)]
@@ -303,14 +298,18 @@ def evaluate_multiclass(
         raise InputError(f"y_true has {len(y)} samples but y_score has {len(s)} rows; one row per sample")
     pred = np.argmax(s, axis=1)
     attrs = resolve_attributes(attributes, len(y), bins, intersect)
+    pids = patient_column_values(patient_ids, len(y))
     reports = []
     for a in attrs:
-        reports.append(_mc_analyse(y, pred, s, a, names, task_name, n_boot, seed, ci_level, min_group_size))
+        reports.append(_mc_analyse(y, pred, s, a, names, task_name, n_boot, seed, ci_level, min_group_size, pids,
+                                   n_perm))
         if on_step is not None:
             on_step(len(reports), len(attrs), f"{task_name} / {a.name}")
     meta = {"kind": "multiclass", "profile": "default", "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
             "ci_method": "percentile bootstrap, stratified by true class within each group; none for groups "
                          "below min_group_size or degenerate resamples (ci_notes)",
+            "resampling_unit": resampling_unit_description(pids), "n_perm": n_perm,
+            "tests": adjust_tests(reports) if n_perm else None,
             "min_group_size": min_group_size, "classes": names, "prediction": "argmax of the class probabilities "
             "(ties: lowest class index)", "macro_auc": "mean one-vs-rest AUC over the classes present in the "
             "evaluated samples (ties count 1/2)", "n_samples": int(len(y)), "tasks": [task_name],
@@ -319,16 +318,17 @@ def evaluate_multiclass(
 
 
 def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, classes: list[str], task: str,
-                n_boot: int, seed: int, ci_level: float, min_group_size: int) -> Any:
-    from fairmedbench.metrics.result import AttributeReport
+                n_boot: int, seed: int, ci_level: float, min_group_size: int, patient_ids: np.ndarray | None = None,
+                n_perm: int = 0) -> Any:
+    from fairmedbench.metrics.result import AttributeReport, attach_tests, resampling_record
 
     keep = attr.codes >= 0
     y, pred, s, codes = y[keep], pred[keep], s[keep], attr.codes[keep]
+    units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     k, groups = len(classes), list(attr.groups)
     slots = [np.flatnonzero(codes == g) for g in range(len(groups))]
     blocks = [_MCBlock(y[sl], pred[sl], s[sl], k) for sl in slots]
     pop = _MCBlock(y, pred, s, k)
-    cells = [[np.flatnonzero(y[sl] == c) for c in range(k)] for sl in slots]
     point = _mc_evaluate(blocks, pop, slots, len(y), [np.ones((1, len(sl))) for sl in slots], groups, classes)
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
     best = {m: max(defined[m], key=lambda g: point[m][g][0]) for m in MC_VS_BEST if defined[m]}
@@ -337,15 +337,29 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, class
     boot: dict[str, dict[str, list[np.ndarray]]] = {}
     if n_boot > 0:
         rng = bs.stable_seed(seed, task, attr.name)
+        # drawn within each (group, true class) cell, group by group: one row per patient is the row bootstrap
+        strata = [st for sl in slots for st in bs.label_strata(units, sl, y, range(k))]
         for start, stop in bs.chunks(n_boot, len(y) * k):
-            ws = _mc_weights(rng, cells, stop - start)
-            res = _mc_evaluate(blocks, pop, slots, len(y), ws, groups, classes)
+            w = bs.unit_weights(rng, strata, units.n_units, stop - start)
+            res = _mc_evaluate(blocks, pop, slots, len(y), [w[:, units.of_row[sl]] for sl in slots], groups, classes)
             g_res, v_res = _mc_between(res, groups, defined, best, classes)
             for m, per_g in list(res.items()) + list(v_res.items()):
                 for g, v in per_g.items():
                     boot.setdefault(m, {}).setdefault(g, []).append(v)
             for m, v in g_res.items():
                 boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+
+    null: dict[str, list[np.ndarray]] = {}
+    if n_perm > 0:
+        rng = bs.stable_seed(seed, task, attr.name, "permutation")
+        pstrata, ugroup = bs.label_strata(units, np.arange(len(y)), y, range(k)), bs.unit_group(units, codes)
+        for start, stop in bs.chunks(n_perm, len(y) * k * max(len(groups), 1)):
+            perm = bs.permuted_groups(rng, pstrata, ugroup, stop - start)[:, units.of_row]
+            res = _mc_evaluate([pop] * len(groups), pop, slots, len(y),
+                               [(perm == g).astype(np.float64) for g in range(len(groups))], groups, classes,
+                               pooled=True)
+            for m, v in _mc_between(res, groups, defined, best, classes)[0].items():
+                null.setdefault(m, []).append(v)
 
     counts: dict[str, dict[str, int]] = {}
     for g, yy in [(OVERALL, y)] + [(g, y[sl]) for g, sl in zip(groups, slots)]:
@@ -382,4 +396,8 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, class
             report.worst_group[m] = min(defined[m], key=lambda g: point[m][g][0])
     report.thresholds = {"operating": {"policy": "argmax", "value": None, "comparator": "argmax"},
                          "best_group": dict(best)}
+    attach_tests(report, gaps, {m: per[GAP] for m, per in boot.items() if GAP in per},
+                 {m: np.concatenate(v) for m, v in null.items()}, n_perm)
+    n_units = bs.clusters_per_group(units, codes, len(groups))
+    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
     return report

@@ -17,7 +17,9 @@ class AttributeReport:
     """All metrics of one task for one sensitive attribute (groups, overall and between-group values).
 
     `ci_notes[metric][group]` says why a finite value has no interval (a group below min_group_size, or a
-    degenerate bootstrap distribution); `small_groups` lists the groups below min_group_size.
+    degenerate bootstrap distribution); `small_groups` lists the groups below min_group_size. `tests[metric]`
+    holds the permutation test of a gap or two-group difference (p_value, p_adjusted, n_perm, alternative) and
+    its bias-corrected value; `resampling` the unit (patient or row) and the number of units per group.
     """
 
     task: str
@@ -32,6 +34,9 @@ class AttributeReport:
     thresholds: dict[str, Any] = field(default_factory=dict)
     n_missing: int = 0
     ci_notes: dict[str, dict[str, str]] = field(default_factory=dict)
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resampling: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def value(self, metric: str, group: str = OVERALL) -> float:
         """Point value of `metric` for `group` (NaN when absent or undefined)."""
@@ -44,6 +49,8 @@ class AttributeReport:
             metrics[metric] = {
                 g: {"value": _num(v), "ci_low": _num(lo), "ci_high": _num(hi)} for g, (v, lo, hi) in per_group.items()
             }
+            if metric in self.tests and GAP in metrics[metric]:
+                metrics[metric][GAP].update({k: _num(self.tests[metric][k]) for k in TEST_KEYS})
         return {
             "task": self.task,
             "attribute": self.attribute,
@@ -57,6 +64,10 @@ class AttributeReport:
             "thresholds": self.thresholds,
             "n_missing_attribute": self.n_missing,
             "ci_notes": {m: dict(per) for m, per in self.ci_notes.items()},
+            "tests": {m: {k: (_num(v) if isinstance(v, float) else v) for k, v in t.items()}
+                      for m, t in self.tests.items()},
+            "resampling": dict(self.resampling),
+            "warnings": list(self.warnings),
         }
 
 
@@ -76,22 +87,28 @@ class FairnessResult:
         return hits[0]
 
     def records(self) -> list[dict[str, Any]]:
-        """Tidy rows: task, attribute, group, metric, value, ci_low, ci_high, n."""
+        """Tidy rows: task, attribute, group, metric, value, ci_low, ci_high, n, the resampling unit and, on a
+        tested between-group row, p_value, p_adjusted and bias_corrected (NaN elsewhere)."""
         rows = []
+        nan = math.nan
         for r in self.reports:
             n_all = r.counts.get(OVERALL, {}).get("n", 0)
+            unit = r.resampling.get("unit", "row")
             for metric, per_group in r.values.items():
+                test = r.tests.get(metric, {})
                 for g, (v, lo, hi) in per_group.items():
                     n = n_all if g in (OVERALL, GAP) else r.counts.get(g, {}).get("n", 0)
+                    t = test if g == GAP else {}
                     rows.append({"task": r.task, "attribute": r.attribute, "group": g, "metric": metric,
-                                 "value": v, "ci_low": lo, "ci_high": hi, "n": n})
+                                 "value": v, "ci_low": lo, "ci_high": hi, "n": n, "unit": unit,
+                                 **{k: t.get(k, nan) for k in TEST_KEYS}})
         return rows
 
     def to_frame(self) -> Any:
         """Tidy pandas DataFrame of `records()`."""
         import pandas as pd
 
-        cols = ["task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n"]
+        cols = ["task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n", "unit", *TEST_KEYS]
         return pd.DataFrame(self.records(), columns=cols)
 
     def _pivot(self, which: str) -> Any:
@@ -127,6 +144,79 @@ class FairnessResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form of the whole result."""
         return {"meta": self.meta, "reports": [r.to_dict() for r in self.reports]}
+
+
+#: the keys a tested between-group entry adds beside value / ci_low / ci_high
+TEST_KEYS = ("p_value", "p_adjusted", "bias_corrected")
+
+
+def test_alternative(metric: str) -> str | None:
+    """How a between-group quantity is tested: 'greater' for a gap or ratio (max - min, never below 0, so only a
+    larger value than under exchangeable groups is evidence), 'two-sided' for a signed two-group difference, None
+    for what is no difference (equity-scaled scores, worst-group values, counts)."""
+    from fairmedbench.errors import InputError
+    from fairmedbench.metrics.specs import metric_spec
+
+    try:
+        kind = metric_spec(metric).kind
+    except (InputError, KeyError):
+        kind = "gap" if metric.endswith("_gap") else "diff" if metric.endswith("_diff") else ""
+    return {"gap": "greater", "ratio": "greater", "diff": "two-sided"}.get(kind)
+
+
+def attach_tests(report: AttributeReport, point: dict[str, np.ndarray], boot: dict[str, list[np.ndarray]],
+                 null: dict[str, np.ndarray], n_perm: int) -> None:
+    """Record the permutation test (p_value, n_perm used, alternative) and the bias-corrected value of every gap
+    and two-group difference of `point` (between-group values, (1,) arrays); `boot` = their bootstrap draws."""
+    from fairmedbench.metrics import bootstrap as bs
+
+    for m, v in point.items():
+        alt = test_alternative(m)
+        if alt is None or not n_perm:
+            continue
+        p, used = bs.permutation_p(float(v[0]), null.get(m, np.zeros(0)), alt)
+        draws = np.concatenate(boot[m]) if m in boot else np.zeros(0)
+        corrected = bs.bias_corrected(float(v[0]), draws) if alt == "greater" else math.nan
+        report.tests[m] = {"p_value": p, "p_adjusted": math.nan, "bias_corrected": corrected,
+                           "n_perm": used, "alternative": alt}
+
+
+def in_family(metric: str) -> bool:
+    """Whether a tested metric is in the corrected family: a gap or difference that summaries and tables show."""
+    from fairmedbench.errors import InputError
+    from fairmedbench.metrics.specs import metric_spec
+
+    try:
+        spec = metric_spec(metric)
+    except (InputError, KeyError):
+        return False
+    return spec.summary or spec.table
+
+
+def adjust_tests(reports: list[AttributeReport], method: str = "by") -> dict[str, Any]:
+    """Adjust every p-value of a result together (one family: what one page shows), in place; the description
+    for the result's meta."""
+    from fairmedbench.metrics.stats import adjust_pvalues
+
+    cells = [(r, m) for r in reports for m, t in r.tests.items() if np.isfinite(t["p_value"]) and in_family(m)]
+    if cells:
+        adj = adjust_pvalues([r.tests[m]["p_value"] for r, m in cells], method)
+        for (r, m), a in zip(cells, adj):
+            r.tests[m]["p_adjusted"] = float(a)
+    return {"method": "permutation of the group label within label strata (whole patients where ids are known), "
+                      "the operating threshold held fixed; p = (1 + #{permuted >= observed}) / (1 + #permutations), "
+                      "|.| for signed differences",
+            "correction": f"{method.upper()} over the {len(cells)} tests of this result's reported gaps and "
+                          "differences (those the metric registry shows in summaries and tables: p_adjusted); the "
+                          "other gaps keep a raw p_value only",
+            "bias_corrected": "Efron's bootstrap bias correction 2*gap - mean(bootstrap gaps), clipped at 0: the "
+                              "max - min of noisy group estimates is biased upward (positive even for identical "
+                              "groups), and the bootstrap estimates that bias"}
+
+
+def resampling_record(units_kind: str, n_clusters: dict[str, int]) -> dict[str, Any]:
+    """The report's resampling block: unit ('patient' or 'row') and units per group (and overall)."""
+    return {"unit": units_kind, "n_clusters": dict(n_clusters)}
 
 
 def _num(v: float) -> float | None:

@@ -9,11 +9,12 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
-from fairmedbench.metrics.classification import resolve_attributes
+from fairmedbench.metrics.classification import (patient_column_values, resampling_unit_description,
+                                                 resolve_attributes)
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.profiles import Profile, get_profile
-from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, equity_scaled, gap_stats,
-                                         signed_differences)
+from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
+                                         equity_scaled, gap_stats, resampling_record, signed_differences)
 
 
 def _per_sample(name: str, values: Any, n: int | None, allow_nan: bool = False) -> np.ndarray:
@@ -83,15 +84,18 @@ def evaluate_segmentation(
     seed: int = 0,
     ci_level: float = 0.95,
     min_group_size: int = 30,
+    patient_ids: Any = None,
+    n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Group DSC (mean of per-sample DSC), ΔDSC, ES-DSC, skew ratio, per-sample skewness, IoU/HD95, with CIs.
 
     `dsc` holds one DSC per sample (or per volume for 3D); `empty_gt` flags samples whose ground truth is
     empty, counted per group. Profile 'fairmedfm' adds `es_dsc` = mean / (1 + population std of group
-    means); profile 'fairseg' adds the same quantity as `dsc_es_std`.
+    means); profile 'fairseg' adds the same quantity as `dsc_es_std`. `patient_ids`: resample and permute whole
+    patients; `n_perm` permutations test every gap and two-group difference (0 = none).
     """
     profile = get_profile(profile)
-    bs.check_settings(n_boot, ci_level, min_group_size)
+    bs.check_settings(n_boot, ci_level, min_group_size, n_perm)
     d = _per_sample("dsc", dsc, None)
     if len(d) == 0:
         raise InputError("dsc: no samples to evaluate")
@@ -102,19 +106,25 @@ def evaluate_segmentation(
     if len(empty) != n:
         raise InputError(f"length mismatch: empty_gt has {len(empty)} values, dsc has {n}")
     attrs = resolve_attributes(attributes, n, bins, intersect)
-    reports = [_analyse(d, iou_a, hd_a, empty, a, profile, n_boot, seed, ci_level, min_group_size) for a in attrs]
+    pids = patient_column_values(patient_ids, n)
+    reports = [_analyse(d, iou_a, hd_a, empty, a, profile, n_boot, seed, ci_level, min_group_size, pids, n_perm)
+               for a in attrs]
     meta = {"kind": "segmentation", "profile": profile.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
             "ci_method": "percentile bootstrap, stratified by group; none for groups below min_group_size or "
                          "degenerate resamples (ci_notes)", "min_group_size": min_group_size,
+            "resampling_unit": resampling_unit_description(pids), "n_perm": n_perm,
+            "tests": adjust_tests(reports) if n_perm else None,
             "group_statistic": "mean of per-sample DSC (not pooled pixels)", "n_samples": n,
             "n_empty_gt": int(empty.sum()), "tasks": ["segmentation"], "attributes": [a.name for a in attrs]}
     return FairnessResult(reports, meta)
 
 
 def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty: np.ndarray, attr: Attribute,
-             profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int) -> AttributeReport:
+             profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
+             patient_ids: np.ndarray | None = None, n_perm: int = 0) -> AttributeReport:
     keep = attr.codes >= 0
     codes = attr.codes[keep]
+    units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     parts = [d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]]
     groups = list(attr.groups)
     idx = [np.nonzero(codes == g)[0] for g in range(len(groups))]
@@ -131,19 +141,42 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
             per.setdefault(m, {})[OVERALL] = v
         return per
 
+    def run_pooled(masks: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """The same statistics with each group as 0/1 weights over all rows (a permutation's memberships)."""
+        per: dict[str, dict[str, np.ndarray]] = {}
+        for g, w in zip(groups, masks):
+            for m, v in _weighted(w, *parts).items():
+                per.setdefault(m, {})[g] = v
+        for m, v in _weighted(np.ones_like(masks[0]), *parts).items():
+            per.setdefault(m, {})[OVERALL] = v
+        return per
+
     point = run([np.ones((1, len(i))) for i in idx])
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
     point_between = _between(point, defined, profile)
     boot: dict[tuple[str, str], list[np.ndarray]] = {}
+    one = np.zeros(len(codes), dtype=np.int64)  # segmentation samples carry no label: one stratum per group
     if n_boot > 0:
         rng = bs.stable_seed(seed, "segmentation", attr.name)
+        strata = [bs.label_strata(units, i, one, (0,))[0] for i in idx]
         for start, stop in bs.chunks(n_boot, len(codes)):
-            res = run([bs.resample_counts(rng, len(i), stop - start) for i in idx])
+            w = bs.unit_weights(rng, strata, units.n_units, stop - start)
+            res = run([w[:, units.of_row[i]] for i in idx])
             for m, per_g in res.items():
                 for g, v in per_g.items():
                     boot.setdefault((m, g), []).append(v)
             for m, v in _between(res, defined, profile).items():
                 boot.setdefault((m, GAP), []).append(v)
+    null: dict[str, list[np.ndarray]] = {}
+    if n_perm > 0:
+        # H0: the group label is exchangeable; units' group labels shuffled (no label strata in segmentation)
+        rng = bs.stable_seed(seed, "segmentation", attr.name, "permutation")
+        ugroup, all_units = bs.unit_group(units, codes), [bs.units_in_order(units, np.arange(len(codes)))]
+        for start, stop in bs.chunks(n_perm, len(codes) * max(len(groups), 1)):
+            perm = bs.permuted_groups(rng, all_units, ugroup, stop - start)[:, units.of_row]
+            res = run_pooled([(perm == g).astype(np.float64) for g in range(len(groups))])
+            for m, v in _between(res, defined, profile).items():
+                null.setdefault(m, []).append(v)
 
     e = empty[keep]
     counts = {OVERALL: {"n": int(len(codes)), "n_empty_gt": int(e.sum())}}
@@ -174,4 +207,8 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
         report.gap_notes["dsc_gap"] = f"fewer than two groups with a defined dsc ({len(defined['dsc'])})"
     if defined["dsc"]:
         report.worst_group["dsc"] = min(defined["dsc"], key=lambda g: point["dsc"][g][0])
+    attach_tests(report, point_between, {m: v for (m, g), v in boot.items() if g == GAP},
+                 {m: np.concatenate(v) for m, v in null.items()}, n_perm)
+    n_units = bs.clusters_per_group(units, codes, len(groups))
+    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
     return report

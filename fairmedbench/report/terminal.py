@@ -67,7 +67,10 @@ def render(result: FairnessResult, console: Any) -> None:
         worst = r.worst_group.get(headline_metric(task), "—")
         gaps.add_row(r.task, r.attribute, *[_cell(r, m, GAP) for m, _ in cols], worst)
     console.print(gaps)
+    render_tests(result, console)
     for r in result.reports:
+        for warning in r.warnings:
+            console.print(f"[yellow]warning[/] {r.task} / {warning}")
         for g, why in r.skipped.items():
             console.print(f"[yellow]skipped[/] {r.task} / {r.attribute} = {g}: {why}")
         for m, why in r.gap_notes.items():
@@ -84,6 +87,48 @@ def render(result: FairnessResult, console: Any) -> None:
     if degenerate:
         console.print(f"[yellow]no CI[/] for {degenerate} value(s) whose bootstrap distribution is degenerate "
                       "(every resample equal; see ci_notes in the result)")
+
+
+def fmt_p(p: float | None) -> str:
+    """'0.003', '<0.001' style p-value, '—' when untested or undefined."""
+    if p is None or not math.isfinite(p):
+        return "—"
+    return f"{p:.3f}" if p >= 0.0005 else f"{p:.0e}"
+
+
+def units_label(r: AttributeReport) -> str:
+    """'patient: F 412, M 503' — the resampling unit and units per group."""
+    rs = r.resampling or {}
+    n = rs.get("n_clusters", {})
+    return f"{rs.get('unit', 'row')}: " + ", ".join(f"{g} {n[g]}" for g in r.groups if g in n)
+
+
+def render_tests(result: FairnessResult, console: Any) -> None:
+    """The permutation test of each reported gap / difference (raw p, and adjusted over the family) and the
+    resampling unit of every interval, per (task, attribute)."""
+    from rich.table import Table
+
+    from fairmedbench.metrics.result import in_family
+    from fairmedbench.metrics.specs import metric_spec
+
+    cols = [m for m in dict.fromkeys(m for r in result.reports for m in r.tests) if in_family(m)]
+    if not cols:
+        return
+    tests = result.meta.get("tests") or {}
+    table = Table(title=f"larger than chance? permutation test p (adjusted: {tests.get('correction', '').split(' (')[0]})",
+                  title_justify="left")
+    for h in ["task", "attribute", *[metric_spec(m).header for m in cols]]:
+        table.add_column(h, justify="left" if h in ("task", "attribute") else "right")
+    for r in result.reports:
+        cells = []
+        for m in cols:
+            t = r.tests.get(m)
+            cells.append("—" if t is None else f"{fmt_p(t.get('p_value'))} ({fmt_p(t.get('p_adjusted'))})")
+        table.add_row(r.task, r.attribute, *cells)
+    console.print(table)
+    for attribute in dict.fromkeys(r.attribute for r in result.reports):
+        r = next(r for r in result.reports if r.attribute == attribute)
+        console.print(f"resampling unit for {attribute}: {units_label(r)}")
 
 
 def render_resampled(original: FairnessResult, resampled: FairnessResult, sample: dict, console: Any) -> None:

@@ -17,8 +17,8 @@ from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, reuse_seed, seed_document, split_views,
-                                       training_groups)
+from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, patient_ids, reuse_seed, seed_document,
+                                       split_views, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -294,11 +294,11 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         res = evaluate_classification(
             y[ps["test"]], sr.test_scores, attr_columns(ds, spec, ps["test"]), task_names=label_cols,
             threshold=policy, val_y_true=y[ps["val"]], val_y_score=sr.val_scores, profile=spec.profile,
-            n_boot=spec.n_boot, seed=seed)
+            n_boot=spec.n_boot, seed=seed, patient_ids=patient_ids(ds, ps["test"]), n_perm=spec.n_perm)
         rows = []
         for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores)):
             frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
-                                  "seed": seed})
+                                  "seed": seed, "patient_id": patient_ids(ds, p)})
             for j, t in enumerate(label_cols):
                 frame[f"label:{t}"] = y[p, j]
                 frame[f"score:{t}"] = scores[:, j]
@@ -306,8 +306,6 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                 frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
             if sr.mc is not None:
                 frame = frame.assign(**mc_columns(sr.mc[name], label_cols))
-                if "patient_id" in ds.samples:
-                    frame["patient_id"] = ds.samples["patient_id"].to_numpy()[p].astype(str)
             rows.append(frame)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
@@ -317,9 +315,9 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                               "val_losses": sr.fit.val_losses, "threshold_policy": policy},
                  "usage": {"name": adapter.name, **prepared.notes}}
         if sr.mc is not None:
-            pid = ds.samples["patient_id"].to_numpy()[ps["test"]] if "patient_id" in ds.samples else None
             extra["uncertainty"] = run_uncertainty(y[ps["test"]], sr.mc["test"], label_cols,
-                                                   attr_columns(ds, spec, ps["test"]), patient_ids=pid)
+                                                   attr_columns(ds, spec, ps["test"]),
+                                                   patient_ids=patient_ids(ds, ps["test"]))
         if sampling.active:
             extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
                                  "splits": describe(keep, pos, groups, y[:, 0])}
@@ -354,7 +352,8 @@ def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, s
     p = sample.positions
     res = evaluate_classification(y[test][p], scores[p], {a: v[p] for a, v in attr_columns(ds, spec, test).items()},
                                   task_names=label_cols, threshold=policy, val_y_true=val[0], val_y_score=val[1],
-                                  profile=spec.profile, n_boot=spec.n_boot, seed=seed)
+                                  profile=spec.profile, n_boot=spec.n_boot, seed=seed,
+                                  patient_ids=patient_ids(ds, test)[p], n_perm=spec.n_perm)
     return {**sample.to_dict(), "result": res.to_dict()}
 
 

@@ -54,6 +54,11 @@ def attr_columns(ds: Dataset, spec: RunConfig, positions: np.ndarray) -> dict[st
     return {a: ds.samples[f"attr:{a}"].to_numpy()[positions] for a in spec.attributes}
 
 
+def patient_ids(ds: Dataset, positions: np.ndarray) -> np.ndarray:
+    """The patient of each sample at `positions`: the unit every interval and permutation test resamples."""
+    return ds.samples["patient_id"].to_numpy()[positions].astype(str)
+
+
 def training_groups(spec: RunConfig, ds: Dataset) -> tuple[np.ndarray | None, int]:
     """Group codes of every sample for the attribute mitigations train with (the run's first; -1 = missing)."""
     if not spec.attributes:

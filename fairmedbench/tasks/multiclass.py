@@ -20,8 +20,8 @@ from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
-from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, reuse_seed, seed_document, split_views,
-                                       training_groups)
+from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, patient_ids, reuse_seed, seed_document,
+                                       split_views, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -207,20 +207,19 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
             probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
         res = evaluate_multiclass(y[split.test], probs["test"], attr_columns(ds, spec, split.test), classes=classes,
-                                  task_name=ds.card.label_column, n_boot=spec.n_boot, seed=seed)
+                                  task_name=ds.card.label_column, n_boot=spec.n_boot, seed=seed,
+                                  patient_ids=patient_ids(ds, split.test), n_perm=spec.n_perm)
         rows = []
         for name in ("val", "test"):
             p = pos[name]
             frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
-                                  "seed": seed, label: y[p]})
+                                  "seed": seed, "patient_id": patient_ids(ds, p), label: y[p]})
             for c, cls in enumerate(classes):
                 frame[task.score_column.format(task=cls)] = probs[name][:, c]
             for a, v in attr_columns(ds, spec, p).items():
                 frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
             if mc is not None:
                 frame = frame.assign(**mc_class_columns(mc[name], classes))
-                if "patient_id" in ds.samples:
-                    frame["patient_id"] = ds.samples["patient_id"].to_numpy()[p].astype(str)
             rows.append(frame)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
@@ -230,9 +229,9 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                               "val_losses": fit.val_losses, "decision": "argmax"},
                  "usage": {"name": adapter.name, "head": f"softmax over {len(classes)} classes", **prepared.notes}}
         if mc is not None:
-            pid = ds.samples["patient_id"].to_numpy()[split.test] if "patient_id" in ds.samples else None
             extra["uncertainty"] = {ds.card.label_column: uncertainty_block(
-                y[split.test], mc["test"], attr_columns(ds, spec, split.test), patient_ids=pid)}
+                y[split.test], mc["test"], attr_columns(ds, spec, split.test),
+                patient_ids=patient_ids(ds, split.test))}
         doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, [ds.card.label_column], extra,
                             {"load": t_load, "prepare": t_prep, "train": t_train,
                              "metrics": time.perf_counter() - t1 - t_train}, ctx.device, classes)

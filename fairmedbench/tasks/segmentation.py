@@ -25,7 +25,7 @@ from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_c
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import attr_columns, reuse_seed, seed_document, training_groups
+from fairmedbench.tasks.common import attr_columns, patient_ids, reuse_seed, seed_document, training_groups
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -474,8 +474,8 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         p = np.asarray(out.positions)
         t_seg = time.perf_counter() - t1 - t_train
         res = evaluate_segmentation(out.dsc, attr_columns(ds, spec, p), iou=out.iou, hd95=out.hd95 or None,
-                                    profile=spec.profile,
-                                    n_boot=spec.n_boot, seed=seed)
+                                    profile=spec.profile, n_boot=spec.n_boot, seed=seed,
+                                    patient_ids=patient_ids(ds, p), n_perm=spec.n_perm)
         pred_name = f"seed{seed}.predictions.parquet"
         frame = _segmentation_frame(ds, spec, seed, out, split.test)
         store.write_parquet(out_dir / pred_name, frame)
@@ -514,7 +514,8 @@ def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any
         return np.where(scored, np.asarray(values, dtype=np.float64)[np.maximum(k, 0)] if values else np.nan, np.nan)
 
     frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str), "split": "test",
-                          "seed": seed, "dsc": column(out.dsc), "iou": column(out.iou), "empty_gt": ~scored})
+                          "seed": seed, "patient_id": patient_ids(ds, pos), "dsc": column(out.dsc), "iou": column(out.iou),
+                          "empty_gt": ~scored})
     if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
         frame["hd95"] = column(out.hd95)
     for a, v in attr_columns(ds, spec, pos).items():
