@@ -62,7 +62,8 @@ def test_stratified_counts_keep_each_stratum_size():
 
 
 def test_small_group_keeps_its_positive_in_every_resample():
-    # group b: 1 positive, 4 negatives -> its AUC is defined in every resample (no NaN-only CI)
+    # group b: 1 positive, 4 negatives -> its AUC is defined in every resample, but it is the rank of that one
+    # positive, redrawn every time: the point value stays, the interval goes, with the reason and a warning
     y = np.r_[np.tile([0, 1], 20), [1, 0, 0, 0, 0]]
     s = np.r_[np.linspace(0.05, 0.95, 40), [0.6, 0.2, 0.7, 0.1, 0.3]]
     g = np.r_[["a"] * 40, ["b"] * 5]
@@ -71,7 +72,9 @@ def test_small_group_keeps_its_positive_in_every_resample():
     # AUC of b is 0.75 (0.6 beats .2 .1 .3, not .7); a resample of b's negatives gives values in
     # {0, .25, .5, .75, 1}, always defined
     assert v == pytest.approx(0.75)
-    assert math.isfinite(lo) and math.isfinite(hi) and lo <= v <= hi
+    assert math.isnan(lo) and math.isnan(hi)
+    assert "only one positive row" in r.ci_notes["auc"]["b"]
+    assert any(w.startswith("g=b: only one positive") for w in r.warnings)
 
 
 def test_resample_counts_and_chunks():

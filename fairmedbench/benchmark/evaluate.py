@@ -15,6 +15,7 @@ from fairmedbench.metrics import FairnessResult, evaluate_classification
 from fairmedbench.metrics.bootstrap import N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.profiles import check_threshold, get_profile
+from fairmedbench.metrics.result import TIDY_COLUMNS
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 
 SPLIT_VAL = ("val", "valid", "validation")
@@ -592,7 +593,6 @@ def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
     import pandas as pd
 
     table = opts.out_table or str(out_dir / "table.csv")
-    store.write_table(table, pd.DataFrame(rows, columns=["source", "task", "attribute", "group", "metric", "value",
-                                                         "ci_low", "ci_high", "n"]
+    store.write_table(table, pd.DataFrame(rows, columns=["source", *TIDY_COLUMNS]
                                           + (["test_set"] if opts.test_resample else [])))
     return BatchOutcome(outcomes, table, str(out_dir))

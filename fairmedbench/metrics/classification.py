@@ -438,8 +438,8 @@ def _flag_single_case_groups(report: AttributeReport, plan: _Plan, units: bs.Uni
             v = report.values.get(m, {}).get(g)
             if v is not None and np.isfinite(v[0]):
                 report.values[m][g] = (v[0], math.nan, math.nan)
-                if n_boot:
-                    report.ci_notes.setdefault(m, {})[g] = why
+                if n_boot:  # a reason already given (a small group) stays
+                    report.ci_notes.setdefault(m, {}).setdefault(g, why)
         report.warnings.append(f"{report.attribute}={g}: {why}")
 
 

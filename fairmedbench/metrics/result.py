@@ -108,8 +108,7 @@ class FairnessResult:
         """Tidy pandas DataFrame of `records()`."""
         import pandas as pd
 
-        cols = ["task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n", "unit", *TEST_KEYS]
-        return pd.DataFrame(self.records(), columns=cols)
+        return pd.DataFrame(self.records(), columns=list(TIDY_COLUMNS))
 
     def _pivot(self, which: str) -> Any:
         df = self.to_frame()
@@ -148,6 +147,8 @@ class FairnessResult:
 
 #: the keys a tested between-group entry adds beside value / ci_low / ci_high
 TEST_KEYS = ("p_value", "p_adjusted", "bias_corrected")
+#: the tidy table's columns, in order
+TIDY_COLUMNS = ("task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n", "unit", *TEST_KEYS)
 
 
 def test_alternative(metric: str) -> str | None:
