@@ -157,9 +157,11 @@ def _test_predictions(r: RunOutcome, attribute: str) -> list[Any]:
         cols = block["columns"]
         score_cols = cols["scores"] if block.get("classes") else cols["scores"][:1]
         df = df[df["split"] == "test"].sort_values("sample_id")
+        # the patient of each row (written by every runner): the paired bootstrap draws whole patients
+        patient = df["patient_id"] if "patient_id" in df.columns else df["sample_id"]
         frames.append(df[["sample_id", cols["labels"][0], *score_cols, f"attr:{attribute}"]]
                       .set_axis(["id", "y", *[f"s{j}" for j in range(len(score_cols))], "g"], axis=1)
-                      .reset_index(drop=True))
+                      .assign(patient=patient.to_numpy()).reset_index(drop=True))
     return frames
 
 
@@ -194,7 +196,8 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     y, g = ref["y"].to_numpy()[keep], ref["g"].to_numpy()[keep].astype(str)
     if len(score_cols) == 1:  # a binary score: (S, n)
         scores = scores[:, :, 0]
-    res = BOOTSTRAPPED[task.headline](y, scores, g, n_boot=n_boot, label=f"{ds}|{attribute}")
+    res = BOOTSTRAPPED[task.headline](y, scores, g, n_boot=n_boot, label=f"{ds}|{attribute}",
+                                      patient_ids=ref["patient"].to_numpy()[keep])
     n_seeds = len(frames["erm"])
     shape = (len(out.methods), n_seeds, len(res.groups))
     point = res.point.reshape(shape)
@@ -203,6 +206,7 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
         warnings.simplefilter("ignore", RuntimeWarning)
         worst_p, worst_b = np.nanmin(point, axis=-1).mean(axis=-1), np.nanmin(boot, axis=-1).mean(axis=-1)
     doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "metric": task.headline,
+                           "unit": "patient", "n_clusters": int(ref["patient"][keep].nunique()),
                            "keys": [worst, diff, f"{worst}_vs_erm"], "methods": {}}
     for i, m in enumerate(out.methods):
         entry = {worst: _interval(worst_b[:, i], float(worst_p[i]))}

@@ -36,7 +36,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 
 DEFAULT_SAMPLE = 64
 # identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
-OWN_FIELDS = ("precision", "n_boot", "seeds", "seed", "engine")
+OWN_FIELDS = ("precision", "n_boot", "n_perm", "seeds", "seed", "engine")
 
 
 @dataclasses.dataclass
@@ -84,15 +84,16 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file
     if doc_spec.get("sampling"):
         raise InputError(f"the run sampled its splits ({doc_spec['sampling']}); verification replaces the test split "
                          "by a sample of it, which a sampled run would draw differently (board runs are unsampled)")
-    names = {f.name for f in dataclasses.fields(RunSpec)} - {"weights", "precision", "n_boot", "seeds", "hparams",
-                                                               "split_file"}
+    names = {f.name for f in dataclasses.fields(RunSpec)} - {"weights", "precision", "n_boot", "n_perm", "seeds",
+                                                               "hparams", "split_file"}
     kw = {k: doc_spec[k] for k in names if k in doc_spec and doc_spec[k] is not None}
     kw["attributes"] = tuple(kw.get("attributes", ()))
     if not get_profile(doc_spec.get("profile", "default")).accepts_threshold:
         kw.pop("threshold", None)
     hparams = {**doc_spec.get("train_hparams", {}), **doc_spec.get("usage_hparams", {}),
                **doc_spec.get("mitigation_hparams", {})}
-    return RunSpec(**kw, weights=weights, precision="fp32", n_boot=0, seeds=(int(doc_spec["seed"]),),
+    # verify compares per-sample scores: no intervals or tests are computed
+    return RunSpec(**kw, weights=weights, precision="fp32", n_boot=0, n_perm=0, seeds=(int(doc_spec["seed"]),),
                    hparams=hparams, split_file=split_file if doc_spec.get("split_seed") == -1 else None)
 
 

@@ -99,6 +99,7 @@ class Limits:
     total_bytes: int = 1 << 30
     files: int = 5000
     n_boot: int = 10000
+    n_perm: int = 10000
 
 
 @dataclass
@@ -289,6 +290,10 @@ def _label(v: Any) -> str:
     return str(v).strip()
 
 
+#: the optional per-row patient id column of a predictions file (every runner writes it)
+PATIENT_COLUMN = "patient_id"
+
+
 def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any], seed: int) -> _Columns:
     """Parquet bytes -> checked columns; raises _Stop listing what is wrong."""
     import pyarrow as pa
@@ -310,6 +315,8 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if "hd95" in table.column_names:
             want["hd95"] = "distance"
     want.update({c: "attr" for c in cols["attributes"]})
+    if PATIENT_COLUMN in table.column_names:  # optional: the recomputation then resamples whole patients
+        want[PATIENT_COLUMN] = "id"
     problems = [f"{rel}: missing column {c!r}" for c in want if c not in table.column_names]
     problems += [f"{rel}: unexpected column {c!r}" for c in table.column_names if c not in want]
     if classes:  # say what a multi-class file must hold: the count of class columns missing or extra
@@ -465,9 +472,13 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     n_boot = _setting(meta, ("n_boot",), rel)
     if not isinstance(n_boot, int) or n_boot > limits.n_boot:
         raise _Stop([f"{rel}: result.meta.n_boot must be a whole number <= {limits.n_boot}, got {n_boot!r}"])
+    n_perm = meta.get("n_perm", 0)  # results written before the permutation tests carry none
+    if not isinstance(n_perm, int) or not 0 <= n_perm <= limits.n_perm:
+        raise _Stop([f"{rel}: result.meta.n_perm must be a whole number in [0, {limits.n_perm}], got {n_perm!r}"])
     common = dict(profile=_setting(meta, ("profile",), rel), n_boot=n_boot, seed=_setting(meta, ("seed",), rel),
                   ci_level=_setting(meta, ("ci_level",), rel),
-                  min_group_size=_setting(meta, ("min_group_size",), rel), intersect=intersect)
+                  min_group_size=_setting(meta, ("min_group_size",), rel), intersect=intersect, n_perm=n_perm,
+                  patient_ids=test.get(PATIENT_COLUMN))
     try:
         if not get_task(entry.task).sample_labels:
             out = evaluate_segmentation(test["dsc"], attributes, iou=test["iou"],

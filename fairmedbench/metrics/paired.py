@@ -26,9 +26,9 @@ class PairedGroupAUC:
 
 
 def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = 2000,
-                     seed: int = 0, label: str = "") -> PairedGroupAUC:
+                     seed: int = 0, label: str = "", patient_ids: np.ndarray | None = None) -> PairedGroupAUC:
     """Group AUCs of every score set (rows of `scores`, (S, n)) on one shared set of resamples, stratified
-    by group x label; `groups` holds group names (n,)."""
+    by group x label; `groups` holds group names (n,); `patient_ids` (n,): draw whole patients."""
     y = np.asarray(y)
     scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
     groups = np.asarray(groups)
@@ -37,7 +37,8 @@ def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n
                          f"{scores.shape}; give one score per test sample in every row")
     if not np.isin(y, (0, 1)).all() or not np.isfinite(scores).all():
         raise InputError("paired bootstrap: labels must be 0/1 and scores finite")
-    names, codes, weights = _shared_resamples(y.astype(int), 2, groups, n_boot, seed, "paired-group-auc", label)
+    names, codes, weights = _shared_resamples(y.astype(int), 2, groups, n_boot, seed, "paired-group-auc", label,
+                                              patient_ids)
     point = np.empty((scores.shape[0], len(names)))
     resampled = np.empty((n_boot, scores.shape[0], len(names)))
     for gi in range(len(names)):
@@ -50,10 +51,11 @@ def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n
 
 
 def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = 2000,
-                           seed: int = 0, label: str = "") -> PairedGroupAUC:
+                           seed: int = 0, label: str = "", patient_ids: np.ndarray | None = None) -> PairedGroupAUC:
     """Group macro AUCs (the multi-class engine's: mean one-vs-rest AUC over the classes with positives and
     negatives in the group) of every score set ((S, n, K) class probabilities, `y` class indices 0..K-1) on one
-    shared set of resamples, stratified by group x class (so each group's set of defined classes is fixed)."""
+    shared set of resamples, stratified by group x class (so each group's set of defined classes is fixed);
+    `patient_ids` (n,): draw whole patients."""
     y = np.asarray(y)
     scores = np.asarray(scores, dtype=np.float64)
     groups = np.asarray(groups)
@@ -64,7 +66,7 @@ def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray
     if not (np.isin(y, np.arange(k)).all() and np.isfinite(scores).all()):
         raise InputError(f"paired bootstrap: labels must be class indices 0..{k - 1} and scores finite")
     names, codes, weights = _shared_resamples(y.astype(int), k, groups, n_boot, seed, "paired-group-macro-auc",
-                                              label)
+                                              label, patient_ids)
     point = np.empty((scores.shape[0], len(names)))
     resampled = np.empty((n_boot, scores.shape[0], len(names)))
     for gi in range(len(names)):
@@ -82,16 +84,16 @@ def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray
 
 
 def _shared_resamples(y: np.ndarray, k: int, groups: np.ndarray, n_boot: int, seed: int, stream: str,
-                      label: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+                      label: str, patient_ids: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Sorted group names, each sample's group code and (n_boot, n) resample counts drawn within each
-    group x class stratum (`k` classes)."""
+    group x class stratum (`k` classes); with `patient_ids`, whole patients are drawn (stratified by class at the
+    patient level, as the metric engine's bootstrap)."""
     bs.check_settings(n_boot, 0.95, 0)
     names = sorted({str(g) for g in groups})
     codes = np.searchsorted(names, groups.astype(str))
-    strata = codes * k + y
+    units = bs.make_units(codes, patient_ids)
     rng = bs.stable_seed(seed, stream, label)
-    weights = np.zeros((n_boot, y.size))
-    for st in np.unique(strata):
-        idx = np.flatnonzero(strata == st)
-        weights[:, idx] = bs.resample_counts(rng, idx.size, n_boot)
+    strata = [st for gi in range(len(names)) for st in bs.label_strata(units, np.flatnonzero(codes == gi), y,
+                                                                       range(k))]
+    weights = bs.unit_weights(rng, strata, units.n_units, n_boot)[:, units.of_row]
     return names, codes, weights

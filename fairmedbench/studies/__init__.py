@@ -15,6 +15,7 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, see `shipped_studies(
     hparams: {epochs: 5}             # one mapping for every cell, or a list of mappings (an axis)
     split_seed: 0                    # defaults for every run (RunSpec fields)
     n_boot: 2000
+    n_perm: 1000                     # permutations per gap / difference test (0 = none)
     profile: default
     weights: null                    # null: each card's own weights; 'random' for smoke tests
     precision: auto
@@ -96,6 +97,7 @@ class Study:
     hparams: tuple[dict[str, Any], ...] = ({},)
     split_seed: int = 0
     n_boot: int = 2000
+    n_perm: int = 1000
     profile: str = "default"
     weights: str | None = None
     precision: str = "auto"
@@ -321,6 +323,7 @@ class _Parser:
                     raise self.fail(n, f"hparams: {bad[0]!r}: keys are names and values single numbers or strings")
         for key, kind, check, rule in (("split_seed", int, lambda x: x >= 0, "an integer >= 0"),
                                        ("n_boot", int, lambda x: x >= 0, "an integer >= 0"),
+                                       ("n_perm", int, lambda x: x >= 0, "an integer >= 0"),
                                        ("train_size", int, lambda x: x >= 1, "an integer >= 1")):
             if key in nodes:
                 v[key] = self.number(nodes[key], key, kind, check, rule)
@@ -390,7 +393,7 @@ def expand(study: Study) -> list[Cell]:
             spec_kw = dict(model=model, dataset=dataset, attributes=tuple(study.attributes), usage=usage_name,
                            mitigation=mitigation, seeds=tuple(study.seeds), split_seed=study.split_seed,
                            weights=study.weights, profile=study.profile, n_boot=study.n_boot,
-                           precision=study.precision, hparams=dict(hp), dataset_options=dict(study.dataset_options))
+                           n_perm=study.n_perm, precision=study.precision, hparams=dict(hp), dataset_options=dict(study.dataset_options))
             spec_kw.update(_sampling(base))
             try:
                 chosen = choose_usage(RunSpec(model=model, dataset=dataset, usage=usage_name), mcard, dcard)
