@@ -1,7 +1,8 @@
 """Metric engine speed against fairlearn's MetricFrame, measured in the same run, printed as ratios.
 
 1. Stratified bootstrap, 100,000 samples x 4 groups: time per resample of ALL our classification metrics
-   vs MetricFrame(n_boot=k) computing per-group AUC, TPR and FPR (target: >= 30x).
+   vs MetricFrame(n_boot=k) computing per-group AUC, TPR and FPR (target: >= 30x); the same per resample when
+   whole patients are drawn (5 rows per patient), and per permutation of the permutation tests (rows, patients).
 2. Point metrics, 1,000,000 samples x 8 groups: all our metrics vs MetricFrame's AUC/TPR/FPR
    (target: >= 10x), with our peak RSS measured in a fresh process (target: < 2 GB).
 Usage: python benchmarks/metrics_speed.py [--quick]
@@ -45,12 +46,13 @@ def fairlearn_frame(y: np.ndarray, s: np.ndarray, g: np.ndarray, n_boot: int) ->
     return time.perf_counter() - t
 
 
-def ours(y: np.ndarray, s: np.ndarray, g: np.ndarray, n_boot: int) -> float:
-    """Seconds for every classification metric of fairmedbench with `n_boot` resamples."""
+def ours(y: np.ndarray, s: np.ndarray, g: np.ndarray, n_boot: int, n_perm: int = 0,
+         patients: np.ndarray | None = None) -> float:
+    """Seconds for every classification metric of fairmedbench with `n_boot` resamples and `n_perm` permutations."""
     from fairmedbench.metrics import evaluate_classification
 
     t = time.perf_counter()
-    evaluate_classification(y, s, {"g": g}, n_boot=n_boot)
+    evaluate_classification(y, s, {"g": g}, n_boot=n_boot, n_perm=n_perm, patient_ids=patients)
     return time.perf_counter() - t
 
 
@@ -83,6 +85,13 @@ def main() -> int:
     print(f"bootstrap, 100,000 x 4 groups: MetricFrame {fl_per * 1e3:.1f} ms/resample (AUC, TPR, FPR; k={k_fl}); "
           f"fairmedbench {o_per * 1e3:.2f} ms/resample (all metrics; k={k_ours}) -> {r1:.0f}x (target >= 30x) "
           f"{'PASS' if r1 >= 30 else 'FAIL'}")
+    patients = np.arange(len(y)) // 5  # 20,000 patients of 5 rows (labels and groups vary within a patient)
+    for what, kw in (("bootstrap drawing patients", dict(n_boot=k_ours, patients=patients)),
+                     ("permutation test, rows", dict(n_boot=0, n_perm=k_ours)),
+                     ("permutation test, patients", dict(n_boot=0, n_perm=k_ours, patients=patients))):
+        per = max(ours(y, s, g, **kw) - o0, 1e-9) / k_ours
+        print(f"{what}: fairmedbench {per * 1e3:.2f} ms per resample -> {fl_per / per:.0f}x MetricFrame's "
+              "bootstrap resample")
     y, s, g = data(1_000_000, 8)
     fl_pt = fairlearn_frame(y, s, g, 0)
     child = subprocess.run([sys.executable, __file__, "--child-point"], capture_output=True, text=True, check=True)

@@ -219,3 +219,27 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     store.write_json(target, {"ok": 1})
     assert store.read_json(target) == {"ok": 1}
+
+
+def test_patient_column_found_by_name_named_or_none(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # 'Patient ID' (NIH's column) is found by name and said; --patient-column none resamples rows; a column that
+    # does not exist is a one-line error (exit 2)
+    df = _preds(240)
+    df["Patient ID"] = np.arange(240) // 4  # 60 patients of 4 images
+    src = tmp_path / "p.csv"
+    df.to_csv(src, index=False)
+    common = ["evaluate", "--predictions", str(src), "--label", "y", "--score", "p", "--attribute", "sex",
+              "--n-boot", "50", "--n-perm", "50"]
+    rc, out, _ = _run(capsys, *common, "--out", str(tmp_path / "a.json"))
+    assert rc == 0 and "resampling unit: patient (column 'Patient ID', found by name" in out
+    rep = store.read_json(tmp_path / "a.json")["result"]["reports"][0]
+    assert rep["resampling"]["unit"] == "patient"
+    groups = df[df.split == "test"].groupby("sex")["Patient ID"].nunique()
+    assert rep["resampling"]["n_clusters"] == {"__overall__": int(groups.sum()), **{g: int(v) for g, v in
+                                                                                    groups.items()}}
+    assert "resampling unit for sex: patient: F" in out
+    rc, out, _ = _run(capsys, *common, "--patient-column", "none", "--out", str(tmp_path / "b.json"))
+    assert rc == 0 and "resampling unit: row (--patient-column none)" in out
+    assert store.read_json(tmp_path / "b.json")["result"]["reports"][0]["resampling"]["unit"] == "row"
+    rc, _, err = _run(capsys, *common, "--patient-column", "pid", "--out", str(tmp_path / "c.json"))
+    assert rc == 2 and "--patient-column 'pid' is not a column" in err and "Traceback" not in err

@@ -2,8 +2,9 @@
 
 For each dataset and usage (linear probe, box-prompted segmentation) the run's signed two-group
 difference (e.g. auc_diff = male - female) is compared with what the dataset card declares: an
-injected disparity must be found (its CI excludes 0, in the declared direction) and the control must
-show none (its CI includes 0).
+injected disparity must be found (its permutation test rejects exchangeable groups, p < 0.05, and the
+difference points the declared way) and the control must show none (p >= 0.05). The verdict reads the
+test (METRICS.md: one verdict per question); the difference's 95% CI is shown beside it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Check:
     diff: tuple[float | None, float | None, float | None]
     order: tuple[str, str]
     passed: bool
+    p_value: float | None = None
 
 
 @dataclass
@@ -52,16 +54,21 @@ def controls_options(n: int, test_share: float) -> dict[str, Any]:
     return {"n": n, "config": {"split_fractions": [round(0.9 - test_share, 6), 0.1, test_share]}}
 
 
-def _verdict(expectation: dict[str, Any], diff: tuple, order: tuple[str, str]) -> tuple[str, bool]:
-    value, lo, hi = diff
-    if value is None or lo is None or hi is None:
+#: a difference whose two-sided permutation p is below this is "larger than chance"
+ALPHA = 0.05
+
+
+def _verdict(expectation: dict[str, Any], diff: tuple, order: tuple[str, str], p: float | None
+             ) -> tuple[str, bool]:
+    value = diff[0]
+    if value is None or p is None or math.isnan(p):
         return "undefined", False
     if expectation["direction"] == "none":
-        return "no disparity (CI of the difference includes 0)", lo <= 0.0 <= hi
+        return "no disparity", p >= ALPHA
     group = expectation["group"]
     # diff = order[1] - order[0]: the named group is lower when the difference points away from it
     lower_is_first = group == order[0]
-    return f"{group} lower", (lo > 0.0) if lower_is_first else (hi < 0.0)
+    return f"{group} lower", p < ALPHA and ((value > 0.0) if lower_is_first else (value < 0.0))
 
 
 def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...], opts: RunOptions, *,
@@ -90,8 +97,10 @@ def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...],
             first = outcome.seeds[0]
             for e in wanted:
                 diff = tuple(None if math.isnan(v) else v for v in first.cell(f"{metric}_diff", e["attribute"]))
-                order = tuple(first.fairness().report(None, e["attribute"]).groups)
-                expected, ok = _verdict(e, diff, order)
-                out.checks.append(Check(dataset, usage, e["attribute"], metric, expected, diff, order, ok))
+                rep = first.fairness().report(None, e["attribute"])
+                order = tuple(rep.groups)
+                p = rep.tests.get(f"{metric}_diff", {}).get("p_value")
+                expected, ok = _verdict(e, diff, order, p)
+                out.checks.append(Check(dataset, usage, e["attribute"], metric, expected, diff, order, ok, p))
     out.seconds = time.perf_counter() - t0
     return out

@@ -203,12 +203,13 @@ def render_controls(outcome: Any, console: Any) -> None:
             per = "  ".join(f"{g} {fmt(*rep.values[m][g])}" for g in rep.groups)
             console.print(f"{r.config.dataset:<16} {r.config.usage:<11} {rep.attribute}: {m.upper()} {per}"
                           + ("  (reused)" if r.reused else ""))
-    table = Table(title="controls: signed difference (second group − first) with 95% CI", title_justify="left")
-    for h in ("dataset", "usage", "attribute", "difference", "value [95% CI]", "declared", "verdict"):
+    table = Table(title="controls: signed difference (second group − first) with 95% CI; the verdict reads its "
+                        "permutation test (p < 0.05: larger than chance)", title_justify="left")
+    for h in ("dataset", "usage", "attribute", "difference", "value [95% CI]", "p", "declared", "verdict"):
         table.add_column(h)
     for c in outcome.checks:
         table.add_row(c.dataset, c.usage, c.attribute, f"{c.metric}: {c.order[1]} − {c.order[0]}", fmt(*_triple(
-            {"value": c.diff[0], "ci_low": c.diff[1], "ci_high": c.diff[2]})), c.expected,
+            {"value": c.diff[0], "ci_low": c.diff[1], "ci_high": c.diff[2]})), fmt_p(c.p_value), c.expected,
             "[green]as declared[/]" if c.passed else "[red]NOT as declared[/]")
     console.print(table)
     verdict = ("[green]all controls behave as declared[/]: the injected disparity is found and the control "

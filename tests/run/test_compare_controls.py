@@ -92,15 +92,17 @@ def test_compare_cli_table_and_report(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_control_verdicts() -> None:
+    # the verdict reads the permutation test (p < 0.05) and the sign; the CI is shown, not judged
     order = ("female", "male")  # differences are male - female
     lower_f = {"direction": "lower", "group": "female"}
-    assert _verdict(lower_f, (0.3, 0.1, 0.5), order)[1]
-    assert not _verdict(lower_f, (0.3, -0.1, 0.5), order)[1]
-    assert not _verdict({"direction": "lower", "group": "male"}, (0.3, 0.1, 0.5), order)[1]
-    assert _verdict({"direction": "lower", "group": "male"}, (-0.3, -0.5, -0.1), order)[1]
-    assert _verdict({"direction": "none"}, (0.01, -0.1, 0.1), order)[1]
-    assert not _verdict({"direction": "none"}, (0.2, 0.1, 0.3), order)[1]
-    assert not _verdict({"direction": "none"}, (None, None, None), order)[1]
+    assert _verdict(lower_f, (0.3, 0.1, 0.5), order, 0.001)[1]
+    assert not _verdict(lower_f, (0.3, 0.1, 0.5), order, 0.2)[1]  # a CI excluding 0 is not the test
+    assert not _verdict({"direction": "lower", "group": "male"}, (0.3, 0.1, 0.5), order, 0.001)[1]
+    assert _verdict({"direction": "lower", "group": "male"}, (-0.3, -0.5, -0.1), order, 0.001)[1]
+    assert _verdict({"direction": "none"}, (0.01, -0.1, 0.1), order, 0.6)[1]
+    assert not _verdict({"direction": "none"}, (0.2, 0.1, 0.3), order, 0.01)[1]
+    assert not _verdict({"direction": "none"}, (None, None, None), order, None)[1]
+    assert _verdict({"direction": "none"}, (0.01, -0.1, 0.1), order, float("nan"))[0] == "undefined"
 
 
 def test_controls_run_every_dataset_and_usage(tmp_path: Path) -> None:
