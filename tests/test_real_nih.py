@@ -18,7 +18,8 @@ def nih_predictions(real_data: Path, tmp_path_factory: pytest.TempPathFactory) -
     preds = pd.read_csv(root / "preds.csv")
     meta = pd.read_csv(root / "Data_Entry_2017_v2020.csv.gz")
     findings = pd.read_csv(root / "aucs.csv")["label"].tolist()
-    df = preds.merge(meta[["Image Index", "Finding Labels", "Patient Age", "Patient Gender"]], on="Image Index",
+    df = preds.merge(meta[["Image Index", "Finding Labels", "Patient Age", "Patient Gender", "Patient ID"]],
+                     on="Image Index",
                      how="left", validate="one_to_one")
     assert df["Finding Labels"].notna().all()
     labels = df["Finding Labels"].str.split("|")
@@ -35,7 +36,7 @@ def test_reproduces_published_aucs_and_reports_subgroups(nih_predictions, real_d
     out = tmp_path / "nih.json"
     rc = main(["evaluate", "--predictions", str(path), "--label", ",".join(findings),
                "--score", ",".join(f"prob_{f}" for f in findings), "--attribute", "Patient Gender,Patient Age",
-               "--bins", "Patient Age=0,40,60,200", "--n-boot", "200", "--out", str(out),
+               "--bins", "Patient Age=0,40,60,200", "--n-boot", "200", "--n-perm", "200", "--out", str(out),
                "--out-table", str(tmp_path / "tidy.csv")])
     capsys.readouterr()
     assert rc == 0
@@ -47,6 +48,12 @@ def test_reproduces_published_aucs_and_reports_subgroups(nih_predictions, real_d
     assert (ours - published.loc[ours.index]).abs().max() < 5e-5  # 4 decimals
     doc = store.read_json(out)
     for rep in doc["result"]["reports"]:
+        # 'Patient ID' is found by name: whole patients are resampled (6,187 patients; a patient whose follow-ups
+        # cross an age bin is one unit in each bin)
+        assert rep["resampling"]["unit"] == "patient"
+        if rep["attribute"] == "Patient Gender":
+            assert rep["resampling"]["n_clusters"]["__overall__"] == 6187
+        assert 0 < rep["tests"]["auc_gap"]["p_value"] <= 1
         expected = {"F", "M"} if rep["attribute"] == "Patient Gender" else {"<40", "40-60", ">=60"}
         assert set(rep["groups"]) == expected
         m = rep["metrics"]

@@ -39,6 +39,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "profile": (BASE, [*BASE, "--profile", "fairseg"]),
         "threshold": (BASE, [*BASE, "--threshold", "val_best_f1"]),
         "n_boot": (BASE, [*BASE, "--n-boot", "100"]),
+        "n_perm": (BASE, [*BASE, "--n-perm", "100"]),
         "hparam": (BASE, [*BASE, "--hparam", "lr=0.01"]),
         "dataset_option": (BASE, [*BASE, "--dataset-option", "n=25"]),
         "precision": ([*BASE, "--precision", "fp32"], [*BASE, "--precision", "bf16"]),
