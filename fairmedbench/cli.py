@@ -927,8 +927,9 @@ def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
     if args.out_table:
         import pandas as pd
 
-        frame = pd.DataFrame(delta_rows(doc))
-        (frame.to_parquet if args.out_table.endswith(".parquet") else frame.to_csv)(args.out_table, index=False)
+        from fairmedbench.engine import store
+
+        store.write_table(args.out_table, pd.DataFrame(delta_rows(doc)))
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -1018,3 +1019,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+if __name__ == "__main__":  # `python -m fairmedbench.cli` runs the command too (it did nothing, exit 0)
+    raise SystemExit(main())

@@ -246,8 +246,11 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         store.write_parquet(pred_path, per_sample)
     paths["predictions"] = str(pred_path)
     if opts.out_table:
-        store.write_table(opts.out_table, _tidy(result, resampled.result if resampled else None, doc))
+        tidy = _tidy(result, resampled.result if resampled else None, doc)
+        store.write_table(opts.out_table, tidy)
         paths["table"] = opts.out_table
+        if note := store.csv_note(opts.out_table, tidy):
+            notes.append(note)
     doc["files"] = {"predictions": pred_path.name}
     store.write_json(out, doc)
     if opts.report:
