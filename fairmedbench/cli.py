@@ -304,6 +304,8 @@ def _compute_parent() -> argparse.ArgumentParser:
     g.add_argument("--cache-dir", default=".fmb-cache", help="feature cache folder")
     g.add_argument("--out", default="results", help="results folder")
     g.add_argument("--force", action="store_true", help="recompute even if this run's result exists")
+    g.add_argument("--i-know", action="store_true",
+                   help="run with --seeds or --n-boot above their documented bounds (the estimated time is printed)")
     g.add_argument("--no-verify-weights", dest="verify_weights", action="store_false",
                    help="accept --weights whose sha256 differs from the card's (your own fine-tuned checkpoint); "
                         "the sha256 read is recorded and is part of the run's identity")
@@ -348,8 +350,9 @@ def _add_run_options(p: Any) -> None:
     p.add_argument("--threshold", metavar="POLICY",
                    help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a "
                         "profile that chooses its own threshold, such as fairmedfm, refuses one)")
-    p.add_argument("--prompt", default="bbox", choices=list(PROMPT_MODES),
-                   help="segmentation prompt derived from the ground truth")
+    p.add_argument("--prompt", choices=list(PROMPT_MODES),
+                   help="segmentation prompt derived from the ground truth (default bbox; only with a usage that "
+                        "prompts)")
     g = p.add_argument_group("sampling after feature extraction (seeded per run seed; part of the run's identity)")
     g.add_argument("--train-group-share", type=float, metavar="S",
                    help="share S in [0, 1] of --share-group in a training set of fixed size (fairness laws)")
@@ -374,7 +377,7 @@ def run_options(args: argparse.Namespace, progress: Callable[[str, int, int], No
 
     return RunOptions(data_root=args.data_root, out_root=args.out, cache_dir=args.cache_dir, device=args.device,
                       batch_size=args.batch_size, num_workers=args.num_workers, channels_last=args.channels_last,
-                      force=args.force, verify_weights=args.verify_weights, progress=progress)
+                      force=args.force, verify_weights=args.verify_weights, i_know=args.i_know, progress=progress)
 
 
 def run_spec(args: argparse.Namespace) -> Any:
@@ -1011,6 +1014,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FMBError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full or read-only disk, a folder without permission: one line, no traceback
+        import errno
+
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        print(f"benchmark: error: {exc.filename or 'a file'}: {exc.strerror}; free space or choose a folder you can "
+              "write to (--out, --cache-dir)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("benchmark: interrupted; no partial result was written", file=sys.stderr)
         return 130

@@ -27,7 +27,7 @@ class RunSpec:
     threshold: str | None = None  # None: the profile's rule, else val_youden
     n_boot: int = 2000
     precision: str = "auto"
-    prompt: str = "bbox"
+    prompt: str | None = None  # None: bbox for a usage that prompts; a usage that takes no prompt refuses one
     skip_bad: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)

@@ -13,6 +13,7 @@ in `result.meta` (profile, threshold policy, n_boot, seed, ci_level, min_group_s
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import hashlib
 import json
@@ -60,6 +61,27 @@ def _atomic(path: Path, write: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def check_writable(folder: Path | str, what: str) -> None:
+    """InputError (one line) unless a file can be created in `folder`, or in its nearest existing parent when it
+    does not exist yet (read-only, not a folder, no permission, full): checked before a run creates anything."""
+    from fairmedbench.errors import InputError
+
+    folder = Path(folder)
+    probe = next((p for p in (folder, *folder.absolute().parents) if p.exists()), Path("/"))
+    try:
+        if not probe.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(probe))
+        fd, tmp = tempfile.mkstemp(prefix=".fmb-write-check-", dir=probe)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as exc:
+        raise InputError(f"{what} {folder}: cannot write in {probe} ({exc.strerror or exc}); "
+                         f"give {what} a folder you can write to, with free space") from None
 
 
 def remove_partial_files(folder: Path | str) -> list[Path]:

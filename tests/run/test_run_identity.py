@@ -36,7 +36,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "split_seed": (BASE, [*BASE, "--split-seed", "1"]),
         "split_file": (BASE, [*BASE, "--split-file", str(split)]),
         "weights": (BASE, [*BASE, "--weights", "random:1"]),
-        "profile": (BASE, [*BASE, "--profile", "fairseg"]),
+        "profile": (BASE, [*BASE, "--profile", "fairmedfm"]),
         "threshold": (BASE, [*BASE, "--threshold", "val_best_f1"]),
         "n_boot": (BASE, [*BASE, "--n-boot", "100"]),
         "hparam": (BASE, [*BASE, "--hparam", "lr=0.01"]),

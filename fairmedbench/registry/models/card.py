@@ -77,6 +77,8 @@ class ModelCard:
     # not zero-shot (MTEB's `training_datasets`). `pretraining_data` is the free-text description.
     training_datasets: tuple[str, ...] = ()
     loader_options: dict[str, Any] = field(default_factory=dict)
+    # segmentation: the --prompt modes (adapters.prompts) its prompt encoder takes; empty: every mode
+    prompt_modes: tuple[str, ...] = ()
 
     def can(self, capability: str) -> bool:
         """Whether the model offers `capability` (encode_image, encode_text, segment)."""
