@@ -55,6 +55,8 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--profile", default="default", choices=_profile_names(),
                    help="metric conventions; 'fairmedfm' reproduces that package's numbers (labelled)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (0 = no CIs)")
+    p.add_argument("--i-know", action="store_true",
+                   help="evaluate with --n-boot above its documented bound (the estimated time is printed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--logits", action="store_true", help="scores are logits: map them through the sigmoid")
     p.add_argument("--min-group-size", type=int, default=30, help="flag groups smaller than this")
@@ -97,7 +99,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
         mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
-        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv))
+        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv),
+        i_know=args.i_know)
     if opts.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {opts.n_boot}")
     if len(sources) > 1:

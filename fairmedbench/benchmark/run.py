@@ -166,18 +166,11 @@ def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
     usage under `out_root` (when there is one), and its bootstrap timed here at the run's test size."""
     import statistics
 
-    from fairmedbench.metrics import evaluate_classification
+    from fairmedbench.benchmark.evaluate import bootstrap_seconds
 
     config = resolved.config
-    n_test, seeds, n_boot = max(len(resolved.split.test), 2), len(config.seeds), config.n_boot
-    y, score = np.arange(n_test) % 2, np.random.default_rng(0).uniform(size=n_test)
-    groups = {"g": np.where(np.arange(n_test) % 4 < 2, "a", "b")}
-    took = []
-    for b in (0, 100):  # the bootstrap's share: 100 resamples less none (imports and point estimates)
-        t0 = time.perf_counter()
-        evaluate_classification(y, score, groups, n_boot=b, min_group_size=1)
-        took.append(time.perf_counter() - t0)
-    boot = max(took[1] - took[0], 0.0) / 100 * n_boot * max(len(config.attributes), 1) * seeds
+    n_test, seeds, n_boot = len(resolved.split.test), len(config.seeds), config.n_boot
+    boot = bootstrap_seconds(n_test, n_boot) * max(len(config.attributes), 1) * seeds
     per_seed = []
     for path in (Path(out_root) / "runs" / config.model / config.dataset / config.usage).glob("*/summary.json"):
         try:

@@ -162,3 +162,29 @@ def test_a_full_disk_mid_run_is_one_line_and_leaves_no_run_folder(tmp_path: Path
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "seed0.parquet: No space left on device; free space" in err[0]
     assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_evaluate_n_boot_above_its_bound_needs_i_know(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+    import pandas as pd
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["evaluate", "--demo", "--n-boot", "10001"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--n-boot 10001 (bound 10,000)" in err[0] and "estimated time about" in err[0]
+    assert list(tmp_path.iterdir()) == []
+    # with --i-know the estimate is printed first and the evaluation goes on (bound lowered to keep this cheap)
+    monkeypatch.setitem(hparams.COST_BOUNDS, "n_boot", ("--n-boot", 5))
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"y": np.arange(80) % 2, "p": rng.uniform(size=80), "sex": np.where(np.arange(80) < 40, "F", "M")}
+                 ).to_parquet(tmp_path / "p.parquet")
+    argv = ["evaluate", "--predictions", "p.parquet", "--label", "y", "--score", "p", "--attribute", "sex",
+            "--n-boot", "20", "--out", "r.json"]
+    assert main(argv) == 2
+    capsys.readouterr()
+    assert main([*argv, "--i-know"]) == 0
+    assert "--n-boot 20 (bound 5) is above the documented bound (--i-know given): estimated time about" in \
+        capsys.readouterr().err
+    assert store.read_json(tmp_path / "r.json")["spec"]["n_boot"] == 20 and "i_know" not in \
+        store.read_json(tmp_path / "r.json")["spec"]
