@@ -90,7 +90,6 @@ class Usage:
     prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
     learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
     volumes = False  # classification: whether it runs on 3D volumes slice by slice (2.5D, adapters.volumes)
-    volumetric_models = False  # segmentation: whether a native 3D model (one prompt per volume) can run it
     caches_features = False  # classification: whether `prepare` reads frozen image features from the feature cache
 
     @property

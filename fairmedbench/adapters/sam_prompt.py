@@ -29,7 +29,6 @@ class SamPrompt(Usage):
     about = "prompted segmentation (prompts from ground-truth masks: center, rand, rands, bbox)"
     hparams = MappingProxyType({"box_jitter": 0.0})
     prompt_modes = PROMPT_MODES
-    volumetric_models = True
 
     def predictor(self, model: Any, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:
         """A function (image, prompt) -> boolean mask of the image's size."""

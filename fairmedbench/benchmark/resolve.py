@@ -172,18 +172,12 @@ def check_spec(spec: RunSpec) -> Checked:
 
 
 def _check_dimensions(mcard: ModelCard, dcard: DatasetCard, usage: Usage, task: Task) -> None:
-    """A native 3D model runs only on 3D data and only with a usage that prompts whole volumes; a 2D model's
-    classification usage runs on volumes only if it encodes them slice by slice (2.5D)."""
-    from fairmedbench.adapters import USAGES
-
+    """A native 3D model runs only on 3D data (its usages are limited by its capabilities: it only segments); a
+    2D model's classification usage runs on volumes only if it encodes them slice by slice (2.5D)."""
     if mcard.preprocessing.depth:
         if dcard.dim != 3:
             raise InputError(f"model {mcard.name!r} segments 3D volumes; dataset {dcard.name!r} is {dcard.dim}D. Use "
                              "a 3D dataset (e.g. synth3d-contrast) or a 2D model (e.g. litemedsam)")
-        if not usage.volumetric_models:
-            fits = [n for n in USAGES.names() if USAGES.get(n).volumetric_models]
-            raise InputError(f"usage {usage.name!r} trains or prompts a 2D model on images or slices; model "
-                             f"{mcard.name!r} segments whole volumes: use --usage {' or '.join(fits)}")
     elif dcard.dim == 3 and task.name != "segmentation" and not usage.volumes:
         raise InputError(f"usage {usage.name!r} does not run on 3D volumes; dataset {dcard.name!r} is 3D: use a "
                          "classification usage that encodes slices (benchmark list usages)")

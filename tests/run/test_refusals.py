@@ -44,8 +44,12 @@ def _refused(argv: list[str], out: Path, capsys: pytest.CaptureFixture) -> str:
 @pytest.mark.parametrize("argv,message", [
     (["--model", "sam-med3d", "--dataset", "synth-contrast"], "segments 3D volumes; dataset 'synth-contrast' is 2D"),
     (["--model", "sam-med3d", "--dataset", "synth3d-contrast", "--usage", "sam-decoder"],
-     "usage 'sam-decoder' trains or prompts a 2D model"),
-    (["--model", "fastsam3d", "--dataset", "synth3d-contrast", "--usage", "samed"], "use --usage sam-prompt"),
+     "model 'sam-med3d' can segment; 'sam-decoder' needs segment, tune_decoder"),
+    (["--model", "fastsam3d", "--dataset", "synth3d-contrast", "--usage", "samed"],
+     "Possible usages for this model and dataset: sam-prompt"),
+    # MedSAM2's SAM 2 modules have no decoder to fine-tune: this was an AttributeError traceback after loading
+    (["--model", "medsam2", "--dataset", "synth-contrast", "--usage", "sam-decoder"], "needs segment, tune_decoder"),
+    (["--model", "medsam2", "--dataset", "synth-contrast", "--usage", "samed"], "needs segment, tune_decoder"),
     (["--model", "sam-med3d", "--dataset", "synth3d-contrast", "--usage", "sam-prompt"],
      "takes center, rand, rands prompts, not bbox (the default)"),
     (["--model", "fastsam3d", "--dataset", "synth3d-contrast", "--prompt", "bbox"], "has no box embedding"),

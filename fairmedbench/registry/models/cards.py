@@ -16,7 +16,9 @@ BLIP_DATA = ("COCO", "Visual Genome", "CC3M", "CC12M", "SBU Captions", "LAION-11
 SAM_PRE = Preprocessing(size=1024, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="longest_pad",
                         interpolation="bilinear")
 CLIP224 = Preprocessing(size=224, mean=CLIP_MEAN, std=CLIP_STD)
-SEG_CAPS = ("encode_image", "segment")
+# tune_decoder: a segment_anything-style image encoder, prompt encoder and mask decoder that sam-decoder and samed
+# fine-tune (MedSAM2's SAM 2 modules are not: it only segments)
+SEG_CAPS = ("encode_image", "segment", "tune_decoder")
 # MedSAM's training set includes the ISIC 2018 lesion-segmentation images, which come from HAM10000.
 MEDSAM_SEEN = ("ham10000",)
 VL_CAPS = ("encode_image", "encode_text")
@@ -278,7 +280,7 @@ register(ModelCard(
 ))
 
 register(ModelCard(
-    name="medsam2", family="sam", kind="segmentation", capabilities=SEG_CAPS,
+    name="medsam2", family="sam", kind="segmentation", capabilities=("encode_image", "segment"),
     preprocessing=Preprocessing(size=512, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",
                                 interpolation="bilinear"),
     embedding_dim=256,
