@@ -347,7 +347,7 @@ def _add_run_options(p: Any) -> None:
                                    "dataset; benchmark list usages)")
     p.add_argument("--mitigation", default="erm", help="erm | resampling | groupdro | ... (list mitigations)")
     p.add_argument("--seeds", default="0", help="training seeds: 0,1,2 or 0-4")
-    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--split-seed", type=int, help="seed of the drawn split (default 0; not with --split-file)")
     p.add_argument("--split-file", help="an exported split (benchmark splits export) to run on")
     p.add_argument("--profile", default="default", choices=_profile_names())
     p.add_argument("--threshold", metavar="POLICY",
@@ -365,7 +365,7 @@ def _add_run_options(p: Any) -> None:
                    help="training set size for --train-group-share (default: the largest at which every share fits)")
     g.add_argument("--prevalence", type=float, metavar="P",
                    help="impose class prevalence P in every group of one split (imbalance study)")
-    g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
+    g.add_argument("--prevalence-on", choices=["train", "test"], help="the split --prevalence samples (default test)")
     g.add_argument("--test-resample", metavar="SPEC",
                    help="also report a resampled test set: balanced:ATTR (equal group sizes, own prevalence), "
                         "prevalence:ATTR (equal positives and negatives per group) or matched:ATTR:AGE_BINS "
@@ -387,14 +387,19 @@ def run_spec(args: argparse.Namespace) -> Any:
     """The RunSpec of `benchmark run` arguments (checked later, in one place, before any work)."""
     from fairmedbench.spec import RunSpec
 
+    if args.split_file and args.split_seed is not None:  # both were accepted and the seed silently ignored
+        raise InputError("--split-seed draws a split and --split-file imports one: give one of them")
+    if args.prevalence_on is not None and args.prevalence is None:
+        raise InputError(f"--prevalence-on {args.prevalence_on} says which split --prevalence samples: give "
+                         "--prevalence P too, or drop it")
     return RunSpec(model=args.model, dataset=args.dataset, attributes=tuple(_extend(args.attribute)),
                    usage=args.usage or "", mitigation=args.mitigation, seeds=parse_seeds(args.seeds),
-                   split_seed=args.split_seed, split_file=args.split_file, weights=args.weights, profile=args.profile,
+                   split_seed=args.split_seed or 0, split_file=args.split_file, weights=args.weights, profile=args.profile,
                    threshold=args.threshold, n_boot=args.n_boot, precision=args.precision, prompt=args.prompt,
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
-                   prevalence_on=args.prevalence_on, test_resample=args.test_resample)
+                   prevalence_on=args.prevalence_on or "test", test_resample=args.test_resample)
 
 
 def _add_run(sub: Any) -> None:

@@ -72,6 +72,9 @@ def _refused(argv: list[str], out: Path, capsys: pytest.CaptureFixture) -> str:
      "usage 'clip-zs' learns nothing"),
     (["--model", "dinov2", "--dataset", "synth-contrast", "--hparam", "tasks=all"],
      "'synth-contrast' has none"),
+    (["--model", "dinov2", "--dataset", "synth-contrast", "--prevalence-on", "train"], "give --prevalence P too"),
+    (["--model", "dinov2", "--dataset", "synth-contrast", "--split-file", "s.json", "--split-seed", "3"],
+     "give one of them"),
 ])
 def test_invalid_combinations_are_refused_before_any_work(argv: list[str], message: str, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture, no_weights: None) -> None:
