@@ -162,6 +162,15 @@ def check_spec(spec: RunSpec) -> Checked:
                          f"{', '.join(task.select_rules)}")
     plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
     plugin.check_task(task)
+    if plugin.threshold_policy and (spec.threshold is not None or profile.threshold_policy):
+        raise InputError(f"mitigation {plugin.name!r} sets the operating point itself (per-group thresholds chosen by "
+                         f"its policy={plugin.hparams.get('policy')!r}), so "
+                         f"{'--threshold ' + spec.threshold if spec.threshold else f'profile {profile.name!r}'} would "
+                         f"{'be ignored' if spec.threshold else 'undo it'}: use --hparam policy=POLICY and the default "
+                         "profile")
+    if prompt is not None and prompt != "bbox" and usage_h.get("box_jitter"):
+        raise InputError(f"hparam box_jitter moves the edges of box prompts; --prompt {prompt} gives points, so it "
+                         "would change the run id and no number: drop it, or use --prompt bbox")
     _check_config(task, train_h)
     check_request(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
                   attributes, task)

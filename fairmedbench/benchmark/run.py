@@ -184,8 +184,8 @@ def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
                 f"seed from: run one seed first) plus about {_duration(boot)} of bootstrap ({n_boot} resamples x "
                 f"{n_test} test samples, timed here)")
     total = seeds * statistics.median(per_seed) + boot
-    return (f"about {_duration(total)} ({seeds} seed(s) x {_duration(statistics.median(per_seed))} per seed, the median "
-            f"of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples x {n_test} test samples "
+    return (f"about {_duration(total)} ({seeds} seed(s) x {_duration(statistics.median(per_seed))} per seed, the "
+            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples x {n_test} test samples "
             f"timed here: {_duration(boot)})")
 
 

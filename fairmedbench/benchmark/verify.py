@@ -77,7 +77,6 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file
     on an imported split (a real board's) is re-run on `split_file`, the board's split rebuilt from the data."""
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.spec import RunSpec
-    from fairmedbench.tasks.base import get_task
 
     if doc_spec.get("split_seed") == -1 and split_file is None:
         raise InputError("the run used an imported split file that is not a board's pinned test set; verification "
@@ -89,9 +88,11 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file
                                                                "split_file"}
     kw = {k: doc_spec[k] for k in names if k in doc_spec and doc_spec[k] is not None}
     kw["attributes"] = tuple(kw.get("attributes", ()))
-    if not (get_profile(doc_spec.get("profile", "default")).accepts_threshold
-            and get_task(doc_spec.get("task", "classification")).thresholded):
-        kw.pop("threshold", None)  # the resolved default of a run that takes no --threshold
+    # val_youden is what a run without --threshold resolves to (the only value of a segmentation, multi-class or
+    # group_thresholds run, which refuse --threshold)
+    profile = get_profile(doc_spec.get("profile", "default"))
+    if doc_spec.get("threshold") == "val_youden" or not profile.accepts_threshold:
+        kw.pop("threshold", None)
     hparams = {**doc_spec.get("train_hparams", {}), **doc_spec.get("usage_hparams", {}),
                **doc_spec.get("mitigation_hparams", {})}
     return RunSpec(**kw, weights=weights, precision="fp32", n_boot=0, seeds=(int(doc_spec["seed"]),),

@@ -73,6 +73,12 @@ def _refused(argv: list[str], out: Path, capsys: pytest.CaptureFixture) -> str:
     (["--model", "dinov2", "--dataset", "synth-contrast", "--hparam", "tasks=all"],
      "'synth-contrast' has none"),
     (["--model", "dinov2", "--dataset", "synth-contrast", "--prevalence-on", "train"], "give --prevalence P too"),
+    (["--model", "dinov2", "--dataset", "synth-contrast", "--mitigation", "group_thresholds", "--threshold",
+      "fixed:0.5"], "--threshold fixed:0.5 would be ignored"),
+    (["--model", "dinov2", "--dataset", "synth-contrast", "--mitigation", "group_thresholds", "--profile",
+      "fairmedfm"], "profile 'fairmedfm' would undo it"),
+    (["--model", "litemedsam", "--dataset", "synth-contrast", "--usage", "sam-prompt", "--prompt", "center",
+      "--hparam", "box_jitter=0.1"], "--prompt center gives points"),
     (["--model", "dinov2", "--dataset", "synth-contrast", "--split-file", "s.json", "--split-seed", "3"],
      "give one of them"),
 ])
