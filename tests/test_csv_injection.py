@@ -96,3 +96,19 @@ def test_every_csv_writer_goes_through_the_store() -> None:
              if re.search(r"\.to_csv\(|csv\.writer|csv\.DictWriter", line) and "to_csv(index=False, header=False)"
              not in line]
     assert found == []
+
+
+def test_inspect_tables(tmp_path: Path) -> None:
+    from tests.test_inspect import _frame
+
+    df = _frame(160)
+    df["sex"] = df["sex"].map({"F": EVIL[0], "M": "+cmd"})
+    src = tmp_path / "emb.parquet"
+    df.to_parquet(src)
+    assert main(["inspect", "--embeddings", str(src), "--attribute", "sex", "--n-boot", "20", "--modes", "2",
+                 "--out", str(tmp_path / "o"), "--out-table", str(tmp_path / "t.tsv")]) == 0
+    for path, sep in ((tmp_path / "o" / "table.csv", ","), (tmp_path / "t.tsv", "\t")):
+        rows = _cells(path, sep)
+        ks = [r for r in rows if r["analysis"] == "ks" and r["variable"] == "sex"]
+        assert ks and {(r["group"], r["group_b"]) for r in ks} == {("'+cmd", "'" + EVIL[0])}
+        assert not any(re.match(r"[=+@\t\r]", v) for r in rows for v in r.values())
