@@ -123,7 +123,7 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     created = not out_dir.exists()
     try:
         return _locked_run(resolved, opts, out_dir)
-    except OSError:  # e.g. the disk filled up: a folder this call created and left without a result goes
+    except OSError:  # e.g. the disk filled up: a run folder this call made and left without a result is removed
         if created and not any(out_dir.glob("seed*.json")):
             _remove_empty_run_dir(out_dir, Path(opts.out_root))
         raise
@@ -185,8 +185,8 @@ def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
                 f"{n_test} test samples, timed here)")
     total = seeds * statistics.median(per_seed) + boot
     return (f"about {_duration(total)} ({seeds} seed(s) x {_duration(statistics.median(per_seed))} per seed, the "
-            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples x {n_test} test samples "
-            f"timed here: {_duration(boot)})")
+            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples x {n_test} test "
+            f"samples timed here: {_duration(boot)})")
 
 
 def _duration(seconds: float) -> str:
