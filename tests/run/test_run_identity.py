@@ -80,7 +80,7 @@ def test_where_and_how_options_keep_the_run_id(tmp_path: Path) -> None:
     base = _run_id(BASE)
     for extra in (["--out", str(tmp_path)], ["--cache-dir", str(tmp_path)], ["--batch-size", "3"],
                   ["--num-workers", "1"], ["--channels-last"], ["--force"], ["--device", "cpu"], ["--json"],
-                  ["--report"], ["--no-verify-weights"]):
+                  ["--report"], ["--no-verify-weights"], ["--i-know"]):
         assert _run_id([*BASE, *extra]) == base, extra
 
 
