@@ -12,7 +12,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
-from fairmedbench.engine.hparams import check_cost_bounds, over_cost_bounds
+from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.metrics import FairnessResult, evaluate_classification
 from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.profiles import check_threshold, get_profile
@@ -227,10 +227,10 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     _columns(df, opts.attributes, "attribute", source)
     _columns(df, list(opts.bins), "binned attribute", source)
     val, test = _split_rows(df, opts.split_column, notes)
-    if over_cost_bounds({"n_boot": opts.n_boot}):
+    if over_cost_bounds(cost_values(opts)):
         n_test, per = int(test.sum()), len(opts.attributes) * max(len(opts.labels), 1)
         seconds = bootstrap_seconds(n_test, opts.n_boot) * per
-        check_cost_bounds({"n_boot": opts.n_boot}, opts.i_know,
+        check_cost_bounds(cost_values(opts), opts.i_know,
                           f"about {seconds:.0f} s ({opts.n_boot} resamples x {n_test} rows x {per} task-attribute "
                           "pair(s), timed here)", lambda m: print(m, file=sys.stderr))
     from fairmedbench.metrics.groups import Bins

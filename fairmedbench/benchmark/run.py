@@ -20,7 +20,7 @@ import numpy as np
 
 from fairmedbench.benchmark.resolve import Resolved, resolve_run
 from fairmedbench.engine import store
-from fairmedbench.engine.hparams import check_cost_bounds, over_cost_bounds
+from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.spec import RunConfig, RunSpec
@@ -114,7 +114,7 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
-    costs = {"seeds": len(config.seeds), "n_boot": config.n_boot}
+    costs = cost_values(config)
     if over_cost_bounds(costs) and (opts.force or not is_complete(out_dir, config)):
         check_cost_bounds(costs, opts.i_know, estimated_time(resolved, opts.out_root), opts.say)
     store.check_writable(opts.out_root, "--out")

@@ -72,11 +72,17 @@ def split_by_owner(given: Mapping[str, Any], owners: Mapping[str, Mapping[str, A
 
 #: Options whose cost grows in proportion to their value, with the documented bound above which a command
 #: needs --i-know; the estimated time is printed first. An option joins with one entry (e.g. the permutation
-#: count: "n_perm": ("--n-perm", N)).
+#: count: "n_perm": ("--n-perm", N)): `cost_values` reads it from a RunConfig or EvaluateOptions by name.
 COST_BOUNDS: dict[str, tuple[str, int]] = {
     "seeds": ("--seeds", 20),  # number of seeds: each trains and evaluates once more
     "n_boot": ("--n-boot", 10_000),  # bootstrap resamples per metric
 }
+
+
+def cost_values(options: Any) -> dict[str, int]:
+    """The COST_BOUNDS options `options` (a RunConfig, EvaluateOptions, ...) has, as numbers (seeds: how many)."""
+    values = {k: getattr(options, k) for k in COST_BOUNDS if getattr(options, k, None) is not None}
+    return {k: len(v) if isinstance(v, (list, tuple)) else int(v) for k, v in values.items()}
 
 
 def over_cost_bounds(values: Mapping[str, int]) -> dict[str, int]:

@@ -109,7 +109,11 @@ def test_cost_bounds_are_one_table_that_a_new_option_joins_with_one_line(monkeyp
     hparams.check_cost_bounds({"seeds": 21}, True, "about 3 s", said.append)
     assert said == ["--seeds 21 (bound 20) is above the documented bound (--i-know given): estimated time about 3 s"]
     monkeypatch.setitem(hparams.COST_BOUNDS, "n_perm", ("--n-perm", 100_000))  # how the permutation count joins
-    assert hparams.over_cost_bounds({"n_perm": 100_001}) == {"n_perm": 100_001}
+    from types import SimpleNamespace
+
+    options = SimpleNamespace(seeds=(0, 1), n_boot=2000, n_perm=100_001)  # read by name, as from a RunConfig
+    assert hparams.cost_values(options) == {"seeds": 2, "n_boot": 2000, "n_perm": 100_001}
+    assert hparams.over_cost_bounds(hparams.cost_values(options)) == {"n_perm": 100_001}
 
 
 def test_too_many_seeds_or_resamples_need_i_know_and_print_the_estimate(tmp_path: Path,
