@@ -60,6 +60,8 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--patient-column", metavar="COL",
                    help="resample and permute whole patients by this column (default: 'patient_id' or 'Patient ID' "
                         "when present; 'none' resamples rows)")
+    p.add_argument("--i-know", action="store_true",
+                   help="evaluate with --n-boot above its documented bound (the estimated time is printed)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--logits", action="store_true", help="scores are logits: map them through the sigmoid")
     p.add_argument("--min-group-size", type=int, default=30, help="flag groups smaller than this")
@@ -103,7 +105,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         min_group_size=args.min_group_size, split_column=args.split_column, id_column=args.id_column,
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
         mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
-        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv))
+        test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv),
+        i_know=args.i_know)
     if opts.n_boot < 0 or opts.n_perm < 0:
         raise InputError(f"--n-boot and --n-perm must be >= 0, got {opts.n_boot} and {opts.n_perm}")
     if len(sources) > 1:
@@ -310,6 +313,8 @@ def _compute_parent() -> argparse.ArgumentParser:
     g.add_argument("--cache-dir", default=".fmb-cache", help="feature cache folder")
     g.add_argument("--out", default="results", help="results folder")
     g.add_argument("--force", action="store_true", help="recompute even if this run's result exists")
+    g.add_argument("--i-know", action="store_true",
+                   help="run with --seeds or --n-boot above their documented bounds (the estimated time is printed)")
     g.add_argument("--no-verify-weights", dest="verify_weights", action="store_false",
                    help="accept --weights whose sha256 differs from the card's (your own fine-tuned checkpoint); "
                         "the sha256 read is recorded and is part of the run's identity")
@@ -350,14 +355,15 @@ def _add_run_options(p: Any) -> None:
                                    "dataset; benchmark list usages)")
     p.add_argument("--mitigation", default="erm", help="erm | resampling | groupdro | ... (list mitigations)")
     p.add_argument("--seeds", default="0", help="training seeds: 0,1,2 or 0-4")
-    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--split-seed", type=int, help="seed of the drawn split (default 0; not with --split-file)")
     p.add_argument("--split-file", help="an exported split (benchmark splits export) to run on")
     p.add_argument("--profile", default="default", choices=_profile_names())
     p.add_argument("--threshold", metavar="POLICY",
                    help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a "
                         "profile that chooses its own threshold, such as fairmedfm, refuses one)")
-    p.add_argument("--prompt", default="bbox", choices=list(PROMPT_MODES),
-                   help="segmentation prompt derived from the ground truth")
+    p.add_argument("--prompt", choices=list(PROMPT_MODES),
+                   help="segmentation prompt derived from the ground truth (default bbox; only with a usage that "
+                        "prompts)")
     g = p.add_argument_group("sampling after feature extraction (seeded per run seed; part of the run's identity)")
     g.add_argument("--train-group-share", type=float, metavar="S",
                    help="share S in [0, 1] of --share-group in a training set of fixed size (fairness laws)")
@@ -367,7 +373,7 @@ def _add_run_options(p: Any) -> None:
                    help="training set size for --train-group-share (default: the largest at which every share fits)")
     g.add_argument("--prevalence", type=float, metavar="P",
                    help="impose class prevalence P in every group of one split (imbalance study)")
-    g.add_argument("--prevalence-on", default="test", choices=["train", "test"], help="the split --prevalence samples")
+    g.add_argument("--prevalence-on", choices=["train", "test"], help="the split --prevalence samples (default test)")
     g.add_argument("--test-resample", metavar="SPEC",
                    help="also report a resampled test set: balanced:ATTR (equal group sizes, own prevalence), "
                         "prevalence:ATTR (equal positives and negatives per group) or matched:ATTR:AGE_BINS "
@@ -382,22 +388,27 @@ def run_options(args: argparse.Namespace, progress: Callable[[str, int, int], No
 
     return RunOptions(data_root=args.data_root, out_root=args.out, cache_dir=args.cache_dir, device=args.device,
                       batch_size=args.batch_size, num_workers=args.num_workers, channels_last=args.channels_last,
-                      force=args.force, verify_weights=args.verify_weights, progress=progress)
+                      force=args.force, verify_weights=args.verify_weights, i_know=args.i_know, progress=progress)
 
 
 def run_spec(args: argparse.Namespace) -> Any:
     """The RunSpec of `benchmark run` arguments (checked later, in one place, before any work)."""
     from fairmedbench.spec import RunSpec
 
+    if args.split_file and args.split_seed is not None:  # both were accepted and the seed silently ignored
+        raise InputError("--split-seed draws a split and --split-file imports one: give one of them")
+    if args.prevalence_on is not None and args.prevalence is None:
+        raise InputError(f"--prevalence-on {args.prevalence_on} says which split --prevalence samples: give "
+                         "--prevalence P too, or drop it")
     return RunSpec(model=args.model, dataset=args.dataset, attributes=tuple(_extend(args.attribute)),
                    usage=args.usage or "", mitigation=args.mitigation, seeds=parse_seeds(args.seeds),
-                   split_seed=args.split_seed, split_file=args.split_file, weights=args.weights, profile=args.profile,
-                   threshold=args.threshold, n_boot=args.n_boot, n_perm=args.n_perm, precision=args.precision,
-                   prompt=args.prompt,
+                   split_seed=args.split_seed or 0, split_file=args.split_file, weights=args.weights,
+                   profile=args.profile, threshold=args.threshold, n_boot=args.n_boot, n_perm=args.n_perm,
+                   precision=args.precision, prompt=args.prompt,
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
-                   prevalence_on=args.prevalence_on, test_resample=args.test_resample)
+                   prevalence_on=args.prevalence_on or "test", test_resample=args.test_resample)
 
 
 def _add_run(sub: Any) -> None:
@@ -942,8 +953,9 @@ def _cmd_evaluate_uncertainty(args: argparse.Namespace) -> int:
     if args.out_table:
         import pandas as pd
 
-        frame = pd.DataFrame(delta_rows(doc))
-        (frame.to_parquet if args.out_table.endswith(".parquet") else frame.to_csv)(args.out_table, index=False)
+        from fairmedbench.engine import store
+
+        store.write_table(args.out_table, pd.DataFrame(delta_rows(doc)))
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
@@ -1025,6 +1037,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FMBError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full or read-only disk, a folder without permission: one line, no traceback
+        import errno
+
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        print(f"benchmark: error: {exc.filename or 'a file'}: {exc.strerror}; free space or choose a folder you can "
+              "write to (--out, --cache-dir)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("benchmark: interrupted; no partial result was written", file=sys.stderr)
         return 130
@@ -1033,3 +1053,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+if __name__ == "__main__":  # `python -m fairmedbench.cli` runs the command too (it did nothing, exit 0)
+    raise SystemExit(main())

@@ -28,7 +28,7 @@ class RunSpec:
     n_boot: int = 2000
     n_perm: int = 1000  # permutations per gap / two-group difference test (0 = no tests)
     precision: str = "auto"
-    prompt: str = "bbox"
+    prompt: str | None = None  # None: bbox for a usage that prompts; a usage that takes no prompt refuses one
     skip_bad: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)

@@ -129,7 +129,7 @@ class SamDecoder(Usage):
 
     name = "sam-decoder"
     task = "segmentation"
-    requires = ("segment",)
+    requires = ("segment", "tune_decoder")
     about = "mask decoder fine-tuned with box prompts (Dice + BCE), encoders frozen; mitigations apply"
     hparams = MappingProxyType({"box_jitter": 0.0})
     prompt_modes = ("bbox",)

@@ -151,7 +151,7 @@ class Samed(Usage):
 
     name = "samed"
     task = "segmentation"
-    requires = ("segment",)
+    requires = ("segment", "tune_decoder")
     about = ("SAMed: peft LoRA (r=4) on the image encoder's attention qkv + mask decoder trained (Dice + BCE), "
              "prompt encoder frozen; mitigations apply")
     hparams = MappingProxyType({"box_jitter": 0.0, **SAMED_LORA, "lora_targets": None})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
+from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.metrics import FairnessResult, evaluate_classification
 from fairmedbench.metrics.bootstrap import N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
@@ -58,10 +60,25 @@ class EvaluateOptions:
     out_table: str | None = None
     report: str | None = None
     command: list[str] = field(default_factory=list)
+    i_know: bool = False  # evaluate even with --n-boot above its documented bound (engine.hparams.COST_BOUNDS)
 
 
 #: options that say where results go (or how they were asked for), not what is computed: out of the run id
-OUTPUT_ONLY = ("out", "out_table", "report", "command")
+OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know")
+
+
+def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
+    """Seconds that `n_boot` resamples and `n_perm` permutations of one attribute's classification metrics take on
+    `n_samples` rows here: 100 of each timed on generated scores (less the same call without them), scaled."""
+    n = max(n_samples, 4)
+    y, score = np.arange(n) % 2, np.random.default_rng(0).uniform(size=n)
+    groups = {"g": np.where(np.arange(n) % 4 < 2, "a", "b")}
+    took = []
+    for b, p in ((0, 0), (100, 0), (0, 100 if n_perm else 0)):
+        t0 = time.perf_counter()
+        evaluate_classification(y, score, groups, n_boot=b, n_perm=p, min_group_size=1)
+        took.append(time.perf_counter() - t0)
+    return (max(took[1] - took[0], 0.0) * n_boot + max(took[2] - took[0], 0.0) * n_perm) / 100
 
 
 @dataclass
@@ -238,6 +255,12 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     _columns(df, opts.attributes, "attribute", source)
     _columns(df, list(opts.bins), "binned attribute", source)
     val, test = _split_rows(df, opts.split_column, notes)
+    if over_cost_bounds(cost_values(opts)):
+        n_test, per = int(test.sum()), len(opts.attributes) * max(len(opts.labels), 1)
+        seconds = bootstrap_seconds(n_test, opts.n_boot, opts.n_perm) * per
+        check_cost_bounds(cost_values(opts), opts.i_know,
+                          f"about {seconds:.0f} s ({opts.n_boot} resamples and {opts.n_perm} permutations x {n_test} "
+                          f"rows x {per} task-attribute pair(s), timed here)", lambda m: print(m, file=sys.stderr))
     patient = resolve_patient_column(df.columns, opts, source, notes)
     pids = None if patient is None else np.asarray(df[patient], dtype=object)[test]
     from fairmedbench.metrics.groups import Bins
@@ -277,8 +300,11 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         store.write_parquet(pred_path, per_sample)
     paths["predictions"] = str(pred_path)
     if opts.out_table:
-        store.write_table(opts.out_table, _tidy(result, resampled.result if resampled else None, doc))
+        tidy = _tidy(result, resampled.result if resampled else None, doc)
+        store.write_table(opts.out_table, tidy)
         paths["table"] = opts.out_table
+        if note := store.csv_note(opts.out_table, tidy):
+            notes.append(note)
     doc["files"] = {"predictions": pred_path.name}
     store.write_json(out, doc)
     if opts.report:

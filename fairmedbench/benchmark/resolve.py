@@ -101,6 +101,7 @@ def check_spec(spec: RunSpec) -> Checked:
         raise MissingResourceError(f"model {mcard.name!r} cannot be built in this version: {mcard.notes}")
     usage = USAGES.get(choose_usage(spec, mcard, dcard))
     task = get_task(usage.task_for(dcard.tasks))
+    _check_dimensions(mcard, dcard, usage, task)
     attributes = tuple(spec.attributes) or tuple(a.name for a in dcard.attributes if not a.name.endswith("_bins"))
     for a in attributes:
         dcard.attribute(a)
@@ -112,7 +113,13 @@ def check_spec(spec: RunSpec) -> Checked:
         raise InputError(f"mitigation {spec.mitigation!r} needs a usage that learns from the train split: "
                          f"{usage.name!r} learns nothing; use --usage {' or '.join(learning)}, or --mitigation erm")
     profile = get_profile(spec.profile)
+    if task.name not in profile.tasks:
+        raise InputError(f"metric profile {profile.name!r} applies to {' and '.join(profile.tasks)} runs; this run is "
+                         f"{task.name} (its numbers would be the default profile's): use --profile default")
     check_threshold(profile, spec.threshold)
+    if spec.threshold is not None and not task.thresholded:
+        raise InputError(f"--threshold {spec.threshold}: a {task.name} run chooses no decision threshold (the argmax "
+                         "over classes, or mask logits > 0, decides); drop --threshold")
     threshold = profile.threshold_policy or spec.threshold or "val_youden"
     parse_policy(threshold)
     if spec.n_boot < 0:
@@ -121,12 +128,7 @@ def check_spec(spec: RunSpec) -> Checked:
         raise InputError(f"--n-perm must be >= 0 (0 = no permutation tests), got {spec.n_perm}")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
         raise InputError(f"--seeds {spec.seeds}: give distinct seeds")
-    prompt = None
-    if usage.prompt_modes:
-        if spec.prompt not in usage.prompt_modes:
-            raise InputError(f"usage {usage.name!r} prompts with {', '.join(usage.prompt_modes)}, not "
-                             f"{spec.prompt!r}; give --prompt {usage.prompt_modes[0]}")
-        prompt = spec.prompt
+    prompt = _check_prompt(spec.prompt, mcard, usage)
     train_defaults = {**task.config_defaults(), **usage.train_defaults}
     mit_defaults = dict(getattr(MITIGATIONS.get(spec.mitigation), "DEFAULTS", {}))
     usage_defaults = dict(usage.hparams)
@@ -141,13 +143,36 @@ def check_spec(spec: RunSpec) -> Checked:
                                            f"usage {usage.name!r}": usage_defaults,
                                            f"mitigation {spec.mitigation!r}": mit_defaults})
     train_h, usage_h, mit_h = routed.values()
+    if not usage.learns:  # `tasks` (the task's own hparam) chooses label columns, which every usage reads
+        unused = sorted(k for k in spec.hparams if k in train_defaults and k not in dict(task.extra_hparams)
+                        and train_h[k] != train_defaults[k])
+        if unused:
+            raise InputError(f"hparam {', '.join(unused)} set how a head or decoder trains; usage {usage.name!r} "
+                             "learns nothing from the train split, so it would change the run id and no number: "
+                             "drop it")
     if "slices" in usage_h:
         volume_settings(usage_h)  # validates the slice policy and the aggregation
+    if train_h.get("tasks") == "all":
+        if not dcard.extra_label_columns:
+            raise InputError(f"hparam tasks=all adds the dataset card's extra label columns; {dcard.name!r} has none "
+                             "(its run would be the tasks=main run under another id): drop it")
+        if usage_h.get("slice_agg") == "max":
+            raise InputError("slice_agg=max (the default on volumes) picks one slice by the first label's probability; "
+                             "with tasks=all give --hparam slice_agg=mean or slice_agg=attention")
     if train_h["select"] not in task.select_rules:
         raise InputError(f"select={train_h['select']!r} does not apply to {task.name}: choose one of "
                          f"{', '.join(task.select_rules)}")
     plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
     plugin.check_task(task)
+    if plugin.threshold_policy and (spec.threshold is not None or profile.threshold_policy):
+        raise InputError(f"mitigation {plugin.name!r} sets the operating point itself (per-group thresholds chosen by "
+                         f"its policy={plugin.hparams.get('policy')!r}), so "
+                         f"{'--threshold ' + spec.threshold if spec.threshold else f'profile {profile.name!r}'} would "
+                         f"{'be ignored' if spec.threshold else 'undo it'}: use --hparam policy=POLICY and the default "
+                         "profile")
+    if prompt is not None and prompt != "bbox" and usage_h.get("box_jitter"):
+        raise InputError(f"hparam box_jitter moves the edges of box prompts; --prompt {prompt} gives points, so it "
+                         "would change the run id and no number: drop it, or use --prompt bbox")
     _check_config(task, train_h)
     check_request(spec.train_group_share, spec.share_group, spec.train_size, spec.prevalence, spec.prevalence_on,
                   attributes, task)
@@ -155,6 +180,40 @@ def check_spec(spec: RunSpec) -> Checked:
         test_resample_age_column(spec.test_resample, dcard, attributes, task)
     return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
                    dict(plugin.hparams))
+
+
+def _check_dimensions(mcard: ModelCard, dcard: DatasetCard, usage: Usage, task: Task) -> None:
+    """A native 3D model runs only on 3D data (its usages are limited by its capabilities: it only segments); a
+    2D model's classification usage runs on volumes only if it encodes them slice by slice (2.5D)."""
+    if mcard.preprocessing.depth:
+        if dcard.dim != 3:
+            raise InputError(f"model {mcard.name!r} segments 3D volumes; dataset {dcard.name!r} is {dcard.dim}D. Use "
+                             "a 3D dataset (e.g. synth3d-contrast) or a 2D model (e.g. litemedsam)")
+    elif dcard.dim == 3 and task.name != "segmentation" and not usage.volumes:
+        raise InputError(f"usage {usage.name!r} does not run on 3D volumes; dataset {dcard.name!r} is 3D: use a "
+                         "classification usage that encodes slices (benchmark list usages)")
+
+
+def _check_prompt(given: str | None, mcard: ModelCard, usage: Usage) -> str | None:
+    """The run's prompt mode: the one given (default bbox) when the usage and the model take it; None for a usage
+    that takes no prompt, which refuses one (it would be ignored)."""
+    from fairmedbench.adapters import USAGES
+
+    if not usage.prompt_modes:
+        if given is not None:
+            prompting = [n for n in USAGES.names() if USAGES.get(n).prompt_modes]
+            raise InputError(f"--prompt {given}: usage {usage.name!r} takes no prompt; prompts go with --usage "
+                             f"{' or '.join(prompting)}: drop --prompt")
+        return None
+    prompt = given or ("bbox" if "bbox" in usage.prompt_modes else usage.prompt_modes[0])
+    if prompt not in usage.prompt_modes:
+        raise InputError(f"usage {usage.name!r} prompts with {', '.join(usage.prompt_modes)}, not {prompt!r}; give "
+                         f"--prompt {usage.prompt_modes[0]}")
+    if mcard.prompt_modes and prompt not in mcard.prompt_modes:
+        raise InputError(f"model {mcard.name!r} takes {', '.join(mcard.prompt_modes)} prompts, not {prompt}"
+                         f"{' (the default)' if given is None else ''}: its prompt encoder has no "
+                         f"{'box' if prompt == 'bbox' else 'point'} embedding; give --prompt {mcard.prompt_modes[-1]}")
+    return prompt
 
 
 def _check_config(task: Task, values: dict[str, Any]) -> None:

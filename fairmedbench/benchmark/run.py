@@ -20,6 +20,7 @@ import numpy as np
 
 from fairmedbench.benchmark.resolve import Resolved, resolve_run
 from fairmedbench.engine import store
+from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.spec import RunConfig, RunSpec
@@ -42,6 +43,7 @@ class RunOptions:
     channels_last: bool = False
     force: bool = False
     verify_weights: bool = True
+    i_know: bool = False  # run even with --seeds / --n-boot above their documented bounds (engine.hparams)
     progress: Callable[[str, int, int], None] | None = None
     log: Callable[[str], None] | None = None
 
@@ -112,6 +114,38 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
+    costs = cost_values(config)
+    if over_cost_bounds(costs) and (opts.force or not is_complete(out_dir, config)):
+        check_cost_bounds(costs, opts.i_know, estimated_time(resolved, opts.out_root), opts.say)
+    store.check_writable(opts.out_root, "--out")
+    if opts.cache_dir is not None:
+        store.check_writable(opts.cache_dir, "--cache-dir")
+    created = not out_dir.exists()
+    try:
+        return _locked_run(resolved, opts, out_dir)
+    except OSError:  # e.g. the disk filled up: a run folder this call made and left without a result is removed
+        if created and not any(out_dir.glob("seed*.json")):
+            _remove_empty_run_dir(out_dir, Path(opts.out_root))
+        raise
+
+
+def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:
+    """Delete a run folder that holds no result, and its parents up to `out_root` that are left empty."""
+    import shutil
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    for parent in out_dir.parents:
+        if parent == out_root or out_root not in parent.parents:
+            break
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+
+
+def _locked_run(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
+    """Under the run folder's lock: reuse a complete result unless forced, else compute."""
+    config = resolved.config
     with run_lock(out_dir, opts.say):
         store.remove_partial_files(out_dir)  # what a writer killed mid-write left (we hold the lock)
         stored, identity = _stored_identity(out_dir), json.loads(json.dumps(config.identity()))
@@ -125,6 +159,39 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
             return RunOutcome(config, out_dir, docs, summary, reused=True, reused_seeds=list(config.seeds))
         store.write_json(out_dir / CONFIG_FILE, config.identity())
         return _compute(resolved, opts, out_dir)
+
+
+def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
+    """The run's time in words: its seeds x the seconds per seed of finished runs of the same model, dataset and
+    usage under `out_root` (when there is one), and its bootstrap timed here at the run's test size."""
+    import statistics
+
+    from fairmedbench.benchmark.evaluate import bootstrap_seconds
+
+    config = resolved.config
+    n_test, seeds, n_boot = len(resolved.split.test), len(config.seeds), config.n_boot
+    boot = bootstrap_seconds(n_test, n_boot, config.n_perm) * max(len(config.attributes), 1) * seeds
+    per_seed = []
+    for path in (Path(out_root) / "runs" / config.model / config.dataset / config.usage).glob("*/summary.json"):
+        try:
+            done = store.read_json(path)
+            per_seed.append(float(done["seconds"]) / len(done["seeds"]))
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            continue
+    where = f"{config.model}/{config.dataset}/{config.usage}"
+    if not per_seed:
+        return (f"unknown for the training ({seeds} seed(s); no finished run of {where} under {out_root} to time a "
+                f"seed from: run one seed first) plus about {_duration(boot)} of bootstrap and permutation tests ({n_boot} resamples and {config.n_perm} permutations x "
+                f"{n_test} test samples, timed here)")
+    total = seeds * statistics.median(per_seed) + boot
+    return (f"about {_duration(total)} ({seeds} seed(s) x {_duration(statistics.median(per_seed))} per seed, the "
+            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples and {config.n_perm} permutations x {n_test} test "
+            f"samples timed here: {_duration(boot)})")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
 
 
 def _forced(opts: RunOptions) -> RunOptions:

@@ -88,7 +88,10 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file
                                                                "hparams", "split_file"}
     kw = {k: doc_spec[k] for k in names if k in doc_spec and doc_spec[k] is not None}
     kw["attributes"] = tuple(kw.get("attributes", ()))
-    if not get_profile(doc_spec.get("profile", "default")).accepts_threshold:
+    # val_youden is what a run without --threshold resolves to (the only value of a segmentation, multi-class or
+    # group_thresholds run, which refuse --threshold)
+    profile = get_profile(doc_spec.get("profile", "default"))
+    if doc_spec.get("threshold") == "val_youden" or not profile.accepts_threshold:
         kw.pop("threshold", None)
     hparams = {**doc_spec.get("train_hparams", {}), **doc_spec.get("usage_hparams", {}),
                **doc_spec.get("mitigation_hparams", {})}

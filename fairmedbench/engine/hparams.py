@@ -7,7 +7,7 @@ A default of None accepts any JSON value (e.g. a list of prompt templates)."""
 from __future__ import annotations
 
 import difflib
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from fairmedbench.errors import InputError
 
@@ -68,3 +68,37 @@ def split_by_owner(given: Mapping[str, Any], owners: Mapping[str, Mapping[str, A
                              f"Known: {', '.join(known) or 'none'}")
         routed[owner][key] = value
     return {name: merge(name, owners[name], routed[name]) for name in owners}
+
+
+#: Options whose cost grows in proportion to their value, with the documented bound above which a command
+#: needs --i-know; the estimated time is printed first. An option joins with one entry (e.g. the permutation
+#: count: "n_perm": ("--n-perm", N)): `cost_values` reads it from a RunConfig or EvaluateOptions by name.
+COST_BOUNDS: dict[str, tuple[str, int]] = {
+    "seeds": ("--seeds", 20),  # number of seeds: each trains and evaluates once more
+    "n_boot": ("--n-boot", 10_000),  # bootstrap resamples per metric
+    "n_perm": ("--n-perm", 10_000),  # permutations per gap / difference test
+}
+
+
+def cost_values(options: Any) -> dict[str, int]:
+    """The COST_BOUNDS options `options` (a RunConfig, EvaluateOptions, ...) has, as numbers (seeds: how many)."""
+    values = {k: getattr(options, k) for k in COST_BOUNDS if getattr(options, k, None) is not None}
+    return {k: len(v) if isinstance(v, (list, tuple)) else int(v) for k, v in values.items()}
+
+
+def over_cost_bounds(values: Mapping[str, int]) -> dict[str, int]:
+    """The values above their COST_BOUNDS bound (option key -> value; keys without a bound are ignored)."""
+    return {k: int(v) for k, v in values.items() if k in COST_BOUNDS and v > COST_BOUNDS[k][1]}
+
+
+def check_cost_bounds(values: Mapping[str, int], i_know: bool, estimate: str, say: Callable[[str], None]) -> None:
+    """When a value is above its bound: print `estimate` (the estimated time, in words), then go on with
+    `i_know`, else refuse (InputError) before any work."""
+    over = over_cost_bounds(values)
+    if not over:
+        return
+    what = ", ".join(f"{COST_BOUNDS[k][0]} {v} (bound {COST_BOUNDS[k][1]:,})" for k, v in over.items())
+    if not i_know:
+        raise InputError(f"{what} is above the documented bound: estimated time {estimate}; add --i-know to "
+                         "run it anyway, or ask for less")
+    say(f"{what} is above the documented bound (--i-know given): estimated time {estimate}")

@@ -13,6 +13,7 @@ in `result.meta` (profile, threshold policy, n_boot, seed, ci_level, min_group_s
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import hashlib
 import json
@@ -60,6 +61,27 @@ def _atomic(path: Path, write: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def check_writable(folder: Path | str, what: str) -> None:
+    """InputError (one line) unless a file can be created in `folder`, or in its nearest existing parent when it
+    does not exist yet (read-only, not a folder, no permission, full): checked before a run creates anything."""
+    from fairmedbench.errors import InputError
+
+    folder = Path(folder)
+    probe = next((p for p in (folder, *folder.absolute().parents) if p.exists()), Path("/"))
+    try:
+        if not probe.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(probe))
+        fd, tmp = tempfile.mkstemp(prefix=".fmb-write-check-", dir=probe)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as exc:
+        raise InputError(f"{what} {folder}: cannot write in {probe} ({exc.strerror or exc}); "
+                         f"give {what} a folder you can write to, with free space") from None
 
 
 def remove_partial_files(folder: Path | str) -> list[Path]:
@@ -166,12 +188,58 @@ def write_columns(path: Path | str, columns: dict[str, Any]) -> Path:
     return _atomic(Path(path), lambda tmp: write_parquet_columns(tmp, columns))
 
 
+# OWASP "CSV Injection": a spreadsheet runs a cell that starts with one of these as a formula (a tab or carriage
+# return can hide one); such a text cell is written with a leading single quote, which the spreadsheet shows as text.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def csv_safe_cell(value: Any) -> Any:
+    """`value` with a single quote in front when it is text that a spreadsheet would run as a formula (starts with
+    = + - @, a tab or a carriage return); numbers, and text that reads as a number such as '-0.12', unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START) and not _is_number(value):
+        return "'" + value
+    return value
+
+
+def csv_safe(frame: Any) -> Any:
+    """A copy of a DataFrame whose text cells and column names are neutralised by `csv_safe_cell` (numeric
+    columns untouched). Every CSV/TSV this package writes goes through it (`write_table`); Parquet keeps the
+    text as it is."""
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype.kind == "O":  # object, str and category columns (numbers are never quoted)
+            out[col] = [csv_safe_cell(v) for v in out[col].astype(object)]
+    out.columns = [csv_safe_cell(c) for c in out.columns]
+    return out
+
+
+def csv_note(path: Path | str, frame: Any) -> str | None:
+    """A line telling the user that `write_table` quoted some of `frame`'s text cells in the CSV/TSV at `path`;
+    None when it quoted none (or `path` is Parquet)."""
+    if Path(path).suffix == ".parquet":
+        return None
+    n = sum(csv_safe_cell(v) is not v for col in frame.columns if frame[col].dtype.kind == "O" for v in frame[col])
+    n += sum(csv_safe_cell(c) is not c for c in frame.columns)
+    return (f"{path}: {n} text cell(s) start with = + - @, a tab or a carriage return and are written with a leading "
+            "' so that a spreadsheet shows them as text instead of running them as a formula") if n else None
+
+
 def write_table(path: Path | str, frame: Any) -> Path:
-    """Atomically write a DataFrame as CSV, or Parquet when the name ends in .parquet."""
+    """Atomically write a DataFrame as Parquet (name ends in .parquet), TSV (.tsv) or CSV (anything else); text
+    cells of a CSV/TSV that a spreadsheet would run as a formula get a leading single quote (`csv_safe`)."""
     path = Path(path)
     if path.suffix == ".parquet":
         return write_parquet(path, frame)
-    return _atomic(path, lambda tmp: frame.to_csv(tmp, index=False))
+    sep = "\t" if path.suffix == ".tsv" else ","
+    return _atomic(path, lambda tmp: csv_safe(frame).to_csv(tmp, index=False, sep=sep))
 
 
 def sha256_file(path: Path | str, chunk: int = 1 << 20) -> str:

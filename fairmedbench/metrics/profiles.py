@@ -23,7 +23,8 @@ class Profile:
     eod: also report `eod` = 1 - (ΔTPR + ΔTNR)/2. es_std_name: name under which mean / (1 + population std
     of group means) is reported for segmentation (None = not reported). exclude_one_class_groups: groups
     holding one label are left out of every gap, difference, worst group and ES sum (not only of those whose
-    metric is undefined there). accepts_threshold: whether a user-given threshold policy is allowed.
+    metric is undefined there). accepts_threshold: whether a user-given threshold policy is allowed. tasks: the
+    run tasks it applies to (a run of another task refuses it: its numbers would be the default profile's).
     """
 
     name: str
@@ -37,6 +38,7 @@ class Profile:
     es_std_name: str | None = None
     exclude_one_class_groups: bool = False
     accepts_threshold: bool = True
+    tasks: tuple[str, ...] = ("classification", "multiclass", "segmentation")
 
     def ece_description(self, ece_bins: int) -> dict[str, object]:
         """The ECE setting recorded in a result's meta."""
@@ -56,10 +58,10 @@ PROFILES.add("fairmedfm", Profile(
                  "groups with one label left out of every gap (as the fairmedfm package does)",
     threshold_policy="eval_best_f1_fairmedfm", threshold_on_evaluated_set=True, comparator=">", ece_bins=10,
     ece_binning="observed_range", eod=True, es_std_name="es_dsc", exclude_one_class_groups=True,
-    accepts_threshold=False))
+    accepts_threshold=False, tasks=("classification", "segmentation")))
 PROFILES.add("fairseg", Profile(
     "fairseg", "FairSeg/FairCLIP: the default ES forms, plus FairSeg's std variant as dsc_es_std",
-    es_std_name="dsc_es_std"))
+    es_std_name="dsc_es_std", tasks=("segmentation",)))
 
 
 def get_profile(profile: str | Profile) -> Profile:

@@ -39,6 +39,7 @@ class Task:
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
     samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
     class_index_labels: bool = False  # a sample's label is one class index (softmax head), not 0/1 per task column
+    thresholded: bool = False  # whether a decision threshold policy (--threshold) applies to its scores
 
     @property
     def headline(self) -> str:
@@ -111,6 +112,7 @@ TASKS.add("classification", Task(
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
     prediction_columns=("sample_id", "split", "seed"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
+    thresholded=True,
     run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
     extra_hparams=(("tasks", "main"),)))
 

@@ -188,7 +188,8 @@ def test_cli_refuses_a_mitigation_for_zero_shot_segmentation(small_sam: str, tmp
 def test_list_usages_shows_sam_decoder(capsys: pytest.CaptureFixture) -> None:
     assert main(["list", "usages", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["sam-decoder"]["task"] == "segmentation" and rows["sam-decoder"]["requires"] == ["segment"]
+    assert rows["sam-decoder"]["task"] == "segmentation"
+    assert rows["sam-decoder"]["requires"] == ["segment", "tune_decoder"]
     assert main(["list", "mitigations", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["groupdro"]["tasks"] == "classification, segmentation, multiclass"

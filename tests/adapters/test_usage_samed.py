@@ -156,7 +156,7 @@ def test_list_shows_samed_and_the_segmentation_mitigations(capsys: pytest.Captur
 
     assert main(["list", "usages", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["samed"]["task"] == "segmentation" and rows["samed"]["requires"] == ["segment"]
+    assert rows["samed"]["task"] == "segmentation" and rows["samed"]["requires"] == ["segment", "tune_decoder"]
     assert main(["list", "mitigations", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["ind"]["tasks"] == "segmentation" and rows["febs"]["tasks"] == "segmentation"

@@ -36,7 +36,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "split_seed": (BASE, [*BASE, "--split-seed", "1"]),
         "split_file": (BASE, [*BASE, "--split-file", str(split)]),
         "weights": (BASE, [*BASE, "--weights", "random:1"]),
-        "profile": (BASE, [*BASE, "--profile", "fairseg"]),
+        "profile": (BASE, [*BASE, "--profile", "fairmedfm"]),
         "threshold": (BASE, [*BASE, "--threshold", "val_best_f1"]),
         "n_boot": (BASE, [*BASE, "--n-boot", "100"]),
         "n_perm": (BASE, [*BASE, "--n-perm", "100"]),
@@ -81,7 +81,7 @@ def test_where_and_how_options_keep_the_run_id(tmp_path: Path) -> None:
     base = _run_id(BASE)
     for extra in (["--out", str(tmp_path)], ["--cache-dir", str(tmp_path)], ["--batch-size", "3"],
                   ["--num-workers", "1"], ["--channels-last"], ["--force"], ["--device", "cpu"], ["--json"],
-                  ["--report"], ["--no-verify-weights"]):
+                  ["--report"], ["--no-verify-weights"], ["--i-know"]):
         assert _run_id([*BASE, *extra]) == base, extra
 
 

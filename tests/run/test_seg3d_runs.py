@@ -53,7 +53,7 @@ def test_sam_med3d_segments_synth3d_volumes_with_dsc_and_hd95_per_volume(tmp_pat
 def test_a_3d_model_on_2d_data_or_with_the_2d_decoder_usage_is_refused(tmp_path, small_sam_med3d) -> None:
     with pytest.raises(InputError, match="segments 3D volumes; dataset 'synth-contrast' is 2D"):
         _run(tmp_path, small_sam_med3d, "synth-contrast")
-    with pytest.raises(InputError, match="trains a 2D mask decoder"):
+    with pytest.raises(InputError, match="'sam-decoder' needs segment, tune_decoder"):
         _run(tmp_path, small_sam_med3d, "synth3d-contrast", usage="sam-decoder", prompt="bbox")
     code = main(["run", "--model", small_sam_med3d, "--weights", "random", "--dataset", "synth-contrast",
                  "--usage", "sam-prompt", "--prompt", "rands", "--dataset-option", "n=12",

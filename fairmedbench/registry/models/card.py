@@ -9,7 +9,7 @@ from typing import Any, Callable, Literal
 from fairmedbench.registry.base import Registry
 
 Kind = Literal["vision", "vision-language", "segmentation"]
-Capability = Literal["encode_image", "encode_text", "segment"]
+Capability = Literal["encode_image", "encode_text", "segment", "tune_decoder"]
 ResizePolicy = Literal["squash", "shortest_crop", "longest_pad"]
 Intensity = Literal["scale255", "minmax"]
 
@@ -77,9 +77,11 @@ class ModelCard:
     # not zero-shot (MTEB's `training_datasets`). `pretraining_data` is the free-text description.
     training_datasets: tuple[str, ...] = ()
     loader_options: dict[str, Any] = field(default_factory=dict)
+    # segmentation: the --prompt modes (adapters.prompts) its prompt encoder takes; empty: every mode
+    prompt_modes: tuple[str, ...] = ()
 
     def can(self, capability: str) -> bool:
-        """Whether the model offers `capability` (encode_image, encode_text, segment)."""
+        """Whether the model offers `capability` (encode_image, encode_text, segment, tune_decoder)."""
         return capability in self.capabilities
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,9 @@ BLIP_DATA = ("COCO", "Visual Genome", "CC3M", "CC12M", "SBU Captions", "LAION-11
 SAM_PRE = Preprocessing(size=1024, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="longest_pad",
                         interpolation="bilinear")
 CLIP224 = Preprocessing(size=224, mean=CLIP_MEAN, std=CLIP_STD)
-SEG_CAPS = ("encode_image", "segment")
+# tune_decoder: a segment_anything-style image encoder, prompt encoder and mask decoder that sam-decoder and samed
+# fine-tune (MedSAM2's SAM 2 modules are not: it only segments)
+SEG_CAPS = ("encode_image", "segment", "tune_decoder")
 # MedSAM's training set includes the ISIC 2018 lesion-segmentation images, which come from HAM10000.
 MEDSAM_SEEN = ("ham10000",)
 VL_CAPS = ("encode_image", "encode_text")
@@ -128,6 +130,7 @@ register(ModelCard(
 
 SAM3D_PRE = Preprocessing(size=128, mean=(0.0,), std=(1.0,), channels=1, resize="squash",
                           interpolation="bilinear", intensity="minmax", depth=128)
+SAM3D_PROMPTS = ("center", "rand", "rands")  # PromptEncoder3D has two point embeddings and none for box corners
 SAM3D_NOTES = ("3D: one point prompt per volume (rand, rands, center; the official prompt encoder has no box "
                "embedding), a 128^3 crop centred on the prompt after resampling to 1.5 mm voxels, z-normalised over "
                "voxels > 0, as SAM-Med3D's utils/infer_utils.py. Modules from the medim package.")
@@ -140,6 +143,7 @@ register(ModelCard(
                                     "pass --weights PATH"),
     license="Apache-2.0", pretraining_data=("SA-Med3D-140K (22K 3D images, 143K masks)",),
     loader=_M + "sam3d:load_sam3d", loader_options={"encoder": "sam-med3d", "target_spacing": 1.5},
+    prompt_modes=SAM3D_PROMPTS,
     reference="Wang et al., SAM-Med3D (2023); uni-medical/SAM-Med3D",
     notes="ViT-B 3D encoder (patch 16, 768 wide, 12 blocks), 3D prompt encoder and mask decoder. " + SAM3D_NOTES,
 ))
@@ -153,6 +157,7 @@ register(ModelCard(
                                     "merge_fastsam3d and pass --weights PATH of the merged file"),
     license="Apache-2.0", pretraining_data=("SA-Med3D-140K (distilled from SAM-Med3D-turbo)",),
     loader=_M + "sam3d:load_sam3d", loader_options={"encoder": "fastsam3d", "target_spacing": 1.5},
+    prompt_modes=SAM3D_PROMPTS,
     reference="Shen et al., FastSAM3D (MICCAI 2024); arcadelab/FastSAM3D",
     notes="Distilled 6-block 3D ViT encoder (first two blocks attention-free) with SAM-Med3D-turbo's prompt "
           "encoder and mask decoder. " + SAM3D_NOTES,
@@ -275,7 +280,7 @@ register(ModelCard(
 ))
 
 register(ModelCard(
-    name="medsam2", family="sam", kind="segmentation", capabilities=SEG_CAPS,
+    name="medsam2", family="sam", kind="segmentation", capabilities=("encode_image", "segment"),
     preprocessing=Preprocessing(size=512, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="squash",
                                 interpolation="bilinear"),
     embedding_dim=256,

@@ -96,8 +96,6 @@ class Sam3DParts(nn.Module):
 class Sam3DSegmenter(VolumetricSegmenter):
     """SAM-Med3D-style inference on one prompt-centred crop (see the module docstring)."""
 
-    prompt_kinds = ("points",)  # PromptEncoder3D has two point embeddings and none for box corners
-
     @torch.inference_mode()
     def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:

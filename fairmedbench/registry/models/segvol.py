@@ -195,8 +195,6 @@ def foreground_normalise(x: np.ndarray) -> np.ndarray:
 class SegVolSegmenter(VolumetricSegmenter):
     """SegVol's zoom-out inference with point or box prompts and the target's name as text."""
 
-    prompt_kinds = ("points", "box")
-
     @torch.inference_mode()
     def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:

@@ -21,7 +21,12 @@ class VolumetricSegmenter(FoundationModel):
     """A model that segments a whole volume from one 3D prompt (`segment_volume`); it has no 2D path."""
 
     volumetric = True
-    prompt_kinds: tuple[str, ...] = ("points",)  # "points" and/or "box": what its prompt encoder takes
+
+    @property
+    def prompt_kinds(self) -> tuple[str, ...]:
+        """"points" and/or "box": what its prompt encoder takes (from the card's prompt modes; none listed: both)."""
+        modes = set(self.card.prompt_modes or ("bbox", "rand"))
+        return tuple(k for k, has in (("points", bool(modes - {"bbox"})), ("box", "bbox" in modes)) if has)
 
     def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
                 point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
