@@ -181,12 +181,12 @@ def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
     where = f"{config.model}/{config.dataset}/{config.usage}"
     if not per_seed:
         return (f"unknown for the training ({seeds} seed(s); no finished run of {where} under {out_root} to time a "
-                f"seed from: run one seed first) plus about {_duration(boot)} of bootstrap and permutation tests ({n_boot} resamples and {config.n_perm} permutations x "
-                f"{n_test} test samples, timed here)")
+                f"seed from: run one seed first) plus about {_duration(boot)} of bootstrap and permutation tests "
+                f"({n_boot} resamples and {config.n_perm} permutations x {n_test} test samples, timed here)")
     total = seeds * statistics.median(per_seed) + boot
     return (f"about {_duration(total)} ({seeds} seed(s) x {_duration(statistics.median(per_seed))} per seed, the "
-            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples and {config.n_perm} permutations x {n_test} test "
-            f"samples timed here: {_duration(boot)})")
+            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples and {config.n_perm} "
+            f"permutations x {n_test} test samples timed here: {_duration(boot)})")
 
 
 def _duration(seconds: float) -> str:
