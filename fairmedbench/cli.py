@@ -700,9 +700,17 @@ def _list_mitigations() -> list[dict[str, Any]]:
     return rows
 
 
+def _list_studies() -> list[dict[str, Any]]:
+    from fairmedbench.studies import load_study, shipped_studies
+
+    return [{"name": s.name, "models": len(s.models), "datasets": len(s.datasets), "usages": list(s.usages),
+             "mitigations": list(s.mitigations), "seeds": len(s.seeds), "about": s.description}
+            for s in map(load_study, shipped_studies())]
+
+
 LISTERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "profiles": _list_profiles, "thresholds": _list_policies, "datasets": _list_datasets, "models": _list_models,
-    "usages": _list_usages, "mitigations": _list_mitigations, "suites": _list_suites}
+    "usages": _list_usages, "mitigations": _list_mitigations, "suites": _list_suites, "studies": _list_studies}
 
 
 def _add_describe(sub: Any) -> None:

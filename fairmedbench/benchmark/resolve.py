@@ -239,6 +239,29 @@ def _check_training_groups(checked: Checked, ds: Dataset, split: Split) -> None:
                          "has (--attribute), or --mitigation erm")
 
 
+def _check_seeds_matter(checked: Checked, n_train: int, sampled: bool, seeds: tuple[int, ...]) -> None:
+    """Refuse several seeds that cannot change a number, before any work: a usage whose head starts from fixed
+    values (clip-adapt) trained with a mitigation that draws nothing of its own (no resampling, no extra module), on
+    an unsampled training split that fits in one minibatch, takes the same full-batch steps whatever the seed."""
+    from fairmedbench.mitigation import MITIGATIONS
+    from fairmedbench.mitigation.base import Mitigation
+
+    usage = checked.usage
+    if len(seeds) < 2 or usage.seeded_init or not usage.learns or sampled:
+        return
+    cls = MITIGATIONS.get(checked.spec.mitigation)
+    if cls.epoch_indices is not Mitigation.epoch_indices or cls.extra_parameters is not Mitigation.extra_parameters:
+        return
+    batch = int(checked.train_hparams.get("batch_size", 0))
+    if n_train <= batch:
+        raise InputError(
+            f"usage {usage.name!r} starts from fixed weights (no random initialisation) and its {n_train} training "
+            f"samples fit in one minibatch of {batch}, so with mitigation {checked.spec.mitigation!r} every seed "
+            f"trains the same head: seeds {', '.join(map(str, seeds))} would give identical numbers and zero-width "
+            f"intervals. Give one seed, or --hparam batch_size=N below {n_train} (the seed then orders the "
+            "minibatches)")
+
+
 def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",
                 verify_weights: bool = True) -> Resolved:
     """Check `spec`, read the dataset's table and split, locate the weights and resolve the precision: the
@@ -261,6 +284,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
     _check_training_groups(checked, ds, split)
     sampling = resolve_sampling(spec, checked, ds, split)
+    _check_seeds_matter(checked, len(split.train), sampling.active, spec.seeds)
     config = RunConfig(
         engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,
         dataset_version=checked.dataset_card.version, data_fingerprint=data_fp,
