@@ -116,6 +116,7 @@ class AnomalyDetection(Usage):
              "(label 0) training samples (Meissen et al.'s fairness laws); only erm")
     hparams: Mapping[str, Any] = MappingProxyType({"scorer": "knn", "k": 5})
     caches_features = True
+    seeded_init = False  # closed-form: several seeds differ only when they draw a sampled training set
 
     def check_hparams(self, given: Mapping[str, Any]) -> None:
         """scorer in SCORERS; k >= 1, and only with knn."""

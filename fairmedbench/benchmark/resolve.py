@@ -240,26 +240,30 @@ def _check_training_groups(checked: Checked, ds: Dataset, split: Split) -> None:
 
 
 def _check_seeds_matter(checked: Checked, n_train: int, sampled: bool, seeds: tuple[int, ...]) -> None:
-    """Refuse several seeds that cannot change a number, before any work: a usage whose head starts from fixed
-    values (clip-adapt) trained with a mitigation that draws nothing of its own (no resampling, no extra module), on
-    an unsampled training split that fits in one minibatch, takes the same full-batch steps whatever the seed."""
+    """Refuse several seeds that cannot change a number, before any work: a usage with no random initialisation
+    (clip-adapt: the text prototypes; anomaly: a closed-form scorer) on an unsampled training split, with a
+    mitigation that draws nothing of its own (no resampling, no extra module), when it takes no gradient step or
+    its training split fits in one minibatch (the same full-batch steps whatever the seed)."""
     from fairmedbench.mitigation import MITIGATIONS
     from fairmedbench.mitigation.base import Mitigation
 
     usage = checked.usage
-    if len(seeds) < 2 or usage.seeded_init or not usage.learns or sampled:
+    if len(seeds) < 2 or usage.seeded_init or sampled:
         return
     cls = MITIGATIONS.get(checked.spec.mitigation)
     if cls.epoch_indices is not Mitigation.epoch_indices or cls.extra_parameters is not Mitigation.extra_parameters:
         return
     batch = int(checked.train_hparams.get("batch_size", 0))
-    if n_train <= batch:
-        raise InputError(
-            f"usage {usage.name!r} starts from fixed weights (no random initialisation) and its {n_train} training "
-            f"samples fit in one minibatch of {batch}, so with mitigation {checked.spec.mitigation!r} every seed "
-            f"trains the same head: seeds {', '.join(map(str, seeds))} would give identical numbers and zero-width "
-            f"intervals. Give one seed, or --hparam batch_size=N below {n_train} (the seed then orders the "
-            "minibatches)")
+    if usage.learns and n_train > batch:
+        return
+    why, fix = ((f"its {n_train} training samples fit in one minibatch of {batch}",
+                 f", or --hparam batch_size=N below {n_train} (the seed then orders the minibatches)")
+                if usage.learns else ("it takes no gradient step", ""))
+    raise InputError(
+        f"usage {usage.name!r} has no random initialisation and {why}, so with mitigation "
+        f"{checked.spec.mitigation!r} every seed trains the same head: seeds {', '.join(map(str, seeds))} would give "
+        f"identical numbers and zero-width intervals. Give one seed{fix}, or sample the training set "
+        "(--train-group-share or --prevalence: the seed draws the sample)")
 
 
 def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",

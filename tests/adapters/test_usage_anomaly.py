@@ -91,9 +91,15 @@ def test_too_few_normal_rows_and_bad_hparams_are_errors() -> None:
         usage.check_hparams({"k": 0})
 
 
-def test_a_mitigation_is_refused_before_any_work() -> None:
+def test_a_mitigation_and_seeds_that_cannot_differ_are_refused_before_any_work() -> None:
+    from fairmedbench.benchmark.resolve import resolve_run
+
     with pytest.raises(InputError, match="learns nothing"):
         check_spec(tiny_spec("c2l", "anomaly", mitigation="groupdro"))
+    with pytest.raises(InputError, match="takes no gradient step, so .* every seed trains the same head"):
+        resolve_run(tiny_spec("c2l", "anomaly", seeds=(0, 1)), device="cpu")
+    sampled = tiny_spec("c2l", "anomaly", seeds=(0, 1), attributes=("sex",), train_group_share=0.5)
+    assert resolve_run(sampled, device="cpu").config.seeds == (0, 1)  # the seed draws the training sample
 
 
 @pytest.mark.parametrize("scorer", ["knn", "mahalanobis"])
