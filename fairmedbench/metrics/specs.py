@@ -109,7 +109,8 @@ _add("balanced_brier", C, "group", False, UNIT, "mean of brier_pos and brier_neg
 _add("calibration_loss", C, "group", False, UNIT, "brier - refinement: what the best monotone recalibration "
      "removes (Mosquera et al.)", label="Cal.loss", table=True)
 _add("refinement", C, "group", False, UNIT, "Brier of the PAV (isotonic) recalibrated scores on the same set")
-_add("balanced_calibration_loss", C, "group", False, UNIT, "balanced_brier - balanced_refinement")
+_add("balanced_calibration_loss", C, "group", False, UNIT, "balanced_brier - balanced_refinement",
+     label="bal.Cal.loss")
 _add("balanced_refinement", C, "group", False, UNIT, "balanced Brier of the scores recalibrated by the PAV fitted "
      "with class-balanced weights (the monotone map minimising the balanced Brier)")
 _add("youden_j", C, "group", True, SIGNED_UNIT, "TPR - FPR at the (global) operating threshold")
