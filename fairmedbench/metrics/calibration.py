@@ -28,8 +28,8 @@ NAMES = ("calibration_loss", "refinement", "balanced_calibration_loss", "balance
 
 
 def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Per row: Σ_u W_u (f_u - ȳ_u)²-form Brier sum Σ_u (W_u f_u² - 2 f_u Y_u + Y_u) of the weighted PAV fit f of
-    the pooled means ȳ_u = Y_u / W_u (W_u: weight at unique score u, Y_u: its positive weight; y² = y)."""
+    """Per row, the weighted squared error Σ_u (W_u f_u² - 2 f_u Y_u + Y_u) of the PAV fit f to the pooled means
+    Y_u / W_u (W_u: the weight at unique score u, Y_u: its positive weight; labels are 0/1, so y² = y)."""
     out = np.empty(W.shape[0])
     for b in range(W.shape[0]):
         keep = W[b] > 0  # scipy needs strictly positive weights; zero-weight scores do not enter the Brier
