@@ -154,7 +154,7 @@ def test_sampling_axes_reach_the_run_spec_when_it_has_them() -> None:
     from fairmedbench.spec import RunSpec
 
     cells = expand(load_study("fairness-laws"))
-    assert len(cells) == 10  # 1 model x 2 presets x 5 shares
+    assert len(cells) == 20  # 1 model x 2 presets x 2 usages (lp, anomaly) x 5 shares
     if "train_group_share" not in {f.name for f in fields(RunSpec)}:
         assert all("RunSpec has no" in c.reason for c in cells)
         pytest.skip("RunSpec has no sampling fields yet (the lead's Sampling change)")
