@@ -155,7 +155,8 @@ def _add_inspect(sub: Any) -> None:
     src.add_argument("--list-column", metavar="COL", help="embedding as one list per row in COL")
     src.add_argument("--projected", action="store_true",
                      help="the features are already-projected modes: analysed as given, no PCA (automatic for "
-                          "'PCA Mode N' columns)")
+                          "'PCA Mode N' columns, named or not)")
+    src.add_argument("--refit-pca", action="store_true", help="fit PCA even on columns named 'PCA Mode N'")
     src.add_argument("--model", help="a model card; its linear-probe features come from the feature cache")
     src.add_argument("--dataset", help="a dataset card (with --model)")
     src.add_argument("--weights", help="PATH, 'random', or default: the card's source")
@@ -200,6 +201,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     opts = InspectOptions(
         embeddings=args.embeddings, metadata=args.metadata, features=args.features,
         feature_prefix=args.feature_prefix, list_column=args.list_column, projected=args.projected,
+        refit_pca=args.refit_pca,
         model=args.model, dataset=args.dataset, weights=args.weights,
         dataset_options=parse_hparams(args.dataset_option), data_root=args.data_root, split_seed=args.split_seed,
         baselines=args.baselines, imagenet_model=args.imagenet_model, label=args.label,
@@ -718,9 +720,17 @@ def _list_mitigations() -> list[dict[str, Any]]:
     return rows
 
 
+def _list_studies() -> list[dict[str, Any]]:
+    from fairmedbench.studies import load_study, shipped_studies
+
+    return [{"name": s.name, "models": len(s.models), "datasets": len(s.datasets), "usages": list(s.usages),
+             "mitigations": list(s.mitigations), "seeds": len(s.seeds), "about": s.description}
+            for s in map(load_study, shipped_studies())]
+
+
 LISTERS: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "profiles": _list_profiles, "thresholds": _list_policies, "datasets": _list_datasets, "models": _list_models,
-    "usages": _list_usages, "mitigations": _list_mitigations, "suites": _list_suites}
+    "usages": _list_usages, "mitigations": _list_mitigations, "suites": _list_suites, "studies": _list_studies}
 
 
 def _add_describe(sub: Any) -> None:

@@ -1,7 +1,7 @@
-"""Usage adapters (lp, lora, clip-zs, clip-adapt, sam-prompt, sam-decoder, samed), registered in USAGES by
+"""Usage adapters (lp, anomaly, lora, clip-zs, clip-adapt, sam-prompt, sam-decoder, samed), registered in USAGES by
 importing their modules."""
 
-from fairmedbench.adapters import (clip_adapt, clip_zeroshot, linear_probe, lora, sam_decoder,  # noqa: F401
+from fairmedbench.adapters import (anomaly, clip_adapt, clip_zeroshot, linear_probe, lora, sam_decoder,  # noqa: F401
                                    sam_prompt, samed)
 from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, compatible_usages
 

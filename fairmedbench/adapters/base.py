@@ -89,6 +89,7 @@ class Usage:
     train_defaults: Mapping[str, Any] = MappingProxyType({})  # TrainConfig defaults for this usage's head
     prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
     learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
+    seeded_init = True  # whether the run seed sets the head's initial weights (clip-adapt's are the text prototypes)
     volumes = False  # classification: whether it runs on 3D volumes slice by slice (2.5D, adapters.volumes)
     caches_features = False  # classification: whether `prepare` reads frozen image features from the feature cache
 

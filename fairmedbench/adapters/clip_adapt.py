@@ -19,6 +19,7 @@ class ClipAdapt(Usage):
     about = "CLIP-Adapt: class prototypes initialised from prompt embeddings, trained on cached image features"
     hparams = PROMPT_HPARAMS
     learns = True
+    seeded_init = False  # starts from the text prototypes: only the minibatch order depends on the seed
     volumes = True
     caches_features = True
     # Prototypes are unit-norm vectors of ~512 coordinates of ~0.04: the probe's lr of 3e-3 would rotate them

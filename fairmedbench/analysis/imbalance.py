@@ -1,6 +1,7 @@
 """Class imbalance (Mosquera et al.): how AUROC, AUPRC, balanced Brier and ECE of each group move as the class
 prevalence varies (in the training or the test set). The values are the metric engine's own (`auc`, `ap`,
-`balanced_brier`, `ece` of each run's result); this module summarises them across seeds per prevalence and fits
+`balanced_brier`, `ece`, and the calibration loss of the Brier and of the balanced Brier, metrics.calibration, of
+each run's result); this module summarises them across seeds per prevalence and fits
 a line per (group, metric) whose slope interval says whether the metric moves with prevalence (AUROC is expected
 flat, AUPRC and calibration not)."""
 
@@ -13,7 +14,7 @@ from typing import Any, Sequence
 from fairmedbench.analysis.fairness_laws import LineFit, PointSummary, as_rows, line_fit, summarise_points
 from fairmedbench.errors import InputError
 
-METRICS = ("auc", "ap", "balanced_brier", "ece")
+METRICS = ("auc", "ap", "balanced_brier", "ece", "calibration_loss", "balanced_calibration_loss")
 
 
 @dataclass

@@ -36,6 +36,7 @@ class InspectOptions:
     feature_prefix: str | None = None
     list_column: str | None = None
     projected: bool = False
+    refit_pca: bool = False  # fit PCA even on columns named as PCA modes ("PCA Mode N")
     model: str | None = None
     dataset: str | None = None
     weights: str | None = None
@@ -111,11 +112,35 @@ def read_table(path: Path, what: str) -> Any:
     return read_predictions(path, what=what)
 
 
+def _named_modes(chosen: list[str], opts: InspectOptions, notes: list[str]) -> bool:
+    """Whether the chosen columns are analysed as already-projected modes: when --projected says so, or when every
+    one is named "PCA Mode N" (unless --refit-pca); a mix of mode and other columns is refused. Notes which."""
+    named = [c for c in chosen if PROJECTED.match(c)]
+    if named and len(named) < len(chosen) and not (opts.refit_pca or opts.projected):
+        other = [c for c in chosen if not PROJECTED.match(c)]
+        raise InputError(f"the feature columns mix PCA modes ({', '.join(named[:3])}) with other columns "
+                         f"({', '.join(other[:3])}); give only the modes (analysed as given), or --refit-pca to fit "
+                         "PCA on all of them")
+    if opts.refit_pca:
+        notes.append(f"features: PCA fitted on the {len(chosen)} given column(s) (--refit-pca)")
+        return False
+    if opts.projected or named:
+        why = "--projected" if opts.projected else "named as PCA modes"
+        notes.append(f"features: the {len(chosen)} given column(s) analysed as already-projected modes ({why}; no PCA "
+                     "refit; --refit-pca refits)")
+        return True
+    notes.append(f"features: PCA fitted on the {len(chosen)} given column(s)")
+    return False
+
+
 def _feature_columns(df: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
     """The feature matrix, its column names and whether they are already-projected modes."""
     from fairmedbench.analysis.encoding import check_features
 
     cols = [str(c) for c in df.columns]
+    if opts.projected and opts.refit_pca:
+        raise InputError("--projected (analyse the columns as given) and --refit-pca (fit PCA on them) contradict "
+                         "each other; give one")
     if opts.list_column or (not opts.features and not opts.feature_prefix and
                             not any(PROJECTED.match(c) or NUMBERED.match(c) for c in cols)):
         name = opts.list_column or next((c for c in LIST_COLUMNS if c in cols), None)
@@ -129,16 +154,20 @@ def _feature_columns(df: Any, opts: InspectOptions, source: str, notes: list[str
         missing = [c for c in opts.features if c not in cols]
         if missing:
             raise InputError(f"feature column(s) {missing} not in {source}; its columns are: {', '.join(cols[:30])}")
-        chosen, projected = list(opts.features), opts.projected
+        chosen = list(opts.features)
+        projected = _named_modes(chosen, opts, notes)
     elif opts.feature_prefix:
         chosen = [c for c in cols if c.startswith(opts.feature_prefix)]
         if not chosen:
             raise InputError(f"no column of {source} starts with --feature-prefix {opts.feature_prefix!r}")
-        projected = opts.projected
+        projected = _named_modes(chosen, opts, notes)
     else:
         chosen = [c for c in cols if PROJECTED.match(c)]
-        projected = bool(chosen) or opts.projected
-        if chosen:
+        projected = (bool(chosen) or opts.projected) and not opts.refit_pca
+        if chosen and opts.refit_pca:
+            notes.append(f"features: PCA refitted on the file's PCA-mode columns ({', '.join(chosen)}) as "
+                         "--refit-pca asks")
+        elif chosen:
             notes.append(f"features: the file's already-projected modes ({', '.join(chosen)}), analysed as given "
                          "(no PCA refit; explained variance is not in the file)")
         else:

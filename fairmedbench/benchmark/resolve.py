@@ -300,6 +300,33 @@ def _check_training_groups(checked: Checked, ds: Dataset, split: Split) -> None:
                          "has (--attribute), or --mitigation erm")
 
 
+def _check_seeds_matter(checked: Checked, n_train: int, sampled: bool, seeds: tuple[int, ...]) -> None:
+    """Refuse several seeds that cannot change a number, before any work: a usage with no random initialisation
+    (clip-adapt: the text prototypes; anomaly: a closed-form scorer) on an unsampled training split, with a
+    mitigation that draws nothing of its own (no resampling, no extra module), when it takes no gradient step or
+    its training split fits in one minibatch (the same full-batch steps whatever the seed)."""
+    from fairmedbench.mitigation import MITIGATIONS
+    from fairmedbench.mitigation.base import Mitigation
+
+    usage = checked.usage
+    if len(seeds) < 2 or usage.seeded_init or sampled:
+        return
+    cls = MITIGATIONS.get(checked.spec.mitigation)
+    if cls.epoch_indices is not Mitigation.epoch_indices or cls.extra_parameters is not Mitigation.extra_parameters:
+        return
+    batch = int(checked.train_hparams.get("batch_size", 0))
+    if usage.learns and n_train > batch:
+        return
+    why, fix = ((f"its {n_train} training samples fit in one minibatch of {batch}",
+                 f", or --hparam batch_size=N below {n_train} (the seed then orders the minibatches)")
+                if usage.learns else ("it takes no gradient step", ""))
+    raise InputError(
+        f"usage {usage.name!r} has no random initialisation and {why}, so with mitigation "
+        f"{checked.spec.mitigation!r} every seed trains the same head: seeds {', '.join(map(str, seeds))} would give "
+        f"identical numbers and zero-width intervals. Give one seed{fix}, or sample the training set "
+        "(--train-group-share or --prevalence: the seed draws the sample)")
+
+
 def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "auto",
                 verify_weights: bool = True) -> Resolved:
     """Check `spec`, read the dataset's table and split, locate the weights and resolve the precision: the
@@ -322,6 +349,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
     _check_training_groups(checked, ds, split)
     sampling = resolve_sampling(spec, checked, ds, split)
+    _check_seeds_matter(checked, len(split.train), sampling.active, spec.seeds)
     config = RunConfig(
         engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,
         dataset_version=checked.dataset_card.version, data_fingerprint=data_fp,

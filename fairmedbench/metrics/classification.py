@@ -18,6 +18,7 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
+from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES, brier_decomposition
 from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
 from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
@@ -133,6 +134,8 @@ class _Block:
                 "youden_j_max": youden_max,
             }
         out["balanced_brier"] = 0.5 * (out["brier_pos"] + out["brier_neg"])
+        out.update(brier_decomposition(np.r_[np.ones(len(self.sp)), np.zeros(len(self.sn))],
+                                       np.r_[self.sp, self.sn], np.hstack([wp, wn])))
         out["_cp"], out["_cn"], out["_tp_ge"] = cp, cn, tp_ge
         return out
 
@@ -264,7 +267,7 @@ class _Names:
         return f"youden_j_at_fpr{_pct(self.fpr_target)}"
 
 
-GAP_BASE = ("auc", "ap", "brier", "balanced_brier", "ece", "tpr", "fpr", "tnr", "ppv", "acc", "f1",
+GAP_BASE = ("auc", "ap", "brier", "balanced_brier", *CALIBRATION_NAMES, "ece", "tpr", "fpr", "tnr", "ppv", "acc", "f1",
             "selection_rate", "youden_j", "youden_j_max", "sauroc")
 
 

@@ -106,6 +106,13 @@ _add("selection_rate", C, "group", None, UNIT, "fraction predicted positive at t
 _add("ece", C, "group", False, UNIT, "positive-class reliability, 15 equal-width bins on [0, 1] (bin = "
      "floor(p·B) clipped), Σ_b (n_b/N)·|mean p_b - mean y_b|", label="ECE", table=True)
 _add("balanced_brier", C, "group", False, UNIT, "mean of brier_pos and brier_neg", label="bal.Brier", table=True)
+_add("calibration_loss", C, "group", False, UNIT, "brier - refinement: what the best monotone recalibration "
+     "removes (Mosquera et al.)", label="Cal.loss", table=True)
+_add("refinement", C, "group", False, UNIT, "Brier of the PAV (isotonic) recalibrated scores on the same set")
+_add("balanced_calibration_loss", C, "group", False, UNIT, "balanced_brier - balanced_refinement",
+     label="bal.Cal.loss")
+_add("balanced_refinement", C, "group", False, UNIT, "balanced Brier of the scores recalibrated by the PAV fitted "
+     "with class-balanced weights (the monotone map minimising the balanced Brier)")
 _add("youden_j", C, "group", True, SIGNED_UNIT, "TPR - FPR at the (global) operating threshold")
 _add("youden_j_max", C, "group", True, UNIT, "the group's own maximum of TPR - FPR over thresholds")
 _add("sauroc", C, "group", True, UNIT, "subgroup AUROC: AUC on all positives and the group's negatives",
@@ -117,7 +124,8 @@ _add("fpr_at_fpr20", C, "group", False, UNIT, "FPR per group at the smallest thr
      label="FPR@FPR.2")
 _add("youden_j_at_fpr20", C, "group", True, SIGNED_UNIT, "TPR - FPR per group at the smallest threshold with "
      "overall FPR <= 0.2", label="J@FPR.2")
-for _m in ("ap", "brier", "balanced_brier", "tpr", "fpr", "tnr", "ppv", "acc", "f1", "selection_rate",
+for _m in ("ap", "brier", "balanced_brier", "calibration_loss", "refinement", "balanced_calibration_loss",
+           "balanced_refinement", "tpr", "fpr", "tnr", "ppv", "acc", "f1", "selection_rate",
            "youden_j_max", "sauroc"):
     _gap(_m, C)
 _gap("tpr_at_fpr20", C, label="ΔTPR@FPR.2")

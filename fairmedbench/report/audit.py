@@ -18,7 +18,7 @@ from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.result import GAP, OVERALL
 
 #: per-group columns of the audit's group table (all in the MetricSpec registry)
-GROUP_METRICS = ("prevalence", "auc", "ap", "sauroc", "balanced_brier", "ece")
+GROUP_METRICS = ("prevalence", "auc", "ap", "sauroc", "balanced_brier", "calibration_loss", "ece")
 #: the rates at the global threshold with overall FPR <= 0.2 (the engine's default operating point)
 RATE_METRICS = ("tpr_at_fpr20", "fpr_at_fpr20", "youden_j_at_fpr20")
 VERSIONS = ("numpy", "scipy", "scikit-learn", "pandas", "matplotlib", "jinja2")
@@ -146,7 +146,8 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
                            f"score distributions by {rep['attribute']} within each label (what the KS tests compare)"))
         sections.append({"title": f"{rep['task']} by {rep['attribute']}", "groups": group_table(
             rep, GROUP_METRICS, "per group (95% CI); sAUROC: all positives against the group's negatives; "
-            "balanced Brier: mean of the Brier score over positives and over negatives"),
+            "balanced Brier: mean of the Brier score over positives and over negatives; calibration loss: Brier "
+            "minus the Brier of the PAV-recalibrated scores (Mosquera et al.)"),
             "rates": rates, "diffs": signed_difference_table(rep), "figures": figures})
     tests, ks_skipped = score_ks(data, correction)
     notes = [n for rep in reports for n in result_notes(rep, meta.get("min_group_size"))] + list(doc.get("notes", []))

@@ -38,7 +38,7 @@ STATUSES = ("planned", "done", "failed", "skipped")
 CONFIG = ("task_kind", "model", "dataset", "usage", "prompt", "attributes", "hparams", "train_group_share",
           "share_group", "train_size", "prevalence", "prevalence_on", "task", "attribute")
 LAW_METRICS = ("auc", "sauroc")
-IMBALANCE_METRICS = ("auc", "ap", "balanced_brier", "ece")
+IMBALANCE_METRICS = ("auc", "ap", "balanced_brier", "ece", "calibration_loss", "balanced_calibration_loss")
 
 
 @dataclass

@@ -119,6 +119,9 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
                          "give --attribute for a dataset that has one")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    if hasattr(head, "fit_normal"):  # an unsupervised scorer (adapters.anomaly) fits itself, without gradient steps
+        with torch.no_grad():
+            head.fit_normal(train.x, _as2d(train.y), val.x, _as2d(val.y))
     model = mitigation.wrap_head(head, train.n_groups)
     xt = torch.as_tensor(train.x, dtype=torch.float32)
     yt = torch.as_tensor(_as2d(train.y), dtype=torch.float32)

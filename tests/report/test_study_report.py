@@ -139,6 +139,7 @@ def test_figures_and_page_exist(study: dict[str, Any]) -> None:
     assert any(a.startswith("resampling against ERM") for a in rep.answers)
     assert any(a.startswith("Fairness law (c2l · synth-underrep") and "interpolation MAE" in a for a in rep.answers)
     assert any(a.startswith("Imbalance (c2l · synth-underrep") and "flat across prevalences" in a for a in rep.answers)
+    assert "balanced_calibration_loss" in page and "calibration_loss" in page  # Mosquera's PAV loss, fitted too
     assert "clip usages need a vision-language model" in page and not rep.notes
     # sections without data are left out with a note
     notes = study["base"].notes

@@ -154,7 +154,7 @@ def test_sampling_axes_reach_the_run_spec_when_it_has_them() -> None:
     from fairmedbench.spec import RunSpec
 
     cells = expand(load_study("fairness-laws"))
-    assert len(cells) == 10  # 1 model x 2 presets x 5 shares
+    assert len(cells) == 20  # 1 model x 2 presets x 2 usages (lp, anomaly) x 5 shares
     if "train_group_share" not in {f.name for f in fields(RunSpec)}:
         assert all("RunSpec has no" in c.reason for c in cells)
         pytest.skip("RunSpec has no sampling fields yet (the lead's Sampling change)")
@@ -164,3 +164,23 @@ def test_sampling_axes_reach_the_run_spec_when_it_has_them() -> None:
     assert all(c.spec.share_group == "female" and c.spec.train_size is None for c in cells if c.runnable)
     prev = [c.spec for c in expand(load_study("imbalance")) if c.runnable]
     assert sorted({(s.prevalence, s.prevalence_on) for s in prev}) == [(p, "test") for p in (0.05, 0.1, 0.25, 0.5)]
+
+
+def test_fairmedfm_grid_has_lora_and_samed_with_their_mitigations() -> None:
+    cells = {(c.fields["usage"], c.fields["mitigation"]) for c in expand(load_study("fairmedfm")) if c.runnable}
+    assert {("lora", m) for m in ("erm", "resampling", "groupdro", "adversarial", "domainind", "fairness_loss")} \
+        <= cells
+    assert {("samed", m) for m in ("erm", "resampling", "groupdro", "fairness_loss", "febs", "ind")} <= cells
+    assert not {("lora", "febs"), ("lora", "ind"), ("samed", "adversarial"), ("samed", "domainind")} & cells
+
+
+def test_list_studies_names_every_shipped_study(capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    from fairmedbench.cli import main
+
+    assert main(["list", "studies", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == shipped_studies()
+    laws = next(r for r in rows if r["name"] == "fairness-laws")
+    assert laws["usages"] == ["lp", "anomaly"]

@@ -1,0 +1,111 @@
+"""Calibration loss and refinement (Mosquera et al.): hand-computed PAV on a tiny set, sklearn cross-check,
+bootstrap rows, edge cases and the engine's per-group values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.isotonic import IsotonicRegression
+
+from fairmedbench.metrics.calibration import brier_decomposition
+
+# y = 0 0 1 0 1 at s = .1 .4 .4 .6 .8 (the two samples at .4 are tied, so PAV pools them first).
+#
+# Brier, unit weights. Points (score: weight, mean y): .1:(1, 0)  .4:(2, .5)  .6:(1, 0)  .8:(1, 1).
+#   PAV: 0, .5, 0 violates at .4 > .6 -> pool (2*.5 + 1*0)/3 = 1/3 -> fit 0, 1/3, 1/3, 1 (monotone, done).
+#   Brier(s)  = (.01 + .16 + .36 + .36 + .04)/5 = .93/5 = .186
+#   refinement = (0 + (1/3)^2 + (2/3)^2 + (1/3)^2 + 0)/5 = (6/9)/5 = 2/15
+#   calibration loss = .186 - 2/15
+#
+# Balanced Brier: P = 2, N = 3 -> weights 1/4 per positive, 1/6 per negative.
+#   Points: .1:(1/6, 0)  .4:(1/6 + 1/4 = 5/12, (1/4)/(5/12) = .6)  .6:(1/6, 0)  .8:(1/4, 1).
+#   PAV: 0, .6, 0 violates -> pool (1/4)/(5/12 + 1/6) = 3/7 -> fit 0, 3/7, 3/7, 1.
+#   balanced refinement = .5*mean_pos (1-f)^2 + .5*mean_neg f^2 = .5*((4/7)^2 + 0)/2 + .5*(0 + (3/7)^2*2)/3
+#                       = .5*8/49 + .5*6/49 = 1/7
+#   balanced Brier = .5*(.36 + .04)/2 + .5*(.01 + .16 + .36)/3 = .1 + .53/6
+#   balanced calibration loss = .1 + .53/6 - 1/7
+Y = np.array([0, 0, 1, 0, 1])
+S = np.array([0.1, 0.4, 0.4, 0.6, 0.8])
+
+
+def test_hand_computed_pav() -> None:
+    out = brier_decomposition(Y, S, np.ones((1, 5)))
+    assert out["refinement"][0] == pytest.approx(2 / 15, abs=1e-12)
+    assert out["calibration_loss"][0] == pytest.approx(0.186 - 2 / 15, abs=1e-12)
+    assert out["balanced_refinement"][0] == pytest.approx(1 / 7, abs=1e-12)
+    assert out["balanced_calibration_loss"][0] == pytest.approx(0.1 + 0.53 / 6 - 1 / 7, abs=1e-12)
+
+
+def test_input_order_does_not_matter() -> None:
+    perm = np.array([3, 0, 4, 2, 1])
+    a = brier_decomposition(Y, S, np.ones((1, 5)))
+    b = brier_decomposition(Y[perm], S[perm], np.ones((1, 5)))
+    for k in a:
+        assert a[k][0] == pytest.approx(b[k][0], abs=1e-15)
+
+
+def _sklearn(y: np.ndarray, s: np.ndarray, w: np.ndarray, balanced: bool) -> tuple[float, float]:
+    """(calibration loss, refinement) with sklearn's IsotonicRegression on the positive-weight samples."""
+    keep = w > 0
+    y, s, w = y[keep], s[keep], w[keep].astype(float)
+    if balanced:
+        w = np.where(y == 1, 0.5 / w[y == 1].sum(), 0.5 / w[y == 0].sum()) * w
+    f = IsotonicRegression(out_of_bounds="clip").fit(s, y, sample_weight=w).predict(s)
+    ref = float((w * (f - y) ** 2).sum() / w.sum())
+    return float((w * (s - y) ** 2).sum() / w.sum()) - ref, ref
+
+
+def test_matches_sklearn_isotonic_on_bootstrap_rows() -> None:
+    rng = np.random.default_rng(3)
+    n = 300
+    y = rng.integers(0, 2, n)
+    s = np.round(1 / (1 + np.exp(-(1.2 * y - 0.6 + rng.normal(0, 1, n)))), 2)  # rounded: many ties
+    w = rng.multinomial(n, np.full(n, 1 / n), size=6).astype(float)
+    out = brier_decomposition(y, s, w)
+    for b in range(len(w)):
+        for balanced, prefix in ((False, ""), (True, "balanced_")):
+            loss, ref = _sklearn(y, s, w[b], balanced)
+            assert out[f"{prefix}refinement"][b] == pytest.approx(ref, abs=1e-12)
+            assert out[f"{prefix}calibration_loss"][b] == pytest.approx(loss, abs=1e-12)
+
+
+def test_perfectly_calibrated_monotone_scores_have_no_loss() -> None:
+    # each distinct score equals the positive rate at it: PAV changes nothing
+    y = np.array([0, 0, 1, 0, 1, 1, 1])
+    s = np.array([0, 0.5, 0.5, 2 / 3, 2 / 3, 2 / 3, 1.0])
+    s[0] = 0.0
+    out = brier_decomposition(y, s, np.ones((1, 7)))
+    assert out["calibration_loss"][0] == pytest.approx(0.0, abs=1e-15)
+
+
+def test_one_class_and_empty() -> None:
+    out = brier_decomposition(np.zeros(3), np.array([0.2, 0.1, 0.4]), np.ones((2, 3)))
+    # PAV fits the all-zero labels exactly: all of the Brier is calibration loss
+    assert out["refinement"][0] == 0.0
+    assert out["calibration_loss"][0] == pytest.approx((0.04 + 0.01 + 0.16) / 3)
+    assert np.isnan(out["balanced_refinement"]).all() and np.isnan(out["balanced_calibration_loss"]).all()
+    empty = brier_decomposition(np.zeros(0), np.zeros(0), np.ones((2, 0)))
+    assert all(np.isnan(v).all() and v.shape == (2,) for v in empty.values())
+
+
+def test_engine_reports_them_per_group_with_gap_and_interval() -> None:
+    from fairmedbench.metrics import evaluate_classification
+
+    rng = np.random.default_rng(0)
+    n = 400
+    y = rng.integers(0, 2, n)
+    g = np.where(rng.random(n) < 0.5, "a", "b")
+    s = 1 / (1 + np.exp(-(1.5 * y - 0.75 + rng.normal(0, 1, n))))
+    s = np.where(g == "b", s**3, s)  # group b miscalibrated (scores pushed down)
+    res = evaluate_classification(y, s, {"g": g}, n_boot=50, seed=1).to_dict()
+    [report] = res["reports"]
+    rep = report["metrics"]
+    for grp in ("a", "b"):
+        m = g == grp
+        want = brier_decomposition(y[m], s[m], np.ones((1, m.sum())))
+        for k in ("calibration_loss", "refinement", "balanced_calibration_loss", "balanced_refinement"):
+            assert rep[k][grp]["value"] == pytest.approx(want[k][0], abs=1e-12)
+    assert rep["calibration_loss"]["b"]["value"] > rep["calibration_loss"]["a"]["value"]
+    gap = rep["calibration_loss_gap"]["__gap__"]
+    assert gap["value"] == pytest.approx(rep["calibration_loss"]["b"]["value"] - rep["calibration_loss"]["a"]["value"])
+    assert gap["ci_low"] < gap["value"] < gap["ci_high"]
