@@ -88,7 +88,7 @@ class _Block:
         self.sq_p = (1.0 - sp) ** 2
         self.sq_n = sn**2
 
-    def stats(self, wp: np.ndarray, wn: np.ndarray) -> dict[str, np.ndarray]:
+    def stats(self, wp: np.ndarray, wn: np.ndarray, calibration: bool = True) -> dict[str, np.ndarray]:
         """All per-subset metrics for each row of weights; also returns the cumulative sums for reuse."""
         cp, cn = _cum0(wp), _cum0(wn)
         P, N = cp[:, -1], cn[:, -1]
@@ -134,8 +134,11 @@ class _Block:
                 "youden_j_max": youden_max,
             }
         out["balanced_brier"] = 0.5 * (out["brier_pos"] + out["brier_neg"])
-        out.update(brier_decomposition(np.r_[np.ones(len(self.sp)), np.zeros(len(self.sn))],
-                                       np.r_[self.sp, self.sn], np.hstack([wp, wn])))
+        if calibration:
+            out.update(brier_decomposition(np.r_[np.ones(len(self.sp)), np.zeros(len(self.sn))],
+                                           np.r_[self.sp, self.sn], np.hstack([wp, wn])))
+        else:  # permutation tests: one PAV fit per permutation and group would cost more than every other metric
+            out.update({m: np.full(wp.shape[0], np.nan) for m in CALIBRATION_NAMES})
         out["_cp"], out["_cn"], out["_tp_ge"] = cp, cn, tp_ge
         return out
 
@@ -202,7 +205,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
     `pooled`: a permutation plan's 0/1 memberships over the whole population, whose weights are all ones)."""
     b = wps[0].shape[0]
     per: dict[str, dict[str, np.ndarray]] = {}
-    group_stats = [blk.stats(wp, wn) for blk, wp, wn in zip(plan.blocks, wps, wns)]
+    group_stats = [blk.stats(wp, wn, calibration=not pooled) for blk, wp, wn in zip(plan.blocks, wps, wns)]
     if pooled:
         wp_all, wn_all = np.ones((b, len(plan.pop.sp))), np.ones((b, len(plan.pop.sn)))
     else:
@@ -212,7 +215,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
             wp_all[:, sl] = w
         for sl, w in zip(plan.slot_n, wns):
             wn_all[:, sl] = w
-    pop = plan.pop.stats(wp_all, wn_all)
+    pop = plan.pop.stats(wp_all, wn_all, calibration=not pooled)
     P, N = pop["_cp"][:, -1], pop["_cn"][:, -1]
     # Global operating points: one threshold for the population, rates reported per group.
     sp, sn = plan.pop.sp, plan.pop.sn
@@ -321,7 +324,8 @@ def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.nda
                                 [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
         for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
             out.setdefault(m, []).append(v)
-    return {m: np.concatenate(v) for m, v in out.items()}
+    untested = {f"{m}_gap" for m in CALIBRATION_NAMES}  # no PAV per permutation: no test, bootstrap CIs only
+    return {m: np.concatenate(v) for m, v in out.items() if m not in untested}
 
 
 def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:

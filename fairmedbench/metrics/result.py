@@ -173,7 +173,7 @@ def attach_tests(report: AttributeReport, point: dict[str, np.ndarray], boot: di
 
     for m, v in point.items():
         alt = test_alternative(m)
-        if alt is None or not n_perm:
+        if alt is None or not n_perm or m not in null:  # a quantity the permutations do not compute is untested
             continue
         p, used = bs.permutation_p(float(v[0]), null.get(m, np.zeros(0)), alt)
         draws = np.concatenate(boot[m]) if m in boot else np.zeros(0)
