@@ -244,10 +244,11 @@ def board_headline(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def study_friedman(chi2: Any, p: Any, n_blocks: int, k: int) -> str | None:
-    """Why a Friedman test (and its critical-difference plot) is undefined, or None when it is defined: every
-    value tied (chi2 undefined), or too few blocks or methods."""
-    if n_blocks < 2 or k < 2:
-        return f"needs at least two blocks and two methods ({n_blocks} block(s), {k} method(s))"
+    """Why a Friedman test (and its critical-difference plot, whose Nemenyi post-hoc follows a defined Friedman
+    test) is undefined, or None when it is defined: too few blocks or methods, or every value tied."""
+    if n_blocks < 2 or k < 3:
+        return (f"undefined: it needs at least three methods and two blocks ({k} method(s), {n_blocks} block(s)); "
+                "average ranks only, no critical-difference plot")
     if not (_finite(chi2) and _finite(p)):
         return ("undefined: every block ranks the methods the same way with ties throughout (all values tie), so "
                 "the Friedman statistic is 0/0; no critical-difference plot")

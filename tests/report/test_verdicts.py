@@ -79,6 +79,7 @@ def test_board_and_study_headlines() -> None:
     assert board_headline(rows[1:]).startswith("No row is ranked: none of the 1 row(s) has been verified")
     assert "all values tie" in study_friedman(None, None, 3, 4)
     assert study_friedman(5.2, 0.07, 3, 4) is None and "two blocks" in study_friedman(1.0, 0.5, 1, 4)
+    assert "three methods" in study_friedman(None, None, 4, 2)
     assert study_mitigation(0.1, None, None, 1, True) == "undefined: one seed"
     assert study_mitigation(0.1, 0.05, 0.15, 3, True) == "better"
     assert study_mitigation(0.1, -0.05, 0.15, 3, True) == "n.s."
