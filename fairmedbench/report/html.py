@@ -118,7 +118,8 @@ def disparity_answers(reports: Sequence[dict[str, Any]], task: str) -> list[str]
     from fairmedbench.report.verdicts import disparity, disparity_headline
 
     verdicts = [disparity(rep, gap_metric(task)) for rep in reports]
-    return [disparity_headline(verdicts)] + ([v.sentence for v in verdicts] if len(verdicts) > 1 else [])
+    return [disparity_headline(verdicts)] + ([v.sentence for v in verdicts if v.key != "disparity"]
+                                             if len(verdicts) > 1 else [])
 
 
 def group_table(rep: dict[str, Any], metrics: Sequence[str], caption: str = "") -> Table:

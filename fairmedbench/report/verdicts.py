@@ -123,8 +123,9 @@ def disparity_headline(verdicts: Sequence[Verdict]) -> str:
     hits = [v for v in verdicts if v.key == "disparity"]
     tested = [v for v in verdicts if v.key in ("disparity", "no-evidence")]
     if not tested:
-        return (f"Disparity could not be assessed for any of the {len(verdicts)} task/attribute pair(s): "
-                + verdicts[0].sentence)
+        return (verdicts[0].sentence if len(verdicts) == 1 else
+                f"Disparity could not be assessed for any of the {len(verdicts)} task/attribute pairs (each one's "
+                "reason follows).")
     lead = (f"{len(hits)} of {len(tested)} tested task/attribute pair(s) show a gap larger than chance"
             + (f" ({len(verdicts) - len(tested)} not tested or undefined)" if len(tested) < len(verdicts) else ""))
     return lead + (": " + " ".join(v.sentence for v in hits[:3]) if hits else ".")
