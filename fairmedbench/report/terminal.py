@@ -200,7 +200,7 @@ def render_compare(doc: dict, console: Any) -> None:
     console.print(table)
     from fairmedbench.report.verdicts import compare_headline, compare_verdicts, fmt_p
 
-    vs = Table(title="against ERM: paired difference over seeds [t 95% CI]; verdict: paired t-test over seeds, and "
+    vs = Table(title="against ERM: paired difference over seeds \\[t 95% CI]; verdict: paired t-test over seeds, and "
                      "the paired test-set bootstrap where it ran (report/verdicts.py)", title_justify="left")
     for h in ("dataset", "method", "metric", "difference", "paired p", "verdict"):
         vs.add_column(h)

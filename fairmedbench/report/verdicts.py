@@ -96,8 +96,8 @@ def disparity(rep: dict[str, Any], metric: str) -> Verdict:
     adjusted = cell.get("p_adjusted")
     p = adjusted if _finite(adjusted) else cell.get("p_value")
     if not _finite(p):
-        why = ("the result records no permutation test (it predates it, or was computed without one); "
-               "re-run `benchmark evaluate` to test it" if "p_value" not in cell else
+        why = ("the result records no permutation test (it was computed without one); recompute it with a "
+               "version that runs the test" if "p_value" not in cell else
                "the permutation test is undefined here (e.g. a group with one class)")
         return Verdict("not-tested", f"{where}: {head} = {value:.3f}; disparity not tested: {why}.", evidence)
     p = float(p)
@@ -215,7 +215,8 @@ def compare_headline(doc: dict[str, Any]) -> list[str]:
                 parts.append(f"{head}: {undefined[0].sentence.split(': ', 1)[1].rstrip('.')}")
             else:
                 ps = [v.p for v in vs if v.p is not None]
-                bound = f" (p ≥ {fmt_p(min(ps))} for all {len(ps)})" if ps else ""
+                bound = (f" (p = {fmt_p(ps[0])})" if len(ps) == 1 else
+                         f" (p ≥ {fmt_p(min(ps))} for all {len(ps)})" if ps else "")
                 parts.append(f"no mitigation changed {head} against ERM beyond chance{bound}")
         out.append(f"{ds}: " + "; ".join(parts) + ".")
     return out

@@ -17,7 +17,7 @@ def test_disparity_reads_the_permutation_test_never_the_gap_ci() -> None:
     ci = {"value": 0.08, "ci_low": 0.02, "ci_high": 0.12}  # a gap's interval never contains 0
     untested = disparity(_rep(ci), "auc_gap")
     assert untested.key == "not-tested" and "CI" not in untested.sentence and untested.p is None
-    assert "predates" in untested.sentence
+    assert "computed without one" in untested.sentence
     hit = disparity(_rep({**ci, "p_value": 0.0004, "p_adjusted": 0.012}), "auc_gap")
     assert hit.key == "disparity" and hit.p == 0.012  # the adjusted p decides
     assert "larger than chance: p = 0.012 (Benjamini-Yekutieli" in hit.sentence
