@@ -231,8 +231,9 @@ def run_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
     _command(folder, command)
     store.write_json(folder / "environment.json", _environment(doc))
     spec = doc["spec"]
-    source = f"model {spec.get('model')} on dataset {spec.get('dataset')} (usage {spec.get('usage')}, " \
-             f"mitigation {spec.get('mitigation')}); seeds {', '.join(str(d['spec']['seed']) for d in outcome.seed_docs)}"
+    seeds = ", ".join(str(d["spec"]["seed"]) for d in outcome.seed_docs)
+    source = (f"model {spec.get('model')} on dataset {spec.get('dataset')} (usage {spec.get('usage')}, "
+              f"mitigation {spec.get('mitigation')}); seeds {seeds}")
     files = [("report.html", "the run page: disparities first, per-group tables and figures (first seed)", BIAS),
              ("results/seed<k>.json", "each seed's metrics per group with intervals, gaps, tests, run identity",
               f"{ACCURACY}; {BIAS}"),

@@ -404,6 +404,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
         datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
                          "figures": figures})
     text = TEMPLATES.get_template("report/compare.html.j2").render(
-        attribute=doc["attribute"], datasets=datasets, answer=compare_headline(doc), notes=doc.get("notes", []), provenance=doc,
+        attribute=doc["attribute"], datasets=datasets, answer=compare_headline(doc), notes=doc.get("notes", []),
+        provenance=doc,
         provenance_heading="data")
     return store.write_text(path, text)

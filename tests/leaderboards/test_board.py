@@ -167,7 +167,8 @@ def test_page_in_chromium(built: dict[str, Path], browser: Any) -> None:
     assert browser.find_elements("css selector", "#board") == [], "nothing verified: no ranked table"
     assert "No row is ranked" in browser.find_element("css selector", ".answer").text
     assert len(browser.find_elements("css selector", "script")) == 1
-    assert browser.execute_script("return document.querySelectorAll('#self-reported script, #self-reported img').length") == 0
+    assert browser.execute_script(
+        "return document.querySelectorAll('#self-reported script, #self-reported img').length") == 0
 
     col = _column(browser, "utility", "self-reported")
     header = browser.find_elements("css selector", "#self-reported thead th")[col]

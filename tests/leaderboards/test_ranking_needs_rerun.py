@@ -76,5 +76,6 @@ def test_a_copy_under_another_name_flags_the_copy_not_the_original(submitted: di
     rows = _rows(submitted)
     dup = {r["model"]: any(f["key"] == "duplicate" for f in r["flags"]) for r in rows}
     assert dup == {"alpha-fm": False, "plausible-fm": False, "aa-copy-fm": True}
-    detail = next(f["detail"] for r in rows if r["model"] == "aa-copy-fm" for f in r["flags"] if f["key"] == "duplicate")
+    detail = next(f["detail"] for r in rows if r["model"] == "aa-copy-fm" for f in r["flags"]
+                  if f["key"] == "duplicate")
     assert "alpha-fm r1, accepted earlier" in detail
