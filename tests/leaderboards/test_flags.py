@@ -220,7 +220,11 @@ def test_page_shows_flags_and_tiers_per_row_in_chromium(board: dict[str, Path], 
     for r in rows:
         cells = r.find_elements("css selector", "td")
         flags = {d.get_attribute("data-flag") for d in cells[flag_col].find_elements("css selector", ".flag")}
-        seen.setdefault(cells[1].text, []).append((cells[tier_col].text, flags))
+        seen.setdefault(cells[1].text, []).append((cells[tier_col].text.split("\n")[0], flags))
+        if cells[1].text == "alpha-fm":  # the page states what was re-run and the tolerance
+            assert cells[tier_col].text.split("\n")[1] == (
+                "re-ran 64 sampled test item(s) per seed (seed 0) and the validation rows in fp32: 10 scores, "
+                "max |diff| 1e-07 against tolerance 0.0001")
     assert {t for t, _ in seen["alpha-fm"]} == {"verified"}
     assert {t for m in ("forged-fm", "copy-fm") for t, _ in seen[m]} == {"self-reported"}
     assert any({"near-perfect", "implausible-groups"} <= f for _, f in seen["forged-fm"])
