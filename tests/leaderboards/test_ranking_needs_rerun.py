@@ -79,3 +79,22 @@ def test_a_copy_under_another_name_flags_the_copy_not_the_original(submitted: di
     detail = next(f["detail"] for r in rows if r["model"] == "aa-copy-fm" for f in r["flags"]
                   if f["key"] == "duplicate")
     assert "alpha-fm r1, accepted earlier" in detail
+
+
+def test_weights_not_provided_can_never_be_verified(tmp_path: Path) -> None:
+    from fairmedbench.benchmark.verify import _declared_weights
+    from fairmedbench.errors import InputError
+    from fairmedbench.leaderboards.submit import revision_label, weights_binding, weights_identity
+
+    suite = pinned_suite()
+    bundle = write_bundle(tmp_path / "b", suite, {**model_card("nohash-fm", 0.6), "weights_sha256": None})
+    for doc_path in (bundle / "results").rglob("seed*.json"):  # runs on some file nobody declared
+        doc = json.loads(doc_path.read_text())
+        doc["spec"]["weights"] = "f" * 64
+        doc_path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="weights not provided.*can never be verified"):
+        _declared_weights(bundle, json.loads((bundle / "model.json").read_text()))
+    assert weights_identity(None, "f" * 64) is None and weights_identity(None, "random:seed=3") == "random:seed=3"
+    assert revision_label({"revision": "r1"}, None) == "r1 (weights not provided)"
+    # a declared hash binds the run: a run on other weights under that revision is refused at submit
+    assert weights_binding("a" * 64, "b" * 64) and weights_binding("a" * 64, "a" * 64) == []
