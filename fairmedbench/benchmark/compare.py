@@ -122,14 +122,19 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                 out.versus_erm.append({"dataset": ds, "method": m, "metric": metric, "mean_diff": paired.mean,
                                        "ci_low": paired.ci_low, "ci_high": paired.ci_high,
                                        "paired_p": _paired_p(a - b), "welch_t": w.t,
-                                       "welch_p": w.p_value, "welch_note": w.note,
-                                       "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
+                                       "welch_p": w.p_value, "welch_note": w.note})
         if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
             out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
     if task.headline not in BOOTSTRAPPED:
         out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
     if len(datasets) > 1:
         out.ranks = _ranks(out, task.rank_metric)
+    from fairmedbench.report.verdicts import compare_verdicts
+
+    # one verdict per (method, metric), from the one rule (report/verdicts.py), stored with its evidence
+    for row, judged in compare_verdicts({"table": out.table, "versus_erm": out.versus_erm,
+                                         "test_bootstrap": out.test_bootstrap}):
+        row["verdict"] = judged.to_dict()
     out.seconds = time.perf_counter() - t0
     return out
 
