@@ -87,6 +87,11 @@ def _add_evaluate(sub: Any) -> None:
     p.add_argument("--report", metavar="FILE.html",
                    help="also write a self-contained audit page: disparities with CIs first, then ROC/PR, "
                         "calibration, rates at the global FPR-0.2 threshold, KS tests, resampled test set")
+    p.add_argument("--evidence", metavar="DIR",
+                   help="write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, "
+                        "command, environment, summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new or "
+                        "empty")
+    p.add_argument("--force", action="store_true", help="with --evidence: replace a non-empty DIR")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
     p.set_defaults(handler=_cmd_evaluate)
 
@@ -106,10 +111,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         masks=args.masks, pred_mask=args.pred_mask, gt_mask=args.gt_mask, volume=args.volume,
         mask_threshold=args.mask_threshold, hd95=args.hd95, out=args.out, out_table=args.out_table,
         test_resample=args.test_resample, age_column=args.age_column, report=args.report, command=list(sys.argv),
-        i_know=args.i_know)
+        i_know=args.i_know, evidence=args.evidence, force=args.force)
+    if args.evidence:
+        opts.command = list(getattr(args, "command_line", sys.argv))
     if opts.n_boot < 0 or opts.n_perm < 0:
         raise InputError(f"--n-boot and --n-perm must be >= 0, got {opts.n_boot} and {opts.n_perm}")
     if len(sources) > 1:
+        if args.evidence:
+            raise InputError("--evidence packs one prediction file; give one file (or one pack per file)")
         return _evaluate_batch(sources, opts, args.json)
     with _progress(quiet=args.json) as step:
         outcome = run_evaluate(opts, progress=step)
@@ -299,7 +308,7 @@ def parse_hparams(items: list[str]) -> dict[str, Any]:
 
 
 #: `benchmark run` options that only choose what is printed or written beside the result (never a number).
-OUTPUT_ONLY = frozenset({"json", "report"})
+OUTPUT_ONLY = frozenset({"json", "report", "evidence"})
 
 
 def _compute_parent() -> argparse.ArgumentParser:
@@ -382,6 +391,10 @@ def _add_run_options(p: Any) -> None:
                         "(balanced and age-matched, e.g. matched:sex:0,40,60,80); seeded by the run seed")
     p.add_argument("--json", action="store_true", help="print the summary JSON instead of tables")
     p.add_argument("--report", action="store_true", help="also write a self-contained report.html in the run folder")
+    p.add_argument("--evidence", metavar="DIR",
+                   help="write an evidence pack of the run (report page, result JSONs, tidy table, predictions, "
+                        "command, environment, summary.md, MANIFEST.sha256); DIR must be new or empty (--force "
+                        "replaces it)")
 
 
 def run_options(args: argparse.Namespace, progress: Callable[[str, int, int], None] | None = None) -> Any:
@@ -428,8 +441,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fairmedbench.benchmark.run import run
 
     spec = run_spec(args)
+    if args.evidence:  # before any work: a non-empty folder is refused
+        from fairmedbench.benchmark.evidence import check
+
+        check(args.evidence, args.force)
     with _stage_progress(quiet=args.json) as step:
         outcome = run(spec, run_options(args, step))
+    if args.evidence:
+        from fairmedbench.benchmark.evidence import describe, prepare, run_pack
+
+        run_pack(prepare(args.evidence, args.force), outcome, getattr(args, "command_line", sys.argv))
+        print(describe(args.evidence), file=sys.stderr)
     report = None
     if args.report:
         from fairmedbench.report.html import write_run_report
@@ -1037,7 +1059,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `benchmark` console script; user errors exit 2 with a one-line message."""
     parser = build_parser()
     commands = list(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
-    args = parser.parse_args(route_default(sys.argv[1:] if argv is None else argv, commands, DEFAULT_COMMAND))
+    routed = route_default(sys.argv[1:] if argv is None else argv, commands, DEFAULT_COMMAND)
+    args = parser.parse_args(routed)
+    args.command_line = ["benchmark", *routed]  # what evidence packs record as the command
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

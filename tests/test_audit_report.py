@@ -71,14 +71,21 @@ def test_headline_verdicts_and_notes_say_why() -> None:
     sex, site = (r.to_dict() for r in res.reports)
     table = headline_table([sex, site], "classification")
     row = dict(zip(table.header, table.rows[0]))
-    assert row["attribute"].text == "sex" and row["disparity at 95%?"].text == "yes: CI excludes 0"
+    col = "disparity in ΔAUC (permutation test)" if "disparity in ΔAUC (permutation test)" in row else \
+        next(h for h in table.header if h.startswith("disparity in"))
+    # the verdict reads the gap's permutation test, never its CI (a gap's CI never contains 0)
+    expected = "not tested" if "p_value" not in sex["metrics"]["auc_gap"]["__gap__"] else "larger than chance"
+    assert row["attribute"].text == "sex" and row[col].text.startswith(expected)
+    tested = {**sex, "metrics": {**sex["metrics"], "auc_gap": {"__gap__": {
+        **sex["metrics"]["auc_gap"]["__gap__"], "p_value": 0.0004, "p_adjusted": 0.002}}}}
+    row = dict(zip(table.header, headline_table([tested], "classification").rows[0]))
+    assert row[col].text == "larger than chance (p = 0.002)" and "Benjamini-Yekutieli" in row[col].title
     d = sex["metrics"]["auc_diff"]["__gap__"]
     assert row["signed AUC difference"].text == f"M − F: {d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
-    assert dict(zip(table.header, table.rows[1]))["disparity at 95%?"].text == "4 groups: read the gap's CI"
     assert signed_difference_table(site) is None
     diffs = {r[0].text: r[2].text for r in signed_difference_table(sex).rows}
-    assert diffs["auc_diff"] == "yes: CI excludes 0" and set(diffs) == {"auc_diff", "ap_diff", "tpr_diff", "fpr_diff",
-                                                                       "ece_diff", "balanced_brier_diff"}
+    assert set(diffs) == {"auc_diff", "ap_diff", "tpr_diff", "fpr_diff", "ece_diff", "balanced_brier_diff"}
+    assert not any("CI excludes 0" in v for v in diffs.values())
     notes = result_notes(site, 30)
     assert any(n.startswith("y / site = clean: one class (no positives)") for n in notes)
     n_tiny = site["counts"]["tiny"]["n"]

@@ -257,7 +257,7 @@ def test_one_class_group_is_nan_and_skipped_not_zero():
     # sAUROC of C IS defined (all positives vs C's negatives): A's .91-.94 beat all 3 (12), .36 beats .2 (1),
     # B's .8 .85 .9 beat all 3 (9), .065 .035 none -> 22/30
     assert r.value("sauroc", "C") == pytest.approx(22 / 30)
-    assert "sauroc, fpr, ece and brier are still computed" in r.skipped["C"]
+    assert "defined for this group: fpr, tnr, ece, brier, brier_neg, fpr_at_tpr and sauroc" in r.skipped["C"]
     assert "C" in r.skipped and "no positives" in r.skipped["C"]
     # gap over defined groups: .94 - .78 = .16, not .94 (what scoring C as 0 would give)
     assert r.value("auc_gap", GAP) == pytest.approx(0.16)

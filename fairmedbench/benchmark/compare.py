@@ -1,7 +1,8 @@
 """`benchmark compare`: mitigation methods on one harness — same splits, cached features and seeds.
 
 Per dataset and method: mean and normal 95% CI across seeds of utility, worst-group utility, gaps, ECE
-gap and ES scores; paired per-seed differences against ERM with their CI and Welch's t-test; with more
+gap and ES scores; paired per-seed differences against ERM with their t interval, the paired t-test's p (the
+verdict, report/verdicts.py) and Welch's t-test (kept in the JSON for reference); with more
 than one dataset, Friedman ranks with the Nemenyi critical difference.
 
 Seeds share one test set, so an interval across seeds ignores the test set's sampling error. A paired
@@ -119,17 +120,33 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                 paired = seed_summary(a - b, bounds=metric_spec(metric).diff_bounds)
                 w = welch_test(a, b)
                 out.versus_erm.append({"dataset": ds, "method": m, "metric": metric, "mean_diff": paired.mean,
-                                       "ci_low": paired.ci_low, "ci_high": paired.ci_high, "welch_t": w.t,
-                                       "welch_p": w.p_value, "welch_note": w.note,
-                                       "significant": bool(paired.ci_low > 0 or paired.ci_high < 0)})
+                                       "ci_low": paired.ci_low, "ci_high": paired.ci_high,
+                                       "paired_p": _paired_p(a - b), "welch_t": w.t,
+                                       "welch_p": w.p_value, "welch_note": w.note})
         if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
             out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
     if task.headline not in BOOTSTRAPPED:
         out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
     if len(datasets) > 1:
         out.ranks = _ranks(out, task.rank_metric)
+    from fairmedbench.report.verdicts import compare_verdicts
+
+    # one verdict per (method, metric), from the one rule (report/verdicts.py), stored with its evidence
+    for row, judged in compare_verdicts({"table": out.table, "versus_erm": out.versus_erm,
+                                         "test_bootstrap": out.test_bootstrap}):
+        row["verdict"] = judged.to_dict()
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _paired_p(diffs: np.ndarray) -> float | None:
+    """Two-sided p of the paired t-test over seeds (scipy ttest_1samp of method − ERM against 0): the test of the
+    paired t interval shown beside it, so the two never disagree; None when every difference is equal."""
+    from scipy.stats import ttest_1samp
+
+    if len(diffs) < 2 or np.ptp(diffs) == 0:
+        return None
+    return float(ttest_1samp(diffs, 0.0).pvalue)
 
 
 def save_compare(outcome: CompareOutcome, model: str, datasets: list[str], out_root: str,

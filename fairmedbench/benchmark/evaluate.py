@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,10 +61,12 @@ class EvaluateOptions:
     report: str | None = None
     command: list[str] = field(default_factory=list)
     i_know: bool = False  # evaluate even with --n-boot above its documented bound (engine.hparams.COST_BOUNDS)
+    evidence: str | None = None  # an evidence pack folder (benchmark/evidence.py)
+    force: bool = False  # replace a non-empty evidence folder
 
 
 #: options that say where results go (or how they were asked for), not what is computed: out of the run id
-OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know")
+OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force")
 
 
 def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
@@ -249,6 +251,13 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                 setattr(opts, k, v)
     notes: list[str] = []
     check_threshold(opts.profile, opts.threshold)  # before reading anything
+    pack = None
+    if opts.evidence:  # refuse a non-empty folder before any work; the pack holds the outputs not sent elsewhere
+        from fairmedbench.benchmark import evidence
+
+        pack = evidence.check(opts.evidence, opts.force)
+        opts = replace(opts, out=opts.out or str(pack / "result.json"),
+                       out_table=opts.out_table or str(pack / "table.csv"))
     df, inputs, source = _load(opts)
     if not opts.attributes:
         raise InputError("give at least one sensitive attribute column, e.g. --attribute sex")
@@ -281,6 +290,8 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, bins, pids)
         kind = "evaluate-multiclass"
     else:
+        if pack is not None and not opts.report:  # the audit page (binary classification only)
+            opts = replace(opts, report=str(pack / "audit.html"))
         result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress, bins,
                                                                pids)
         kind = "evaluate-classification"
@@ -290,6 +301,8 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     doc["notes"] = notes
     if resampled is not None:
         doc["test_resample"] = {**resampled.sample.to_dict(), "result": resampled.result.to_dict()}
+    if pack is not None:  # emptied (--force) and created only now that the results exist
+        evidence.prepare(pack, opts.force)
     out = Path(opts.out) if opts.out else Path("results") / "evaluate" / f"{Path(source).stem}-{doc['run_id']}" / \
         "result.json"
     paths = {"result": str(out)}
@@ -311,7 +324,12 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         from fairmedbench.report.audit import write_audit_report
 
         paths["report"] = str(write_audit_report(Path(opts.report), doc, audit, command=opts.command))
-    return EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
+    outcome = EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
+    if pack is not None:
+        from fairmedbench.benchmark.evidence import evaluate_pack
+
+        paths["evidence"] = str(evaluate_pack(pack, outcome, opts.command or ["benchmark", "evaluate"]).parent)
+    return outcome
 
 
 def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[str, Any]) -> Any:

@@ -109,9 +109,24 @@ def _weights_arg(doc_spec: dict[str, Any], weights: str | None) -> str | None:
     return weights
 
 
+def _declared_weights(bundle: Path, model: dict[str, Any]) -> str:
+    """The weights a submission declares (model.json's sha256, or the seeded random init its runs name); refuses
+    a submission whose weights are not provided: it can never be verified."""
+    from fairmedbench.leaderboards.submit import weights_identity
+
+    runs = {str(_read(p)["spec"].get("weights")) for p in sorted((bundle / "results").glob("*/seed*.json"))}
+    declared = weights_identity(model.get("weights_sha256"), next(iter(runs)) if len(runs) == 1 else None)
+    if declared is None:
+        raise InputError(f"{bundle}: weights not provided (model.json gives no weights sha256 and the runs are not a "
+                         "seeded random init), so this submission can never be verified; resubmit it under a new "
+                         "revision with the sha256 of its weights")
+    return declared
+
+
 def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
-           split_file: str | None = None) -> tuple[Any, list[str]]:
-    """Re-run one result document's config on the sampled test ids; (predictions frame, problems)."""
+           split_file: str | None = None, declared: str | None = None) -> tuple[Any, list[str]]:
+    """Re-run one result document's config on the sampled test ids; (predictions frame, problems). The weights
+    read for the re-run must hash to the `declared` identity (model.json's sha256, or the seeded random init)."""
     import pandas as pd
 
     from fairmedbench.adapters import RunContext
@@ -122,6 +137,9 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
     spec = spec_from_document(doc["spec"], _weights_arg(doc["spec"], weights), split_file)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=True)
     mine, theirs = resolved.config.identity(), doc["spec"]
+    if declared is not None and mine.get("weights") != declared:
+        return None, [f"the weights read for the re-run are {str(mine.get('weights'))[:24]}, not the declared "
+                      f"{declared[:24]} (give the declared file with --weights)"]
     differ = sorted(k for k in set(mine) | set(theirs) if k not in OWN_FIELDS and mine.get(k) != theirs.get(k))
     if differ:
         return None, [f"the re-run resolves differently from the submitted run in {', '.join(differ)} (submitted "
@@ -213,6 +231,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
         if reasons:
             raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
                              "`benchmark submit` lists every problem")
+    declared = _declared_weights(bundle, model)
     opts = opts or RunOptions(cache_dir=None)
     entries: dict[str, Any] = {}
     for entry in suite.entries:
@@ -235,11 +254,11 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             tol = tolerance if tolerance is not None else TOLERANCE.get(str(doc["spec"].get("precision")),
                                                                         TOLERANCE["bf16"])
             rec["tolerance"] = tol
-            sha = model.get("weights_sha256")
-            if sha is not None and doc["spec"].get("weights") != sha:
-                problems, n, diff = [f"seed {k}: model.json's weights sha256 is not the run's weights"], 0, None
+            if doc["spec"].get("weights") != declared:
+                problems, n, diff = [f"seed {k}: the run's weights {str(doc['spec'].get('weights'))[:24]} are not "
+                                     f"the declared {declared[:24]}"], 0, None
             else:
-                frame, problems = _rerun(doc, ids, weights, opts, split_file)
+                frame, problems = _rerun(doc, ids, weights, opts, split_file, declared)
                 n, diff, more = (0, None, []) if frame is None else _compare(sub, frame, ids, block)
                 problems = [f"seed {k}: {p}" for p in problems + more]
             if diff is not None and diff > tol:
@@ -254,7 +273,8 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     if not entries:
         raise InputError(f"{bundle}: answers no entry of suite {suite.name!r}; nothing to verify")
     record = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "engine": f"fairmedbench {__version__}", "sample": sample, "seed": seed, "precision": "fp32",
+              "engine": f"fairmedbench {__version__}", "weights": declared, "sample": sample, "seed": seed,
+              "precision": "fp32",
               "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),
               "entries": entries}
     path = write_verification(bundle, record) if stored else None

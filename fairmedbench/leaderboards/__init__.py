@@ -60,8 +60,12 @@ submission.json summary; a rejected one writes nothing.
 `board.build` reads one submission.json per accepted submission and writes leaderboards/<board>/index.html
 (static: inline CSS/JS/SVG, a Content-Security-Policy that allows only its own script and no network;
 every submitted text HTML-escaped), leaderboard.md (README tables) and board.json; the ranking rule,
-NaN last, is `board.RANKING_RULE` and is printed on the page, with the flag and tier legends: verified rows rank
-above self-reported ones, and a row flagged `flags.UNRANKED_FLAGS` (verification failed, near-perfect or
-duplicate predictions) is shown unranked after the ranked rows. Flags are recomputed at build time from the
-stored predictions, against every other accepted submission.
+NaN last, is `board.RANKING_RULE` and is printed on the page, with the flag and tier legends: only verified
+rows are ranked (self-reported rows are listed in their own table, unranked), a row flagged
+`flags.UNRANKED_FLAGS` (verification failed, near-perfect or duplicate predictions) is never ranked, and one
+flagged `flags.UNTIL_VERIFIED_FLAGS` (implausible group scores) not until it is verified. model.json names the
+weights by sha256 (a seeded random init by its runs' 'random:seed=N'); spec.weights of every run must equal it,
+and the row's revision is shown bound to it (`submit.revision_label`); without either the row is 'weights not
+provided' and `verify` refuses it. Flags are recomputed at build time from the stored predictions; a duplicate
+is looked for only among the submissions accepted before (by accept time), so the later copy is flagged.
 """

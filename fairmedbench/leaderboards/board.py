@@ -10,9 +10,9 @@ from typing import Any
 
 from fairmedbench.engine.store import write_text
 from fairmedbench.leaderboards import render
-from fairmedbench.leaderboards.flags import (UNRANKED_FLAGS, Facts, SeedPredictions, legend, read_predictions,
-                                             row_flags)
-from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT
+from fairmedbench.leaderboards.flags import (UNRANKED_FLAGS, UNTIL_VERIFIED_FLAGS, Facts, SeedPredictions, legend,
+                                             read_predictions, row_flags)
+from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT, revision_label, weights_identity
 from fairmedbench.leaderboards.suites import Suite
 from fairmedbench.leaderboards.tiers import TIERS, entry_record, read_verification, tier_of
 from fairmedbench.metrics.specs import board_higher_is_better, board_metrics
@@ -28,12 +28,16 @@ COLUMNS = (
     ("ece_gap", "ECE gap", "largest minus smallest group expected calibration error"),
 )
 RANKING_RULE = (
-    "Rows are ranked within each (dataset, usage, attribute): verified rows above self-reported rows, then by ES "
-    "(equity-scaled utility), higher first; ties are broken by utility, higher first, then by model name and "
-    "revision. A task with no ES metric (multi-class) ranks by utility, its headline metric (macro AUC), higher "
-    "first. A row whose verification failed, or flagged near-perfect predictions, or duplicate predictions "
-    "unless the row is verified (a copy cannot unrank the verified original), is shown but not ranked (rank '—', "
-    "listed after the ranked rows, the reason in its flags). An undefined value (shown as "
+    "Only verified rows are ranked: a row is ranked once `benchmark verify` re-ran the model from its declared "
+    "weights and reproduced its per-sample scores (recomputing the numbers from submitted predictions proves the "
+    "arithmetic, not where the predictions came from). Self-reported rows are listed in their own table, unranked, "
+    "with their flags; a row whose weights are not provided (no sha256 in model.json) can never be verified. "
+    "Verified rows are ranked within each (dataset, usage, attribute) by ES (equity-scaled utility), higher first; "
+    "ties are broken by utility, higher first, then by model name and revision. A task with no ES metric "
+    "(multi-class) ranks by utility, its headline metric (macro AUC), higher first. A verified row flagged "
+    "near-perfect or duplicate predictions (only the later of two near-identical submissions, by accept time, is "
+    "flagged) is shown but not ranked (rank '—', the reason in its flags); an 'implausible group scores' flag keeps "
+    "a row unranked until it is verified. An undefined value (shown as "
     "'n/a': fewer than two groups with a defined metric, or undefined in any task or seed, since every value "
     "is the mean over the suite's tasks and seeds) ranks last, whatever the sort direction. Clicking a "
     "column header re-sorts the table by that column; undefined values stay at the bottom. Rows evaluated on "
@@ -42,6 +46,7 @@ RANKING_RULE = (
     "another sample of test patients. The model summary orders models by their mean rank over their ranked rows "
     "(lower is better; none when no row is ranked)."
 )
+NOT_RERUN = "self-reported: not re-run"
 
 
 def board_columns(suite: Suite) -> list[dict[str, Any]]:
@@ -95,19 +100,24 @@ def load_rows(board_dir: Path, suite: Suite) -> list[dict[str, Any]]:
                                                                                  "version": suite.version}:
             continue
         subs.append((sub, summary, *_predictions(sub, summary["rows"]), read_verification(sub)))
+    # accept order: a duplicate is flagged on the later submission only (the earlier keeps a clean row)
+    subs.sort(key=lambda s: (str(s[1].get("accepted_at") or ""), s[0].as_posix()))
     rows = []
-    for sub, summary, preds, weights, record in subs:
+    for i, (sub, summary, preds, weights, record) in enumerate(subs):
         model = summary["model"]
         rel = sub.relative_to(board_dir).as_posix()
+        identity = summary.get("weights", weights_identity(model.get("weights_sha256"), None))
         for r in summary["rows"]:
             entry = suite.entry(r["entry"])
             others = [(f"{s[1]['model']['name']} {s[1]['model']['revision']}", s[2][r["entry"]])
-                      for s in subs if s[0] != sub and r["entry"] in s[2]]
+                      for s in subs[:i] if r["entry"] in s[2]]
             check = entry_record(record, r["entry"])
             facts = Facts(model, summary.get("card"), entry, r["attribute"].split("|")[0], preds[r["entry"]],
                           frozenset(weights[r["entry"]]), others, check)
-            rows.append({**r, "model": model["name"], "revision": model["revision"], "flags": row_flags(facts),
-                         "tier": tier_of(check), "verification": check,
+            rows.append({**r, "model": model["name"], "revision": model["revision"],
+                         "revision_label": summary.get("revision_label", revision_label(model, identity)),
+                         "weights": identity, "flags": row_flags(facts),
+                         "tier": tier_of(check) if identity is not None else "self-reported", "verification": check,
                          "provenance": {"weights_sha256": model.get("weights_sha256"), "license": model.get("license"),
                                         "family": model.get("family"), "kind": model.get("kind"),
                                         "pretraining_data": model.get("pretraining_data", []),
@@ -122,19 +132,24 @@ def _num(v: Any) -> float:
 
 
 def unranked_reason(row: dict[str, Any]) -> str | None:
-    """Why a row is shown but not ranked (its UNRANKED_FLAGS labels), or None when it is ranked. `duplicate` is
-    symmetric, so it does not unrank a verified row: a copy must not unrank the original it copied."""
+    """Why a row is shown but not ranked, or None when it is ranked: a self-reported row is never ranked (with
+    the UNTIL_VERIFIED_FLAGS it carries named too); any row with an UNRANKED_FLAGS flag is not ranked."""
     verified = row.get("tier") == "verified"
-    labels = [f["label"] for f in row["flags"]
-              if f["key"] in UNRANKED_FLAGS and not (f["key"] == "duplicate" and verified)]
+    labels = [f["label"] for f in row["flags"] if f["key"] in UNRANKED_FLAGS
+              or (f["key"] in UNTIL_VERIFIED_FLAGS and not verified)]
+    if not verified:
+        labels.insert(0, NOT_RERUN if row.get("weights", "") is not None else
+                      "self-reported: weights not provided, cannot be verified")
     return ", ".join(labels) if labels else None
 
 
 def rank_key(row: dict[str, Any]) -> tuple:
-    """Sort key of the ranking rule: ranked rows first, verified before self-reported, ES high first, then
-    utility high first, NaN last, then names."""
+    """Sort key of the ranking rule: ranked rows first, verified before self-reported, unranked rows without a
+    distrust flag before those with one, ES high first, then utility high first, NaN last, then names."""
     es, ut = _num(row["metrics"].get("es")), _num(row["metrics"].get("utility"))
-    return (unranked_reason(row) is not None, row.get("tier") != "verified", math.isnan(es),
+    unranked = unranked_reason(row) is not None
+    distrusted = unranked and any(f["key"] in UNRANKED_FLAGS + UNTIL_VERIFIED_FLAGS for f in row["flags"])
+    return (unranked, row.get("tier") != "verified", distrusted, math.isnan(es),
             -es if not math.isnan(es) else 0.0, math.isnan(ut), -ut if not math.isnan(ut) else 0.0,
             row["model"], row["revision"])
 

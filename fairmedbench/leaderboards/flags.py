@@ -54,7 +54,8 @@ class Facts:
     attribute: str
     seeds: list[SeedPredictions]
     weights: frozenset[str] = frozenset()  # weight identities of the runs (sha256 or 'random:seed=N')
-    others: list[tuple[str, list[SeedPredictions]]] = field(default_factory=list)  # (model revision, preds)
+    # (model revision, preds) of the submissions accepted before this one (by accept time)
+    others: list[tuple[str, list[SeedPredictions]]] = field(default_factory=list)
     verification: dict[str, Any] | None = None  # this entry's verification record, if any
 
 
@@ -128,7 +129,9 @@ def no_weights_hash(f: Facts) -> str | None:
     """model.json gives no weights sha256."""
     if f.model.get("weights_sha256") is None:
         seeded = sorted(w for w in f.weights if w.startswith("random:"))
-        return "model.json gives no weights sha256" + (f" (seeded random init {seeded[0]})" if seeded else "")
+        if seeded and len(f.weights) == 1:
+            return f"model.json gives no weights sha256 (seeded random init {seeded[0]}, rebuilt by the package)"
+        return "weights not provided: model.json gives no weights sha256, so this row can never be verified"
     return None
 
 
@@ -195,7 +198,8 @@ def near_perfect(f: Facts) -> str | None:
 
 
 def duplicate_predictions(f: Facts) -> str | None:
-    """Scores (near) identical to another accepted submission's: Pearson r > 0.999 on the same ids and seed."""
+    """Scores (near) identical to an earlier accepted submission's (`Facts.others` holds only those accepted
+    before this one): Pearson r > 0.999 on the same ids and seed. The earlier one keeps a clean row."""
     for who, preds in f.others:
         theirs = {p.seed: p for p in preds}
         for p in f.seeds:
@@ -207,11 +211,11 @@ def duplicate_predictions(f: Facts) -> str | None:
             if a.shape != b.shape:
                 continue
             if np.array_equal(a, b):
-                return f"seed {p.seed}: identical scores to {who}"
+                return f"seed {p.seed}: identical scores to {who}, accepted earlier"
             if a.std() > 0 and b.std() > 0:
                 r = float(np.corrcoef(a, b)[0, 1])
                 if r > DUPLICATE_R:
-                    return f"seed {p.seed}: scores duplicate {who} (Pearson r = {r:.5f})"
+                    return f"seed {p.seed}: scores duplicate {who}, accepted earlier (Pearson r = {r:.5f})"
     return None
 
 
@@ -270,7 +274,8 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("no-weights-hash", "no weights hash", "model.json gives no sha256 of the weights, so the weights that "
-         "made the predictions cannot be identified (a seeded random init has none).", no_weights_hash),
+         "made the predictions cannot be identified: 'weights not provided', and the row can never be verified "
+         "(a seeded random init is named by its seed instead, which the package rebuilds).", no_weights_hash),
     Flag("weights-not-public", "weights not public", "the weights cannot be obtained by others: the card names "
          "no public hub id, URL or package, or the weights' sha256 is not the registered card's published one.",
          weights_not_public),
@@ -284,7 +289,8 @@ FLAGS: tuple[Flag, ...] = (
          f"every class probability within {NEAR_PERFECT_GAP} of the one-hot label); no foundation model is known "
          "to do this on a real medical test set.", near_perfect),
     Flag("duplicate", "duplicate predictions", f"the per-sample scores of some seed have Pearson r > {DUPLICATE_R} "
-         "(or are identical) with another accepted submission's on the same test ids and seed.",
+         "(or are identical) with those of a submission accepted earlier, on the same test ids and seed; only the "
+         "later submission is flagged (the earlier one keeps a clean row).",
          duplicate_predictions),
     Flag("implausible-groups", "implausible group scores", "classification: within some group of the row's "
          f"attribute with at least {MIN_PER_CLASS} positives and {MIN_PER_CLASS} negatives, every positive scores "
@@ -301,9 +307,13 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
-# flags whose row a board shows but does not rank (board.rank_rows): its numbers cannot be trusted (the re-run
-# did not reproduce them, or the predictions are near-perfect or copied from another submission)
+# flags whose row a board shows but does not rank (board.rank_rows), even when verified: its numbers cannot be
+# trusted (the re-run did not reproduce them, or the predictions are near-perfect or copied from an earlier
+# submission)
 UNRANKED_FLAGS = ("verification-failed", "near-perfect", "duplicate")
+# flags that keep a row out of the ranking until a re-run verifies it (only verified rows are ranked at all; these
+# are named as the reason beside "not re-run")
+UNTIL_VERIFIED_FLAGS = ("implausible-groups",)
 
 
 def row_flags(facts: Facts) -> list[dict[str, str]]:

@@ -18,10 +18,13 @@ from fairmedbench import __version__
 from fairmedbench.leaderboards.flags import UNRANKED_FLAGS, legend
 from fairmedbench.leaderboards.tiers import TIERS
 from fairmedbench.report.html import TEMPLATES, Figure, Shape
+from fairmedbench.report.verdicts import board_headline
 
 SCRIPT = """
 (function () {
-  var table = document.getElementById('board');
+  var tables = Array.prototype.slice.call(document.querySelectorAll('table.board-rows'));
+  tables.forEach(function (table) { sortable(table); });
+  function sortable(table) {
   var tbody = table.tBodies[0];
   var heads = table.tHead.rows[0].cells;
   var current = {col: -1, dir: 0};
@@ -60,12 +63,18 @@ SCRIPT = """
       sortBy(col, type, current.col === col ? -current.dir : first);
     });
   });
+  }
   var selects = document.querySelectorAll('select[data-filter]');
+  function allRows() {
+    var out = [];
+    tables.forEach(function (t) { Array.prototype.forEach.call(t.tBodies[0].rows, function (r) { out.push(r); }); });
+    return out;
+  }
   function applyFilters() {
     var want = {};
     Array.prototype.forEach.call(selects, function (s) { want[s.getAttribute('data-filter')] = s.value; });
     var shown = {};
-    Array.prototype.forEach.call(tbody.rows, function (r) {
+    allRows().forEach(function (r) {
       var ok = true;
       for (var k in want) { if (want[k] !== '' && r.getAttribute('data-' + k) !== want[k]) { ok = false; } }
       r.hidden = !ok;
@@ -75,7 +84,7 @@ SCRIPT = """
       p.style.display = shown[p.getAttribute('data-row')] ? '' : 'none';
     });
     document.getElementById('count').textContent = String(
-      Array.prototype.filter.call(tbody.rows, function (r) { return !r.hidden; }).length);
+      allRows().filter(function (r) { return !r.hidden; }).length);
   }
   Array.prototype.forEach.call(selects, function (s) { s.addEventListener('change', applyFilters); });
   applyFilters();
@@ -97,6 +106,13 @@ def coverage_text(cov: dict[str, Any] | None) -> str:
     share = cov["evaluated"] / cov["pinned"] if cov["pinned"] else math.nan
     text = f"{cov['evaluated']:,} / {cov['pinned']:,} ({100 * share:.1f}%)"
     return text if cov.get("complete", True) else f"{text} partial"
+
+
+def _label_tail(row: dict[str, Any]) -> str:
+    """What the revision label is bound to, shown under it: '@ 3f2a9c01d4e5', '@ random:seed=0' or
+    '(weights not provided)'; '' for a row built before weights were recorded."""
+    label = row.get("revision_label") or ""
+    return label[len(str(row["revision"])):].strip() if label.startswith(str(row["revision"])) else label
 
 
 def _csp() -> str:
@@ -164,7 +180,8 @@ def scatter(rows: list[dict[str, Any]], width: int = 620, height: int = 380, uti
                  f"utility {fmt(m['utility'])}, gap {fmt(m['gap'])}")
         shapes.append(Shape("circle", {"class": "pt", "data-row": str(i), "cx": f"{sx(m['utility']):.1f}",
                                        "cy": f"{sy(m['gap']):.1f}", "r": "4.5"}, title=label))
-    return Figure({"id": "scatter", "width": str(width), "height": str(height), "role": "img",
+    return Figure({"id": "scatter", "width": str(width), "height": str(height), "viewBox": f"0 0 {width} {height}",
+                   "role": "img",
                    "aria-label": "utility against gap"}, shapes)
 
 
@@ -174,10 +191,14 @@ def html_page(board: dict[str, Any]) -> str:
     suite, rows = board["suite"], board["rows"]
     provenance = {"suite": suite, "generated_at": board["generated_at"], "built_with": f"fairmedbench {__version__}",
                   "submissions": sorted({r["provenance"]["folder"] for r in rows})}
+    shown = [{**r, "index": i, "provenance_items": _provenance_items(r),
+              "revision_label_tail": _label_tail(r)} for i, r in enumerate(rows)]
     return TEMPLATES.get_template("leaderboards/board.html.j2").render(
         title=f"fairmedbench leaderboard: {suite['name']} v{suite['version']}", suite=suite,
         generated_at=board["generated_at"], ranking_rule=board["ranking_rule"], columns=board["columns"],
-        rows=[{**r, "provenance_items": _provenance_items(r)} for r in rows], models=board["models"],
+        rows=shown, ranked_rows=[r for r in shown if r.get("tier") == "verified"],
+        self_rows=[r for r in shown if r.get("tier") != "verified"], headline=board_headline(rows),
+        models=board["models"],
         options={k: sorted({r[k] for r in rows}) for k in ("dataset", "attribute", "usage")},
         scatter=scatter(rows, utility=utility_label(board["columns"]) or "AUC / DSC"), fmt=fmt,
         has_es=any(c["key"] == "es" for c in board["columns"]),
@@ -202,7 +223,7 @@ def markdown(board: dict[str, Any]) -> str:
     suite, columns = board["suite"], board["columns"]
     es = any(c["key"] == "es" for c in columns)  # a multi-class-only board has no ES column
     out = [f"### Leaderboard: {md_cell(suite['name'])} v{md_cell(suite['version'])}", "",
-           f"Ranking rule: {board['ranking_rule']}", "",
+           md_cell(board_headline(board["rows"])), "", f"Ranking rule: {board['ranking_rule']}", "",
            "| Model | Revision | Mean rank | Rows | Mean utility |" + (" Mean ES |" if es else "")
            + " Mean gap | Tiers | Flags |", "|---|---|---:|---:|---:|" + ("---:|" if es else "") + "---:|---|---|"]
     for m in board["models"]:

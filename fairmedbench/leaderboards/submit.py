@@ -514,6 +514,32 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     return json.loads(json.dumps(out.to_dict()))
 
 
+def weights_identity(sha: str | None, run_weights: Any) -> str | None:
+    """What names a row's weights: the declared sha256, a seeded random init ('random:seed=N', rebuilt bit for bit
+    by the package), or None: weights not provided, so the row can never be verified."""
+    if sha is not None:
+        return sha
+    w = str(run_weights or "")
+    return w if w.startswith("random:seed=") else None
+
+
+def weights_binding(sha: str | None, run_weights: Any) -> list[str]:
+    """The run's weights identity (spec.weights) must be the sha256 model.json declares: the revision label is
+    bound to those bytes (a run on other weights under the same label is refused)."""
+    if sha is not None and run_weights != sha:
+        return [f"spec.weights is {str(run_weights)[:70]!r} but model.json declares weights sha256 {sha[:12]}...: a "
+                "revision names one set of weights; declare the sha256 of the weights the run read"]
+    return []
+
+
+def revision_label(model: dict[str, Any], weights: str | None) -> str:
+    """The revision as a board shows it, bound to its weights: 'r1 @ 3f2a9c01d4e5', 'r1 @ random:seed=0' or
+    'r1 (weights not provided)'."""
+    if weights is None:
+        return f"{model['revision']} (weights not provided)"
+    return f"{model['revision']} @ {weights[:12] if len(weights) == 64 else weights}"
+
+
 def _check_document(rel: str, doc: Any, entry: Entry, seed: int, model: dict[str, Any]) -> list[str]:
     """Schema and consistency of one result document with its entry, seed and model card."""
     lines = _schema_lines(rel, doc, result_schema())
@@ -542,6 +568,7 @@ def _check_document(rel: str, doc: Any, entry: Entry, seed: int, model: dict[str
     for k in ("name", "weights_sha256"):
         if mod.get(k) != model.get(k):
             lines.append(f"{rel}: inputs.model.{k} is {mod.get(k)!r} but model.json says {model.get(k)!r}")
+    lines += [f"{rel}: {p}" for p in weights_binding(model.get("weights_sha256"), spec.get("weights"))]
     if entry.split_fingerprint is not None and ds.get("split_fingerprint") != entry.split_fingerprint:
         lines.append(f"{rel}: wrong split fingerprint {ds.get('split_fingerprint')!r}; the board's test split "
                      f"for {entry.dataset} is {entry.split_fingerprint!r}")
@@ -741,7 +768,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
     if lines:
         raise _Stop(lines)
 
-    rows, flags, split_seen = [], [], {}
+    rows, flags, split_seen, all_weights = [], [], {}, set()
     for entry in suite.entries:
         if entry.key not in layout:
             continue
@@ -788,6 +815,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                 per_seed.append(_headline(doc, entry.task))
                 preds.append(from_columns(cols.test, doc["predictions"], k))
                 weights.add(str(doc["spec"].get("weights")))
+                all_weights.add(str(doc["spec"].get("weights")))
                 run_meta.append({"seed": k, "run_id": doc["run_id"], "file": rel, "created_at": doc["created_at"],
                                  "fairmedbench_version": doc["fairmedbench_version"],
                                  "git_commit": doc.get("git_commit"), "n_test": len(cols.test["sample_id"]),
@@ -810,8 +838,11 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                          "coverage": _coverage(entry, run_meta[0]["n_test"])})
     if lines:
         raise _Stop(lines)
+    identity = weights_identity(model.get("weights_sha256"),
+                                next(iter(all_weights)) if len(all_weights) == 1 else None)
     summary = {"format": SUBMISSION_FORMAT, "suite": {"name": suite.name, "version": suite.version},
-               "model": model, "card": card, "flags": flags,
+               "model": model, "card": card, "flags": flags, "weights": identity,
+               "revision_label": revision_label(model, identity),
                "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())},
                "rows": rows}
     return [], summary, files
@@ -831,7 +862,7 @@ def store_submission(board_dir: Path, summary: dict[str, Any], files: dict[str, 
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        summary = dict(summary, accepted_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        summary = dict(summary, accepted_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds"),
                        accepted_by=f"fairmedbench {__version__}")
         (staging / SUBMISSION_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
         final.parent.mkdir(parents=True, exist_ok=True)

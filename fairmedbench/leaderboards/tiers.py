@@ -58,7 +58,8 @@ def entry_record(record: dict[str, Any] | None, entry_key: str) -> dict[str, Any
     """One entry's part of a verification record, with the record's shared settings (None when not verified)."""
     if record is None or entry_key not in record.get("entries", {}):
         return None
-    shared = {k: record.get(k) for k in ("date", "engine", "tolerance", "sample", "seed", "precision", "device")}
+    shared = {k: record.get(k) for k in ("date", "engine", "weights", "tolerance", "sample", "seed", "precision",
+                                         "device")}
     return {**shared, **record["entries"][entry_key]}
 
 

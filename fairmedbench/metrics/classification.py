@@ -332,11 +332,13 @@ def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
     if n == 0:
         return "empty group: no samples, every metric undefined"
     if n_pos == 0:
-        return ("one class (no positives): auc, ap, tpr, f1, youden_j, brier_pos and tpr_at_fpr undefined "
-                "(NaN, not 0) and left out of their gaps; sauroc, fpr, ece and brier are still computed")
+        return ("one class (no positives): auc, ap, tpr, f1, youden_j (every variant), balanced_brier, brier_pos "
+                "and tpr_at_fpr undefined (NaN, not 0) and left out of their gaps; defined for this group: fpr, tnr, "
+                "ece, brier, brier_neg, fpr_at_tpr and sauroc (all positives against this group's negatives)")
     if n_neg == 0:
-        return ("one class (no negatives): auc, ap, fpr, youden_j, brier_neg, sauroc and fpr_at_tpr undefined "
-                "(NaN, not 0) and left out of their gaps; tpr, ece and brier are still computed")
+        return ("one class (no negatives): auc, ap, fpr, tnr, youden_j (every variant), balanced_brier, brier_neg, "
+                "sauroc, fpr_at_tpr and fpr_at_fpr undefined (NaN, not 0) and left out of their gaps; defined for "
+                "this group: tpr, f1, ece, brier, brier_pos and tpr_at_fpr")
     return None
 
 

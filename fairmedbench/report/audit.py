@@ -1,5 +1,6 @@
 """The audit page of `benchmark evaluate --report`: one self-contained HTML file that answers "is there a
-disparity, and how sure are we" first (headline gaps and signed differences with CIs, worst group, notes on
+disparity, and how sure are we" first (sentences from report/verdicts.py, then headline gaps and signed
+differences with CIs and the permutation-test verdict, worst group, notes on
 small groups and undefined metrics), then per (task, attribute) ROC/PR/calibration by group, rates at the
 global FPR-0.2 threshold, sAUROC and balanced Brier, score-distribution KS tests by group, the resampled test
 set when one was drawn, and the provenance collapsed at the end. Built from report.html's components."""
@@ -131,8 +132,8 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     """Write the audit page of an evaluate result document and its evaluated rows."""
     from fairmedbench.engine import store
     from fairmedbench.report.figures import score_ecdf_by_group
-    from fairmedbench.report.html import TEMPLATES, Img, group_figures, group_table, headline_table, \
-        resampled_section, result_notes, signed_difference_table
+    from fairmedbench.report.html import TEMPLATES, Img, disparity_answers, group_figures, group_table, \
+        headline_table, resampled_section, result_notes, signed_difference_table
 
     reports = doc["result"]["reports"]
     meta = doc["result"]["meta"]
@@ -160,6 +161,7 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     text = TEMPLATES.get_template("report/audit.html.j2").render(
         title=f"fairness audit: {source}", source=source, meta=meta, n=meta.get("n_samples"),
         headline=headline_table(reports, "classification", [f"{m}_gap" for m in RATE_METRICS[:2]]),
+        answer=disparity_answers(reports, "classification"),
         notes=notes, sections=sections, ks=_ks_table(tests, correction) if tests else None, ks_skipped=ks_skipped,
         resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
         provenance_heading="provenance: inputs, command, versions")

@@ -4,7 +4,7 @@ no JavaScript, no network; imported only when a figure is drawn (the Agg backend
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -259,7 +259,23 @@ def utility_gap_scatter(labels: Sequence[str], utility: Sequence[float], gap: Se
     if join and len(on) > 1:
         ax.plot(*zip(*on), color="#555", ls="--", lw=1, zorder=0)
     ax.set(xlabel=xlabel, ylabel=ylabel)
+    _readable_ticks(ax)
     ax.set_title(title, fontsize=10)
     ax.grid(color="#eee")
     ax.legend(fontsize=7, loc="best")
     return data_uri(fig, plt)
+
+
+def _readable_ticks(ax: Any) -> None:
+    """At most four ticks per axis, each with just enough decimals to tell them apart (points a few 1e-5 apart
+    otherwise get seven-digit labels that run into each other), x labels tilted."""
+    from matplotlib.ticker import FormatStrFormatter, MaxNLocator
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
+        lo, hi = axis.get_view_interval()
+        step = (hi - lo) / 4 if hi > lo else 1.0
+        digits = min(max(int(np.ceil(-np.log10(step))) + 1, 2), 6) if step > 0 else 3
+        axis.set_major_formatter(FormatStrFormatter(f"%.{digits}f"))
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    ax.tick_params(axis="y", labelsize=8)

@@ -101,15 +101,25 @@ def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = Fal
     return Cell(interval_text(c, signed), "num", why)
 
 
-def verdict(c: dict[str, Any] | None) -> Cell:
-    """Whether a signed difference's 95% CI excludes 0."""
-    if not c or c.get("value") is None:
-        return Cell("undefined", "na")
-    if c.get("ci_low") is None:
-        return Cell("no CI", "na")
-    if c["ci_low"] > 0 or c["ci_high"] < 0:
-        return Cell("yes: CI excludes 0", "yes")
-    return Cell("no evidence: CI includes 0", "no")
+def verdict_cell(v: Any) -> Cell:
+    """A report.verdicts.Verdict as a table cell: its short answer, the full sentence and evidence as tooltip."""
+    css = {"disparity": "yes", "no-evidence": "no", "better": "no", "worse": "yes", "changed": "yes",
+           "no-difference": "no"}.get(v.key, "na")
+    return Cell(v.short, css, f"{v.sentence} Evidence: {v.evidence}.")
+
+
+def gap_metric(task: str) -> str:
+    """The between-group metric a page's disparity answer reads: the task's headline gap (MetricSpec registry)."""
+    return board_metrics(task)["gap"].name
+
+
+def disparity_answers(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
+    """The sentences a run or audit page opens with (report/verdicts.py): a summary, then one per report."""
+    from fairmedbench.report.verdicts import disparity, disparity_headline
+
+    verdicts = [disparity(rep, gap_metric(task)) for rep in reports]
+    return [disparity_headline(verdicts)] + ([v.sentence for v in verdicts if v.key != "disparity"]
+                                             if len(verdicts) > 1 else [])
 
 
 def group_table(rep: dict[str, Any], metrics: Sequence[str], caption: str = "") -> Table:
@@ -127,8 +137,11 @@ def group_table(rep: dict[str, Any], metrics: Sequence[str], caption: str = "") 
 
 
 def headline_table(reports: Sequence[dict[str, Any]], task: str, extra_gaps: Sequence[str] = ()) -> Table:
-    """One row per (task, attribute): utility, the signed difference between two groups with its CI and whether
-    it excludes 0, the worst group, then the registry's between-group columns (gaps with CIs) and `extra_gaps`."""
+    """One row per (task, attribute): utility, the signed difference between two groups with its CI, the
+    disparity verdict (report/verdicts.py: the headline gap's permutation test), the worst group, then the
+    registry's between-group columns (gaps with CIs) and `extra_gaps`."""
+    from fairmedbench.report.verdicts import disparity
+
     util = headline_metric(task)
     gaps = [s.name for s in table_metrics(task, between_groups=True)] + list(extra_gaps)
     rows = []
@@ -140,28 +153,31 @@ def headline_table(reports: Sequence[dict[str, Any]], task: str, extra_gaps: Seq
             first, second = rep["groups"]
             diff_cell = Cell(f"{second} − {first}: {interval_text(diff, signed=True)}", "num",
                              rep.get("ci_notes", {}).get(f"{util}_diff", {}).get(GAP, ""))
-            judged = verdict(diff)
         else:
             diff_cell = Cell("—", "na")
-            judged = Cell(f"{len(rep['groups'])} groups: read the gap's CI", "na")
+        judged = verdict_cell(disparity(rep, gap_metric(task)))
         worst = rep.get("worst_group", {}).get(util)
         worst_cell = Cell("—" if worst is None else f"{worst}: {interval_text(rep['metrics'][util].get(worst))}")
         rows.append([Cell(rep["task"]), Cell(rep["attribute"]), Cell(groups), metric_cell(rep, util, OVERALL),
                      diff_cell, judged, worst_cell, *[metric_cell(rep, g, GAP) for g in gaps]])
     u = metric_spec(util).header
-    return Table(["task", "attribute", "groups (n)", f"{u} (all)", f"signed {u} difference", "disparity at 95%?",
-                  f"worst group ({u})", *[header(g) for g in gaps]], rows,
-                 "headline: gaps (max − min over groups) and signed differences with 95% bootstrap CIs", "headline")
+    return Table(["task", "attribute", "groups (n)", f"{u} (all)", f"signed {u} difference",
+                  f"disparity in {header(gap_metric(task))} (permutation test)", f"worst group ({u})",
+                  *[header(g) for g in gaps]], rows,
+                 "headline: gaps (max − min over groups) and signed differences with 95% bootstrap CIs (a gap's "
+                 "interval never contains 0, so the disparity verdict reads its permutation test)", "headline")
 
 
 def signed_difference_table(rep: dict[str, Any]) -> Table | None:
     """For a two-group attribute: every signed difference (second − first group) with CI and verdict."""
     if len(rep["groups"]) != 2:
         return None
+    from fairmedbench.report.verdicts import disparity
+
     first, second = rep["groups"]
-    rows = [[Cell(header(m)), metric_cell(rep, m, GAP, signed=True), verdict(c.get(GAP))]
+    rows = [[Cell(header(m)), metric_cell(rep, m, GAP, signed=True), verdict_cell(disparity(rep, m))]
             for m, c in rep["metrics"].items() if GAP in c and _kind(m) == "diff"]
-    return Table(["metric", f"{second} − {first} [95% CI]", "distinguishable from 0?"], rows,
+    return Table(["metric", f"{second} − {first} [95% CI]", "larger than chance? (permutation test)"], rows,
                  f"signed differences, {rep['task']} by {rep['attribute']}") if rows else None
 
 
@@ -301,6 +317,7 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
                                     "environment", "timings_s", "training", "usage")}
     text = TEMPLATES.get_template("report/run.html.j2").render(
         spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], headline=headline_table(reports, task),
+        answer=disparity_answers(reports, task),
         sections=sections, resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
         provenance_heading="provenance")
     return store.write_text(Path(out_dir) / "report.html", text)
@@ -329,6 +346,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
     error bars and the non-dominated (Pareto) methods marked, paired differences from ERM over seeds, and the
     paired test-set bootstrap."""
     from fairmedbench.report.figures import utility_gap_scatter
+    from fairmedbench.report.verdicts import compare_headline, compare_verdicts, fmt_p
 
     task = doc.get("task", "classification")
     util, gap = headline_metric(task), board_metrics(task)["gap"].name
@@ -363,15 +381,16 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
                             for r, f in zip(pts, front)],
                            f"non-dominated methods: no other has {u_name} at least as good and {g_name} at least as "
                            "small")
-        paired = [v for v in doc.get("versus_erm", []) if v["dataset"] == ds]
+        paired = [(v, judged) for v, judged in compare_verdicts(doc) if v["dataset"] == ds]
         paired_table = Table(
-            ["method", "metric", "mean paired difference vs ERM [95% CI]", "Welch t", "Welch p", "CI excludes 0"],
+            ["method", "metric", "mean paired difference vs ERM [t 95% CI]", "paired p", "verdict"],
             [[Cell(v["method"]), Cell(header(v["metric"])),
               _interval_cell({"value": v["mean_diff"], "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high")}),
-              Cell("—" if v.get("welch_t") is None else f"{v['welch_t']:.2f}", "num", v.get("welch_note") or ""),
-              Cell("—" if v.get("welch_p") is None else f"{v['welch_p']:.3g}", "num"),
-              Cell("yes" if v.get("significant") else "no", "yes" if v.get("significant") else "no")]
-             for v in paired], "per-seed differences from ERM (same seeds, same splits)") if paired else None
+              Cell("—" if v.get("paired_p") is None else fmt_p(v["paired_p"]), "num"), verdict_cell(judged)]
+             for v, judged in paired],
+            "per-seed differences from ERM (same seeds, same splits); verdict: the paired t-test over seeds, and for "
+            "the worst-group metric also the paired test-set bootstrap below (one rule, report/verdicts.py)"
+        ) if paired else None
         boot = (doc.get("test_bootstrap") or {}).get(ds) or {}
         boot_table = None
         if boot.get("methods"):
@@ -385,6 +404,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
         datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
                          "figures": figures})
     text = TEMPLATES.get_template("report/compare.html.j2").render(
-        attribute=doc["attribute"], datasets=datasets, notes=doc.get("notes", []), provenance=doc,
+        attribute=doc["attribute"], datasets=datasets, answer=compare_headline(doc), notes=doc.get("notes", []),
+        provenance=doc,
         provenance_heading="data")
     return store.write_text(path, text)

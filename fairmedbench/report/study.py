@@ -30,6 +30,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import MetricSpec, board_metrics, headline_metric, metric_spec, task_metrics
 from fairmedbench.metrics.stats import seed_summary
+from fairmedbench.report.verdicts import study_mitigation
 
 CELL_FIELDS = ("model", "dataset", "usage", "mitigation", "prompt", "attributes", "seeds", "hparams",
                "train_group_share", "share_group", "train_size", "prevalence", "prevalence_on")
@@ -464,16 +465,15 @@ class _Builder:
                 for _, r in m.iterrows():
                     row = {"dataset": r["dataset"], "usage": r["usage"], "model": r["model"],
                            "attribute": r["attribute"], "mitigation": r["mitigation"], "metric": spec.header,
-                           "mean [95% CI]": _fmt(r["mean"], r["ci_low"], r["ci_high"]), "vs ERM (paired)": ""}
+                           "mean [95% CI]": _fmt(r["mean"], r["ci_low"], r["ci_high"]), "vs ERM (paired)": "",
+                           "verdict": ""}
                     ref = _erm_match(erm, r) if r["mitigation"] != "erm" else None
                     if ref is not None:
                         d = _paired(r, ref, spec)
                         if d is not None:
                             row["vs ERM (paired)"] = _fmt(d.mean, d.ci_low, d.ci_high)
-                            side = _excludes_0(d.ci_low, d.ci_high)
-                            better = side == 0 or spec.higher_is_better is None
-                            verdict = "n.s." if better else (
-                                "better" if (side > 0) == bool(spec.higher_is_better) else "worse")
+                            verdict = study_mitigation(d.mean, d.ci_low, d.ci_high, d.n, spec.higher_is_better)
+                            row["verdict"] = verdict
                             verdicts.setdefault((r["mitigation"], key), []).append(verdict)
                     rows.append(row)
         table = pd.DataFrame(rows).sort_values(["dataset", "usage", "model", "attribute", "metric", "mitigation"],
@@ -487,8 +487,15 @@ class _Builder:
                 v = verdicts.get((mit, key), [])
                 if v:
                     label = {"gap": "gap", "util": "utility", "es": "equity-scaled score"}[key]
+                    undefined = sum(x.startswith("undefined") for x in v)
+                    if undefined == len(v):
+                        parts.append(f"{label} undefined in all {len(v)} (one seed: no spread to test)"
+                                     if all(x == "undefined: one seed" for x in v) else
+                                     f"{label} undefined in all {len(v)}")
+                        continue
                     parts.append(f"{label} better in {v.count('better')}, worse in {v.count('worse')}, no clear "
-                                 f"difference in {v.count('n.s.')} of {len(v)}")
+                                 f"difference in {v.count('n.s.')} of {len(v)}"
+                                 + (f" ({undefined} undefined: one seed or undefined values)" if undefined else ""))
             if parts:
                 self.answers.append(f"{mit} against ERM (paired over seeds, interval excludes 0): " + "; ".join(parts)
                                     + ".")
@@ -537,6 +544,7 @@ class _Builder:
 
         from fairmedbench.metrics.stats import friedman_nemenyi
         from fairmedbench.report.study_figures import cd_diagram
+        from fairmedbench.report.verdicts import study_friedman
 
         scope = "overall" if spec.headline else "between"
         m = sub[(sub["metric"] == spec.name) & (sub["scope"] == scope)]
@@ -547,6 +555,14 @@ class _Builder:
         if mat.shape[0] < 2 or mat.shape[1] < 2:
             return None
         res = friedman_nemenyi(mat.to_numpy(), list(mat.columns), higher_is_better=spec.higher_is_better)
+        undefined = study_friedman(res.chi2, res.p_value, res.n_datasets, res.k_methods)
+        if undefined:  # too few methods, or every value ties: no test, no Nemenyi p-values, no CD plot
+            sec.text.append(f"{caption}: {res.n_datasets} blocks, {res.k_methods} {method}s; Friedman test "
+                            f"{undefined}.")
+            sec.tables.append(_table(f"{caption}: average ranks", pd.DataFrame(
+                {method: list(res.avg_ranks), "average rank (1 = best)": list(res.avg_ranks.values())}
+            ).sort_values("average rank (1 = best)")))
+            return res
         pvals = sp.posthoc_nemenyi_friedman(mat.to_numpy())
         pvals.index = pvals.columns = list(mat.columns)
         table = pd.DataFrame({method: list(res.avg_ranks), "average rank (1 = best)": list(res.avg_ranks.values())}

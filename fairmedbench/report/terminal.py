@@ -68,6 +68,12 @@ def render(result: FairnessResult, console: Any) -> None:
         gaps.add_row(r.task, r.attribute, *[_cell(r, m, GAP) for m, _ in cols], worst)
     console.print(gaps)
     render_tests(result, console)
+    from fairmedbench.report.verdicts import disparity
+
+    for r in result.reports:
+        gap = next((m for m, _ in gap_cols if m.endswith("_gap") and m in r.values), None)
+        if gap is not None:
+            console.print(f"[bold]disparity[/] {disparity(r.to_dict(), gap).sentence}")
     for r in result.reports:
         for warning in r.warnings:
             console.print(f"[yellow]warning[/] {r.task} / {warning}")
@@ -238,13 +244,17 @@ def render_compare(doc: dict, console: Any) -> None:
             cells.append("—" if not c else fmt(c["mean"], c["ci_low"], c["ci_high"]))
         table.add_row(row["dataset"], row["method"], *cells)
     console.print(table)
-    vs = Table(title="against ERM: paired difference over seeds [95% CI], Welch's t-test", title_justify="left")
-    for h in ("dataset", "method", "metric", "difference", "Welch p", "CI excludes 0"):
+    from fairmedbench.report.verdicts import compare_headline, compare_verdicts, fmt_p
+
+    vs = Table(title="against ERM: paired difference over seeds \\[t 95% CI]; verdict: paired t-test over seeds, and "
+                     "the paired test-set bootstrap where it ran (report/verdicts.py)", title_justify="left")
+    for h in ("dataset", "method", "metric", "difference", "paired p", "verdict"):
         vs.add_column(h)
-    for r in doc["versus_erm"]:
-        p = "—" if r["welch_p"] is None else f"{r['welch_p']:.3g}"
+    for r, v in compare_verdicts(doc):
+        p = "—" if r.get("paired_p") is None else fmt_p(r["paired_p"])
+        colour = {"better": "green", "worse": "red", "changed": "yellow"}.get(v.key)
         vs.add_row(r["dataset"], r["method"], r["metric"], fmt(r["mean_diff"], r["ci_low"], r["ci_high"]), p,
-                   "[green]yes[/]" if r["significant"] else "no")
+                   f"[{colour}]{v.short}[/]" if colour else v.short)
     console.print(vs)
     boots = doc.get("test_bootstrap") or {}
     if any(boots.values()):
@@ -254,8 +264,8 @@ def render_compare(doc: dict, console: Any) -> None:
         util = metric_spec(first.get("metric", "auc")).header  # AUC, or macro AUC (multi-class)
         tb = Table(title="with the test set's sampling error: seed means, paired test-set bootstrap [95% CI]",
                    title_justify="left")
-        for h in ("dataset", "method", f"signed {util} difference", "CI excludes 0", f"worst-group {util}",
-                  f"worst-group {util} - ERM", "CI excludes 0"):
+        for h in ("dataset", "method", f"signed {util} difference", f"worst-group {util}",
+                  f"worst-group {util} - ERM"):
             tb.add_column(h)
         for ds, b in boots.items():
             if not b:
@@ -264,21 +274,25 @@ def render_compare(doc: dict, console: Any) -> None:
             for m, e in b["methods"].items():
                 d, w, v = e.get(diff), e[worst], e.get(vs_erm)
                 tb.add_row(ds, m, "—" if not d else fmt(d["value"], d["ci_low"], d["ci_high"]),
-                           "—" if not d else ("[red]yes[/]" if d["excludes_0"] else "no"),
                            fmt(w["value"], w["ci_low"], w["ci_high"]),
-                           "—" if not v else fmt(v["value"], v["ci_low"], v["ci_high"]),
-                           "—" if not v else ("[green]yes[/]" if v["excludes_0"] else "no"))
+                           "—" if not v else fmt(v["value"], v["ci_low"], v["ci_high"]))
         groups = first["groups"]
         console.print(tb)
         if len(groups) == 2:
             console.print(f"signed difference = {groups[1]} - {groups[0]}")
     for note in doc.get("notes") or ():
         console.print(f"[cyan]note[/] {note}")
+    for line in compare_headline(doc):
+        console.print(f"[bold]answer[/] {line}")
     if doc.get("ranks"):
         rk = doc["ranks"]
         order = sorted(rk["avg_ranks"].items(), key=lambda kv: kv[1])
-        console.print(f"Friedman on {rk['metric']}: chi2 {rk['chi2']}, p {rk['p_value']}; average ranks "
-                      + ", ".join(f"{m} {r:.2f}" for m, r in order) + f"; Nemenyi CD {rk['cd']:.2f}")
+        from fairmedbench.report.verdicts import study_friedman
+
+        why = study_friedman(rk.get("chi2"), rk.get("p_value"), int(rk.get("n_datasets") or 0), len(order))
+        console.print(f"Friedman on {rk['metric']}: " + (why if why else f"chi2 {rk['chi2']:.3g}, p "
+                      f"{fmt_p(rk['p_value'])}; Nemenyi CD {rk['cd']:.2f}") + "; average ranks "
+                      + ", ".join(f"{m} {r:.2f}" for m, r in order))
 
 
 def _num(v: Any) -> float:

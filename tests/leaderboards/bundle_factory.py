@@ -112,7 +112,8 @@ def make_result(entry: Entry, model: dict[str, Any], seed: int, tasks: tuple[str
                                        profile=entry.profile, intersect=intersect)
         tasks, kind = ("segmentation",), "segmentation"
     spec = {"model": model["name"], "dataset": entry.dataset, "attributes": list(entry.attributes),
-            "usage": entry.usage, "seeds": list(entry.seeds), "profile": entry.profile, "n_boot": N_BOOT, "seed": seed}
+            "usage": entry.usage, "seeds": list(entry.seeds), "profile": entry.profile, "n_boot": N_BOOT, "seed": seed,
+            "weights": model["weights_sha256"] or "random:seed=0"}
     inputs = {"dataset": {"name": entry.dataset, "fingerprint": f"synthetic:{entry.dataset}",
                           "split_fingerprint": split_fingerprint(entry.dataset),
                           "test_fingerprint": test_fingerprint(test["sample_id"]), "n_test": N_TEST},
@@ -199,3 +200,16 @@ def forge(bundle: Path, seed: int = 7) -> None:
         return frame
 
     rewrite_predictions(bundle, near_labels)
+
+
+def forge_plausible(bundle: Path, seed: int = 11) -> None:
+    """The attack of issue 23: scores = 0.25 * label + 0.75 * U(0, 1) (AUC about 0.78, overlapping groups: no
+    near-perfect or implausible flag), every reported number recomputed with the package's own recomputation."""
+    rng = np.random.default_rng(seed)
+
+    def plausible(frame: pd.DataFrame, block: dict[str, Any], _: Path) -> pd.DataFrame:
+        for label, score in zip(block["columns"]["labels"], block["columns"]["scores"]):
+            frame[score] = 0.25 * frame[label] + 0.75 * rng.random(len(frame))
+        return frame
+
+    rewrite_predictions(bundle, plausible)

@@ -40,12 +40,14 @@ def test_board_files_and_ranking(built: dict[str, Path]) -> None:
     assert {(r["model"], r["revision"]) for r in rows} == {("alpha-fm", "r1"), ("beta-fm", XSS)}
     for key in {(r["dataset"], r["usage"], r["attribute"]) for r in rows}:
         group = [r for r in rows if (r["dataset"], r["usage"], r["attribute"]) == key]
-        # alpha-fm's near-perfect rows have the higher ES but are shown unranked, after beta-fm's
-        assert [(r["model"], r["rank"], r["unranked"]) for r in group] == [
-            ("beta-fm", 1, None), ("alpha-fm", None, "near-perfect predictions")]
+        # nothing is verified, so nothing is ranked: both are self-reported; alpha-fm's near-perfect rows have
+        # the higher ES but are listed after beta-fm's
+        assert [(r["model"], r["rank"]) for r in group] == [("beta-fm", None), ("alpha-fm", None)]
+        assert group[0]["unranked"] == "self-reported: not re-run"
+        assert group[1]["unranked"].startswith("self-reported: not re-run, near-perfect predictions")
         assert group[1]["metrics"]["es"] > group[0]["metrics"]["es"]
         assert all(r["seeds"] == [0, 1, 2] for r in group)
-    assert [(m["model"], m["mean_rank"]) for m in board["models"]] == [("beta-fm", 1.0), ("alpha-fm", None)]
+    assert [(m["model"], m["mean_rank"]) for m in board["models"]] == [("alpha-fm", None), ("beta-fm", None)]
     md = built["markdown"].read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and XSS not in md
     html = built["html"].read_text()
@@ -70,9 +72,13 @@ def _row(model: str, es: float | None, utility: float | None) -> dict[str, Any]:
             "provenance": {"folder": "submissions/x/r1", "runs": []}}
 
 
+def _verified(model: str, es: float | None, utility: float | None) -> dict[str, Any]:
+    return {**_row(model, es, utility), "tier": "verified"}
+
+
 def test_ranking_rule_puts_undefined_last() -> None:
-    rows = rank_rows([_row("nan-es", None, 0.99), _row("b", 0.7, 0.8), _row("a", 0.7, 0.8), _row("c", 0.7, 0.9),
-                      _row("low", 0.2, 0.95)])
+    rows = rank_rows([_verified("nan-es", None, 0.99), _verified("b", 0.7, 0.8), _verified("a", 0.7, 0.8),
+                      _verified("c", 0.7, 0.9), _verified("low", 0.2, 0.95)])
     assert [(r["model"], r["rank"]) for r in rows] == [("c", 1), ("a", 2), ("b", 3), ("low", 4), ("nan-es", 5)]
     assert "undefined value" in RANKING_RULE and "ranks last" in RANKING_RULE
 
@@ -82,35 +88,41 @@ def _flag(key: str, label: str) -> dict[str, str]:
 
 
 def _rows_with_tiers_and_flags() -> list[dict[str, Any]]:
-    """A forged row (best ES, near-perfect, verification failed), a self-reported copy of a verified row with a
-    low ES, two self-reported rows (one with a flag that does not unrank: still ranked)."""
+    """A forged row (best ES, near-perfect, verification failed), a verified original and its later verified copy
+    (flagged duplicate), a verified row with an implausible-groups flag, and self-reported rows (one implausible)."""
     return [{**_row("forged", 0.99, 0.999), "tier": "self-reported",
              "flags": [_flag("near-perfect", "near-perfect predictions"),
                        _flag("verification-failed", "verification failed")]},
-            {**_row("copy", 0.9, 0.9), "flags": [_flag("duplicate", "duplicate predictions")]},
-            {**_row("verified-low", 0.3, 0.6), "tier": "verified",  # copied by "copy": stays ranked
-             "flags": [_flag("duplicate", "duplicate predictions")]},
+            {**_row("copy", 0.9, 0.9), "tier": "verified", "flags": [_flag("duplicate", "duplicate predictions")]},
+            {**_row("verified-low", 0.3, 0.6), "tier": "verified"},  # the original the copy duplicates: clean
+            {**_row("verified-odd", 0.6, 0.6), "tier": "verified",
+             "flags": [_flag("implausible-groups", "implausible group scores")]},
             {**_row("self-high", 0.8, 0.85), "flags": [_flag("no-weights-hash", "no weights hash")]},
+            {**_row("self-odd", 0.7, 0.7), "flags": [_flag("implausible-groups", "implausible group scores")]},
             _row("self-mid", 0.5, 0.7)]
 
 
 def test_untrusted_rows_are_unranked_and_verified_rows_rank_first() -> None:
     rows = rank_rows(_rows_with_tiers_and_flags())
     assert [(r["model"], r["rank"], r["unranked"]) for r in rows] == [
-        ("verified-low", 1, None), ("self-high", 2, None), ("self-mid", 3, None),
-        ("forged", None, "near-perfect predictions, verification failed"), ("copy", None, "duplicate predictions")]
-    assert [(m["model"], m["mean_rank"]) for m in model_summary(rows)] == [
-        ("verified-low", 1.0), ("self-high", 2.0), ("self-mid", 3.0), ("copy", None), ("forged", None)]
-    assert "verified rows above self-reported rows" in RANKING_RULE and "not ranked (rank '—'" in RANKING_RULE
-    assert "unless the row is verified" in RANKING_RULE
+        ("verified-odd", 1, None), ("verified-low", 2, None), ("copy", None, "duplicate predictions"),
+        ("self-high", None, "self-reported: not re-run"), ("self-mid", None, "self-reported: not re-run"),
+        ("forged", None, "self-reported: not re-run, near-perfect predictions, verification failed"),
+        ("self-odd", None, "self-reported: not re-run, implausible group scores")]
+    assert [(m["model"], m["mean_rank"]) for m in model_summary(rows)][:2] == [("verified-odd", 1.0),
+                                                                            ("verified-low", 2.0)]
+    assert "Only verified rows are ranked" in RANKING_RULE and "not ranked (rank '—'" in RANKING_RULE
+    assert "only the later of two near-identical submissions" in RANKING_RULE
     board = {"suite": {"name": "t", "version": "1", "description": "d"}, "ranking_rule": RANKING_RULE,
              "columns": [{"key": "es", "header": "ES", "better": "high", "definition": "e"}],
              "models": model_summary(rows), "rows": rows}
     md = render.markdown(board).splitlines()
     forged = next(line for line in md if "| forged |" in line and line.startswith("| d |"))
     assert forged.startswith("| d | u | sex | — | forged |")
-    assert "unranked: near-perfect predictions, verification failed; near-perfect predictions (d)" in forged
+    assert "unranked: self-reported: not re-run, near-perfect predictions, verification failed; near-perfect " \
+           "predictions (d)" in forged
     assert "| forged | r1 | n/a | 1 |" in "\n".join(md)  # the model summary: no mean rank
+    assert md[2].startswith("2 verified row(s) are ranked in 1 (dataset, usage, attribute) group(s)")
 
 
 def test_markdown_cells_cannot_break_the_table() -> None:
@@ -127,12 +139,12 @@ def browser(chromium: Any) -> Any:
     return chromium
 
 
-def _column(driver: Any, key: str) -> int:
-    return driver.execute_script(f"return document.querySelector('#board th[data-key={key}]').cellIndex")
+def _column(driver: Any, key: str, table: str = "board") -> int:
+    return driver.execute_script(f"return document.querySelector('#{table} th[data-key={key}]').cellIndex")
 
 
-def _values(driver: Any, col: int) -> list[float]:
-    cells = driver.find_elements("css selector", f"#board tbody tr:not([hidden]) td:nth-child({col + 1})")
+def _values(driver: Any, col: int, table: str = "board") -> list[float]:
+    cells = driver.find_elements("css selector", f"#{table} tbody tr:not([hidden]) td:nth-child({col + 1})")
     return [math.nan if c.get_attribute("data-v") == "" else float(c.get_attribute("data-v")) for c in cells]
 
 
@@ -146,25 +158,30 @@ def _no_alert(driver: Any) -> None:
 def test_page_in_chromium(built: dict[str, Path], browser: Any) -> None:
     browser.get(built["html"].resolve().as_uri())
     _no_alert(browser)
-    rows = browser.find_elements("css selector", "#board tbody tr")
+    rows = browser.find_elements("css selector", "#self-reported tbody tr")
     assert len(rows) == 8
-    revisions = {r.find_elements("css selector", "td")[2].text for r in rows}
+    revisions = {r.find_elements("css selector", "td")[2].text.split("\n")[0] for r in rows}
     assert revisions == {"r1", XSS}, "the hostile revision must show as text"
+    # the revision label is bound to the weights: its sha256 prefix is shown under it
+    assert {r.find_element("css selector", "td .weights").text[:2] for r in rows} == {"@ "}
+    assert browser.find_elements("css selector", "#board") == [], "nothing verified: no ranked table"
+    assert "No row is ranked" in browser.find_element("css selector", ".answer").text
     assert len(browser.find_elements("css selector", "script")) == 1
-    assert browser.execute_script("return document.querySelectorAll('#board script, #board img').length") == 0
+    assert browser.execute_script(
+        "return document.querySelectorAll('#self-reported script, #self-reported img').length") == 0
 
-    col = _column(browser, "utility")
-    header = browser.find_elements("css selector", "#board thead th")[col]
+    col = _column(browser, "utility", "self-reported")
+    header = browser.find_elements("css selector", "#self-reported thead th")[col]
     header.click()
-    first = _values(browser, col)
+    first = _values(browser, col, "self-reported")
     assert first == sorted(first, reverse=True) and len(set(first)) > 1
     assert header.get_attribute("aria-sort") == "descending"
     header.click()
-    second = _values(browser, col)
+    second = _values(browser, col, "self-reported")
     assert second == sorted(second) and second != first
     model_col = 1
-    browser.find_elements("css selector", "#board thead th")[model_col].click()
-    models = [c.text for c in browser.find_elements("css selector", "#board tbody td:nth-child(2)")]
+    browser.find_elements("css selector", "#self-reported thead th")[model_col].click()
+    models = [c.text for c in browser.find_elements("css selector", "#self-reported tbody td:nth-child(2)")]
     assert models == sorted(models, key=lambda m: m.lower()) or models == sorted(models)
 
     # filters: dataset, then attribute; the scatter follows the table
@@ -186,7 +203,7 @@ def test_page_in_chromium(built: dict[str, Path], browser: Any) -> None:
 
 
 def test_undefined_values_stay_last_in_the_browser(tmp_path: Path, browser: Any) -> None:
-    rows = rank_rows([_row("m1", 0.5, 0.8), _row("m2", None, None), _row("m3", 0.9, 0.7)])
+    rows = rank_rows([_verified("m1", 0.5, 0.8), _verified("m2", None, None), _verified("m3", 0.9, 0.7)])
     board = {"suite": {"name": "t", "version": "1", "description": "d"}, "generated_at": "now",
              "ranking_rule": RANKING_RULE, "models": [],
              "columns": [{"key": "utility", "header": "Utility", "better": "high", "definition": "u"},
@@ -222,22 +239,26 @@ def test_unranked_rows_in_the_browser(tmp_path: Path, browser: Any) -> None:
     assert browser.find_element("id", "board").screenshot(str(shot)) and shot.stat().st_size > 5_000
     if os.environ.get("FMB_SCREENSHOT_DIR"):
         shutil.copy(shot, Path(os.environ["FMB_SCREENSHOT_DIR"]) / shot.name)
-    cells = [[c.text for c in r.find_elements("css selector", "td")[:2]]
-             for r in browser.find_elements("css selector", "#board tbody tr")]
-    assert cells == [["1", "verified-low"], ["2", "self-high"], ["3", "self-mid"], ["—", "forged"], ["—", "copy"]]
-    reason = browser.find_elements("css selector", "#board tbody tr")[3].find_element("css selector",
-                                                                                     ".flags-cell .flag")
-    assert reason.text == "unranked: near-perfect predictions, verification failed"
+    def cells(table: str) -> list[list[str]]:
+        return [[c.text for c in r.find_elements("css selector", "td")[:2]]
+                for r in browser.find_elements("css selector", f"#{table} tbody tr")]
+
+    assert cells("board") == [["1", "verified-odd"], ["2", "verified-low"], ["—", "copy"]]
+    assert cells("self-reported") == [["—", "self-high"], ["—", "self-mid"], ["—", "forged"], ["—", "self-odd"]]
+    reason = browser.find_elements("css selector", "#self-reported tbody tr")[2].find_element(
+        "css selector", ".flags-cell .flag")
+    assert reason.text == "unranked: self-reported: not re-run, near-perfect predictions, verification failed"
+    assert browser.find_element("css selector", ".answer").text.startswith("2 verified row(s) are ranked")
     legend = browser.find_element("xpath", "//h2[text()='Flags']/following-sibling::p[1]").text
-    assert legend == ("A flag states one fact about a row, checked by one rule. A flagged row is still ranked, "
-                      "except one flagged near-perfect predictions, duplicate predictions or verification failed: "
-                      "that row is shown unranked (rank '—', after the ranked rows); a verified row stays ranked "
-                      "despite a duplicate flag (a copy cannot unrank the original). Verified rows rank above "
-                      "self-reported rows.")
+    assert legend == ("A flag states one fact about a row, checked by one rule. Only verified rows are ranked; a "
+                      "verified row flagged near-perfect predictions, duplicate predictions or verification failed "
+                      "is shown unranked (rank '—', after the ranked rows). A duplicate is flagged on the later "
+                      "submission only (by accept time), so a copy cannot taint the original. Self-reported rows "
+                      "are never ranked.")
     browser.find_elements("css selector", "#board thead th")[_column(browser, "es")].click()
     browser.find_elements("css selector", "#board thead th")[0].click()  # back to rank order: unranked stay last
     assert [c.text for c in browser.find_elements("css selector", "#board tbody td:nth-child(1)")] == [
-        "1", "2", "3", "—", "—"]
+        "1", "2", "—"]
 
 
 def test_every_submitted_text_is_escaped_on_the_page() -> None:

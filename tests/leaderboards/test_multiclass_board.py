@@ -214,7 +214,9 @@ def test_near_perfect_multiclass_predictions_are_flagged_and_unranked(good: Path
     assert ("synth-ordinal__linear_probe__sex / sex: near-perfect predictions: seed 0: 100% of test samples have "
             "every class probability within 0.05 of their one-hot label") in out.flags, out.flags
     board = json.loads(Path(build_board(BOARD, root)["json"]).read_text())
-    assert [(r["model"], r["rank"]) for r in board["rows"]] == [("mc-model", 1), ("mc-forger", None)]
+    # nothing is verified, so nothing is ranked; the forger's row also carries its near-perfect flag
+    assert [(r["model"], r["rank"]) for r in board["rows"]] == [("mc-model", None), ("mc-forger", None)]
+    assert "near-perfect predictions" in board["rows"][1]["unranked"]
     assert [c["key"] for c in board["columns"]] == ["utility", "worst_group", "gap"]
     assert board["columns"][0]["metrics"] == [{"task": "multiclass", "name": "macro_auc", "label": "macro AUC"}]
 
@@ -297,7 +299,7 @@ def test_ham_7class_reads_the_pinned_1002_test_ids_from_the_real_split_files() -
 def test_rank_by_utility_where_there_is_no_es() -> None:
     def row(model: str, utility: float | None) -> dict:
         return {"model": model, "revision": "r", "dataset": "d", "usage": "u", "attribute": "sex", "flags": [],
-                "tier": "self-reported", "metrics": {"utility": utility, "worst_group": None, "gap": None}}
+                "tier": "verified", "metrics": {"utility": utility, "worst_group": None, "gap": None}}
     ranked = rank_rows([row("low", 0.7), row("none", None), row("high", 0.8)])
     assert [(r["model"], r["rank"]) for r in ranked] == [("high", 1), ("low", 2), ("none", 3)]
 
@@ -351,8 +353,9 @@ def test_run_suite_bundle_is_accepted_and_ranked_by_macro_auc(e2e: dict) -> None
     paths = build_board("mc-e2e", e2e["boards"])
     board = json.loads(Path(paths["json"]).read_text())
     rows = board["rows"]
-    assert [r["rank"] for r in rows] == [1, 2] and {r["task"] for r in rows} == {"multiclass"}
-    assert rows[0]["metrics"]["utility"] > rows[1]["metrics"]["utility"]  # no ES: ranked by macro AUC
+    # not verified: listed unranked, in the ranking rule's order (no ES: by macro AUC)
+    assert [r["rank"] for r in rows] == [None, None] and {r["task"] for r in rows} == {"multiclass"}
+    assert rows[0]["metrics"]["utility"] > rows[1]["metrics"]["utility"]
     genuine = next(r for r in rows if r["revision"] != "shuffled")
     assert genuine["metrics"]["utility"] == doc["result"]["reports"][0]["metrics"]["macro_auc"]["__overall__"]["value"]
     page = Path(paths["html"]).read_text()

@@ -167,7 +167,8 @@ def test_partial_coverage_is_accepted_shown_and_ranked_separately(tmp_path: Path
     stored = {b: json.loads(next((tmp_path / "lb" / b).rglob("submission.json")).read_text())
               for b in (partial, complete)}
     # the factory's scores are near-perfect (flagged, so unranked): this test is about coverage groups only
-    rows = {b: rank_rows([{**r, "model": "m1", "revision": "r1", "flags": []} for r in stored[b]["rows"]])
+    rows = {b: rank_rows([{**r, "model": "m1", "revision": "r1", "flags": [], "tier": "verified"}
+                          for r in stored[b]["rows"]])
             for b in stored}
     assert rows[partial][0]["coverage"] == {"test_set": "pinned 100", "evaluated": 60, "pinned": 100,
                                             "complete": False}

@@ -46,12 +46,13 @@ def test_nih_real_board_run_submit_build_and_browse(real_data: Path, tmp_path: P
     text = driver.find_element("tag name", "body").text
     assert NIH_TEST.name in text and NIH_TEST.fingerprint in text
     assert get_suite("nih-cxr14").entries[0].test_set.coverage_rule() in text
-    rows = driver.find_elements("css selector", "#board tbody tr")
+    rows = driver.find_elements("css selector", "#self-reported tbody tr")  # not verified: listed unranked
     assert len(rows) == 2
     for r in rows:
         cells = [c.text for c in r.find_elements("css selector", "td")]
-        assert cells[1:7] == ["moco-cxr", "random-r1", "nih-cxr14", "lp", cells[5], "115 / 22,013 (0.5%) partial"]
-        assert cells[5] in ("sex", "age") and cells[0] == "1"
+        assert cells[2].split("\n")[0] == "random-r1" and "random:seed=" in cells[2]  # bound to its weights
+        assert [cells[1], *cells[3:7]] == ["moco-cxr", "nih-cxr14", "lp", cells[5], "115 / 22,013 (0.5%) partial"]
+        assert cells[5] in ("sex", "age") and cells[0] == "—"
     shots = Path(os.environ.get("FMB_SCREENSHOT_DIR", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(shots / "nih-real-board.png"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from bundle_factory import forge, rewrite_predictions
+from bundle_factory import forge, forge_plausible, rewrite_predictions
 
 from fairmedbench.benchmark.datasets import load_with_split
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
@@ -78,9 +78,13 @@ def lp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     model = json.loads((forged / "model.json").read_text())
     (forged / "model.json").write_text(json.dumps({**model, "revision": "forged"}))
     forge(forged)
+    plausible = Path(shutil.copytree(bundle, tmp / "plausible"))
+    (plausible / "model.json").write_text(json.dumps({**model, "revision": "plausible"}))
+    forge_plausible(plausible)
     boards = tmp / "leaderboards"
-    genuine_out, forged_out = (submit_bundle(b, "verify-lp", boards) for b in (bundle, forged))
-    return {"tmp": tmp, "boards": boards, "genuine": genuine_out, "forged": forged_out}
+    genuine_out, forged_out, plausible_out = (submit_bundle(b, "verify-lp", boards)
+                                              for b in (bundle, forged, plausible))
+    return {"tmp": tmp, "boards": boards, "genuine": genuine_out, "forged": forged_out, "plausible": plausible_out}
 
 
 @pytest.mark.slow
@@ -107,7 +111,10 @@ def test_random_weight_bundle_verifies_and_forged_one_fails(lp_run: dict[str, An
     board = json.loads(build_board("verify-lp", lp_run["boards"])["json"].read_text())
     revision = json.loads((genuine.path / "model.json").read_text())["revision"]
     tiers = {r["revision"]: r["tier"] for r in board["rows"]}
-    assert tiers == {"forged": "self-reported", revision: "verified"}
+    assert tiers == {"forged": "self-reported", "plausible": "self-reported", revision: "verified"}
+    # the plausible forgery (0.25 y + 0.75 U, recomputed) was accepted but is not ranked; only the re-run row is
+    assert lp_run["plausible"].accepted
+    assert {r["revision"]: r["rank"] for r in board["rows"]} == {"forged": None, "plausible": None, revision: 1}
     flags = {r["revision"]: {f["key"] for f in r["flags"]} for r in board["rows"]}
     assert {"near-perfect", "verification-failed", "no-weights-hash"} <= flags["forged"]
     assert flags[revision] == {"no-weights-hash"}

@@ -34,6 +34,18 @@ def test_compare_same_seeds_paired_against_erm(tmp_path: Path) -> None:
     dro = out.values[("synth-underrep", "groupdro", "worst_group_auc")]
     diff = next(r for r in rows if r["method"] == "groupdro")["mean_diff"]
     assert diff == pytest.approx(sum(d - e for d, e in zip(dro, erm)) / 2)
+    # the verdict's p is scipy's paired t-test over seeds (the test of the shown t interval), one verdict per row
+    from scipy import stats
+
+    row = next(r for r in rows if r["method"] == "groupdro")
+    d = [a - b for a, b in zip(dro, erm)]
+    if max(d) > min(d):
+        assert row["paired_p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue)
+    else:
+        assert row["paired_p"] is None
+    assert "significant" not in row
+    assert row["verdict"]["evidence"] == "paired t-test over 2 seeds and the paired test-set bootstrap"
+    assert row["verdict"]["key"] in ("better", "worse", "no-difference")
     # the paired test-set bootstrap starts from the same per-seed values the engine reported
     boot = out.test_bootstrap["synth-underrep"]
     assert boot["groups"] == ["female", "male"]

@@ -102,6 +102,7 @@ def test_terminal_table_and_html_page(compared) -> None:
     render_compare(doc, Console(file=buf, width=200))
     text = buf.getvalue()
     assert "worst_group_macro_auc" in text and "resampling" in text and "worst-group macro AUC - ERM" in text
+    assert "answer synth-ordinal:" in text and "CI excludes 0" not in text  # one verdict per question
     html = page.read_text()
     assert "macro AUC" in html and "Δmacro AUC" in html and "per-seed differences from ERM" in html
     assert "<img" in html and "worst_group_macro_auc_vs_erm" in html  # the figure, the bootstrap table

@@ -121,7 +121,7 @@ def test_too_many_seeds_or_resamples_need_i_know_and_print_the_estimate(tmp_path
     base = ["--model", "litemedsam", "--dataset", "synth-contrast", "--usage", "lp", *SYN]
     line = _refused([*base, "--seeds", "0-24"], tmp_path, capsys)
     assert "--seeds 25 (bound 20)" in line and "estimated time unknown for the training" in line
-    assert "bootstrap (2000 resamples x " in line and "--i-know" in line
+    assert "bootstrap and permutation tests (2000 resamples and 1000 permutations x " in line and "--i-know" in line
     # with a finished run of the same model, dataset and usage, the seeds are timed from it
     done = tmp_path / "o" / "runs" / "litemedsam" / "synth-contrast" / "lp" / "0123456789abcdef"
     done.mkdir(parents=True)

@@ -135,8 +135,14 @@ def test_compare_page_escapes_hostile_names_and_shows_each_method(tmp_path) -> N
                                                ["worse", "3", "0.700 [0.600, 0.800]", "0.300 [0.200, 0.400]"]]
     front = _cells(page, "non-dominated methods")
     assert [(r[0], r[3]) for r in front] == [("erm", "non-dominated"), (XSS, "non-dominated"), ("worse", "dominated")]
-    assert _cells(page, "per-seed differences from ERM") == [[XSS, "ΔAUC", "-0.125 [-0.200, -0.050]", "-3.20",
-                                                              "0.03", "yes"]]
+    # one verdict per question: the paired rule (this older document has no paired p: read from its t interval);
+    # Welch's p is not shown beside it as a second verdict
+    assert _cells(page, "per-seed differences from ERM") == [[XSS, "ΔAUC", "-0.125 [-0.200, -0.050]", "—",
+                                                              "better than ERM"]]
+    answer = re.search(r'<div class="answer">(.*?)</div>', page, re.S)
+    assert answer and html.unescape(re.sub("<[^>]+>", "", answer.group(1))).startswith(
+        f"{XSS}: {XSS} improved ΔAUC against ERM beyond chance: -0.125 [-0.200, -0.050]")
+    assert "Welch" not in re.sub(r'<details class="provenance">.*', "", page, flags=re.S)
     assert page.count('<img src="data:image/png;base64,') == 2  # one utility-gap figure per dataset
     block = re.search(r'<details class="provenance"><summary>data</summary>\s*<pre>(.*?)</pre>', page, re.S)
     assert block and json.loads(html.unescape(block.group(1))) == doc  # the data block is the whole document
@@ -171,6 +177,7 @@ def test_segmentation_run_page_uses_the_segmentation_metrics(tmp_path) -> None:
     page = write_run_report(tmp_path, [doc]).read_text()
     text = html.unescape(re.sub("<[^>]+>", " ", page))
     assert "signed DSC difference" in text and "M − F: +0.200 [+0.100, +0.300]" in text
-    assert "yes: CI excludes 0" in text and "empty GT" in text
+    # no permutation test in this result: the page says so instead of reading the CI as a verdict
+    assert "CI excludes 0" not in text and "not tested" in text and "empty GT" in text
     assert "mask / sex = F: small group (3 samples < 30): point estimates only, no CI" in text
     assert page.count("<img") == 2  # no scores: no curves; DSC by group and the per-seed point

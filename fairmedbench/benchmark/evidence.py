@@ -1,0 +1,255 @@
+"""Evidence packs (`benchmark evaluate ... --evidence DIR`, `benchmark run ... --evidence DIR`): one folder an
+auditor can file, tamper-evident.
+
+    DIR/
+      audit.html (evaluate) | report.html (run)   the page, answers first
+      result.json | results/seed<k>.json           the result document(s), metrics with intervals and tests
+      table.csv                                     the tidy table (one row per task, attribute, group, metric)
+      predictions.parquet | results/...parquet      the per-sample predictions the numbers come from
+      command.txt                                   the exact command line, shell-quoted
+      environment.json                              package versions, platform, fairmedbench version, git commit
+      summary.md                                    each file mapped to the requirement it documents
+      MANIFEST.sha256                               sha256 of every other file, relative paths (`sha256sum -c`)
+
+summary.md states facts about the data (what was measured, on what, with which uncertainty); it maps sections to
+EU AI Act Art. 10(2)(f)-(g) and 10(5) (examination of possible biases), Art. 15 (accuracy levels across groups)
+and the FDA's subgroup performance reporting, and says that it is not legal advice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import shlex
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from fairmedbench.engine import store
+from fairmedbench.errors import InputError
+
+MANIFEST = "MANIFEST.sha256"
+VERSIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib", "jinja2", "torch")
+
+
+def check(folder: str | Path, force: bool) -> Path:
+    """Before any work: the pack folder must not exist, or be empty, unless `force`. Creates nothing."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--evidence {folder}: is a file; give a folder for the evidence pack")
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise InputError(f"--evidence {folder}: the folder exists and is not empty; give a new folder, or add "
+                         "--force to replace its contents")
+    return folder
+
+
+def prepare(folder: str | Path, force: bool) -> Path:
+    """`check`, then empty the folder (with `force`) and create it: called once the results are computed."""
+    folder = check(folder, force)
+    if folder.is_dir():
+        for child in folder.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for pkg in VERSIONS:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _environment(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"fairmedbench_version": doc.get("fairmedbench_version"), "git_commit": doc.get("git_commit"),
+            "python": platform.python_version(), "platform": platform.platform(), "packages": _versions(),
+            "recorded_in_result": doc.get("environment")}
+
+
+def _copy(src: str | Path, dest: Path) -> None:
+    """Copy a file into the pack (atomically, store._atomic); nothing when it was written there already."""
+    if Path(src).resolve() != dest.resolve():
+        data = Path(src).read_bytes()
+        store._atomic(dest, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def _command(folder: Path, command: Sequence[str]) -> Path:
+    """command.txt: the command line, shell-quoted, and the folder it ran in (relative paths resolve there)."""
+    return store.write_text(folder / "command.txt", f"{shlex.join(command)}\n# working directory: {Path.cwd()}\n")
+
+
+def write_manifest(folder: Path) -> Path:
+    """MANIFEST.sha256: '<sha256>  <relative path>' for every file but itself, sorted (sha256sum -c format)."""
+    lines = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        lines.append(f"{digest}  {path.relative_to(folder).as_posix()}")
+    return store.write_text(folder / MANIFEST, "\n".join(lines) + "\n")
+
+
+def _fmt(c: dict[str, Any] | None) -> str:
+    if not c or c.get("value") is None:
+        return "undefined"
+    ci = f" [{c['ci_low']:.3f}, {c['ci_high']:.3f}]" if c.get("ci_low") is not None else ""
+    return f"{c['value']:.3f}{ci}"
+
+
+def _facts(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
+    """Per (task, attribute): groups with n, the headline metric per group with its interval, the disparity
+    verdict (report/verdicts.py), and the notes on skipped or small groups."""
+    from fairmedbench.metrics.specs import headline_metric, metric_spec
+    from fairmedbench.report.html import disparity_answers, result_notes
+
+    util = headline_metric(task)
+    out = []
+    for rep in reports:
+        counts = rep.get("counts", {})
+        per = "; ".join(f"{g} (n = {counts.get(g, {}).get('n', '?')}): {_fmt(rep['metrics'].get(util, {}).get(g))}"
+                        for g in rep["groups"])
+        out.append(f"- {rep['task']} by {rep['attribute']}: {metric_spec(util).header} overall "
+                   f"{_fmt(rep['metrics'].get(util, {}).get('__overall__'))}; per group {per}.")
+    out += [f"- {line}" for line in disparity_answers(reports, task)]
+    out += [f"- note: {n}" for rep in reports for n in result_notes(rep)]
+    return out
+
+
+SUMMARY = """# Evidence pack: {title}
+
+Written by fairmedbench {version} on {created}. Every number below is in the files listed; `sha256sum -c {manifest}`
+inside this folder checks that no file was changed since it was written. This summary states facts about the
+data and the model's outputs; it is not legal advice, and whether they satisfy a requirement is for the
+responsible organisation and its assessors to judge.
+
+## What was examined
+
+- Source: {source}
+- Test rows evaluated: {n}; sensitive attributes: {attributes}; tasks: {tasks}
+- Uncertainty: {n_boot} bootstrap resamples, {level}% percentile intervals{resampling}
+- Result id: {run_id}
+
+## Findings (generated from the result; the verdict rules are in fairmedbench/report/verdicts.py)
+
+{facts}
+
+## Files and the requirement each documents
+
+| File | What it holds | Requirement it documents |
+|---|---|---|
+{rows}
+
+Requirements named (the texts are the authorities; this table only says which file holds the facts they ask
+about):
+- EU AI Act (Regulation (EU) 2024/1689) Art. 10(2)(f)-(g): examination of the data in view of possible biases,
+  and measures to detect them; Art. 10(5): processing of special categories of personal data for bias
+  detection (here: the sensitive attributes listed above, only as group labels).
+- EU AI Act Art. 15: levels of accuracy declared and consistent, here measured per group.
+- US FDA: reporting of performance by subgroup (e.g. sex, age, race) in device submissions.
+"""
+
+
+def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str, str]], title: str,
+                  source: str) -> Path:
+    """summary.md: what was examined, the findings as sentences, and each file mapped to what it documents."""
+    task = doc.get("kind", "").split("-", 1)[-1]
+    task = task if task in ("classification", "segmentation", "multiclass") else "classification"
+    result = doc["result"]
+    meta = result.get("meta", {})
+    unit = (result.get("resampling") or meta.get("resampling") or {}).get("unit")
+    rows = "\n".join(f"| `{name}` | {what} | {req} |" for name, what, req in files)
+    text = SUMMARY.format(
+        title=title, version=doc.get("fairmedbench_version"), created=doc.get("created_at"), manifest=MANIFEST,
+        source=source, n=meta.get("n_samples", "see the result"), attributes=", ".join(meta.get("attributes", [])),
+        tasks=", ".join(meta.get("tasks", [])), n_boot=meta.get("n_boot", "?"),
+        level=round(100 * float(meta.get("ci_level", 0.95))),
+        resampling=f", resampling unit: {unit}" if unit else "", run_id=doc.get("run_id"),
+        facts="\n".join(_facts(result["reports"], task)), rows=rows)
+    return store.write_text(folder / "summary.md", text)
+
+
+BIAS = "EU AI Act Art. 10(2)(f)-(g), 10(5): examination of possible biases"
+ACCURACY = "EU AI Act Art. 15: accuracy levels across groups; FDA: subgroup performance"
+TRACE = "traceability of the examination (reproducible from these inputs)"
+
+
+def evaluate_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
+    """Complete an evaluate pack whose result, table, predictions and audit page `run_evaluate` wrote (or that
+    are copied in here): command, environment, summary, manifest."""
+    doc, paths = outcome.document, outcome.paths
+    names = {"result": "result.json", "predictions": "predictions.parquet", "table": "table.csv",
+             "report": "audit.html"}
+    placed = {}
+    for key, name in names.items():
+        if key not in paths:
+            continue
+        src = Path(paths[key]).resolve()
+        if src.parent == folder.resolve():  # written into the pack already (keeps the name the result cites)
+            placed[key] = src.name
+        else:  # sent elsewhere by --out, --out-table or --report: copied in
+            _copy(src, folder / name)
+            placed[key] = name
+    _command(folder, command)
+    store.write_json(folder / "environment.json", _environment(doc))
+    src = next(iter(doc.get("inputs", {}).values()), {})
+    source = src.get("path", "demo predictions") if isinstance(src, dict) else "predictions"
+    files = [(placed["report"], "the audit page: disparities first, per-group tables, curves, KS tests", BIAS)
+             if "report" in placed else ("(no audit page)", "the audit page covers binary classification only", "—"),
+             (placed["result"], "metrics per group with intervals, gaps, tests, thresholds, inputs with hashes",
+              f"{ACCURACY}; {BIAS}"),
+             (placed["table"], "the same numbers as a tidy table (one row per task, attribute, group, metric)",
+              ACCURACY),
+             (placed["predictions"], "the per-sample labels, scores and groups every number is computed from",
+              TRACE),
+             ("command.txt", "the exact command line", TRACE),
+             ("environment.json", "package versions, platform, fairmedbench version and git commit", TRACE),
+             (MANIFEST, "sha256 of every file (tamper evidence)", TRACE)]
+    write_summary(folder, doc, files, f"evaluate {Path(source).name}", source)
+    return write_manifest(folder)
+
+
+def run_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
+    """An evidence pack of a finished run: its report page, every seed's result JSON and predictions, the tidy
+    table over seeds, command, environment, summary and manifest."""
+    import pandas as pd
+
+    from fairmedbench.report.html import write_run_report
+
+    page = write_run_report(outcome.out_dir, outcome.seed_docs)
+    _copy(page, folder / "report.html")
+    frames = []
+    for res in outcome.seeds:
+        seed = res.doc["spec"]["seed"]
+        _copy(Path(outcome.out_dir) / f"seed{seed}.json", folder / "results" / f"seed{seed}.json")
+        pred = res.doc["predictions"]["file"]
+        _copy(Path(outcome.out_dir) / pred, folder / "results" / pred)
+        frames.append(res.fairness().to_frame().assign(seed=seed))
+    store.write_table(folder / "table.csv", pd.concat(frames, ignore_index=True))
+    doc = outcome.seed_docs[0]
+    _command(folder, command)
+    store.write_json(folder / "environment.json", _environment(doc))
+    spec = doc["spec"]
+    seeds = ", ".join(str(d["spec"]["seed"]) for d in outcome.seed_docs)
+    source = (f"model {spec.get('model')} on dataset {spec.get('dataset')} (usage {spec.get('usage')}, "
+              f"mitigation {spec.get('mitigation')}); seeds {seeds}")
+    files = [("report.html", "the run page: disparities first, per-group tables and figures (first seed)", BIAS),
+             ("results/seed<k>.json", "each seed's metrics per group with intervals, gaps, tests, run identity",
+              f"{ACCURACY}; {BIAS}"),
+             ("table.csv", "every seed's numbers as a tidy table (column `seed`)", ACCURACY),
+             ("results/seed<k>.predictions.parquet", "per-sample labels, scores and groups of each seed", TRACE),
+             ("command.txt", "the exact command line", TRACE),
+             ("environment.json", "package versions, platform, fairmedbench version and git commit", TRACE),
+             (MANIFEST, "sha256 of every file (tamper evidence)", TRACE)]
+    write_summary(folder, doc, files, f"run {spec.get('model')} on {spec.get('dataset')}", source)
+    return write_manifest(folder)
+
+
+def describe(folder: Path) -> str:
+    """The line the CLI prints."""
+    n = sum(1 for p in Path(folder).rglob("*") if p.is_file())
+    return f"evidence pack: {folder} ({n} files; check with: cd {folder} && sha256sum -c {MANIFEST})"
+
+
+__all__ = ["MANIFEST", "check", "describe", "evaluate_pack", "prepare", "run_pack", "write_manifest"]
