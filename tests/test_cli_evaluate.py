@@ -248,5 +248,5 @@ def test_patient_column_found_by_name_named_or_none(tmp_path: Path, capsys: pyte
 def test_n_perm_above_its_bound_needs_i_know(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     rc, _, err = _run(capsys, "evaluate", "--demo", "--n-boot", "10", "--n-perm", "20000", "--out",
                       str(tmp_path / "r.json"))
-    assert rc == 2 and "--n-perm 20000 (bound 10000)" in err and "--i-know" in err
+    assert rc == 2 and "--n-perm 20000 (bound 10,000)" in err and "--i-know" in err
     assert not (tmp_path / "r.json").exists()
