@@ -30,7 +30,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import MetricSpec, board_metrics, headline_metric, metric_spec, task_metrics
 from fairmedbench.metrics.stats import seed_summary
-from fairmedbench.report.verdicts import study_mitigation
+from fairmedbench.report.verdicts import ALPHA, study_mitigation
 
 CELL_FIELDS = ("model", "dataset", "usage", "mitigation", "prompt", "attributes", "seeds", "hparams",
                "train_group_share", "share_group", "train_size", "prevalence", "prevalence_on")
@@ -146,7 +146,7 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
         for rec in res.fairness().records():
             k = (rec["task"], rec["attribute"], rec["metric"], rec["group"])
             keys.setdefault(k, len(keys))
-            vals[k] = (rec["value"], rec["ci_low"], rec["ci_high"], rec["n"])
+            vals[k] = (rec["value"], rec["ci_low"], rec["ci_high"], rec["n"], rec["p_value"])
         per_seed.append(vals)
     tasks = list(dict.fromkeys(k[0] for k in keys))
     small = {(r.task, r.attribute): ",".join(r.small_groups) for r in results[0].fairness().reports}
@@ -154,7 +154,9 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
     rows = []
     for k in keys:
         task, attribute, metric, group = k
-        cells = [v.get(k, (math.nan, math.nan, math.nan, 0)) for v in per_seed]
+        cells = [v.get(k, (math.nan, math.nan, math.nan, 0, math.nan)) for v in per_seed]
+        seed_p = [float(c[4]) for c in cells]
+        tested = [p for p in seed_p if math.isfinite(p)]
         values = np.array([c[0] for c in cells], dtype=float)
         ok = values[np.isfinite(values)]
         s = seed_summary(ok, bounds=_bounds(metric)) if ok.size else None
@@ -167,7 +169,11 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
                      "ci_low": s.ci_low if s else math.nan, "ci_high": s.ci_high if s else math.nan,
                      "n_seeds": int(ok.size), "n_undefined": int(values.size - ok.size), "n": int(cells[-1][3]),
                      "run_seeds": seeds, "seed_values": values.tolist(),
-                     "seed_ci_low": [c[1] for c in cells], "seed_ci_high": [c[2] for c in cells]})
+                     "seed_ci_low": [c[1] for c in cells], "seed_ci_high": [c[2] for c in cells],
+                     "seed_p_values": seed_p,
+                     # the permutation test across seeds: the largest seed's p (every seed must reject: an
+                     # intersection-union test, valid whatever the seeds' dependence)
+                     "p_value": max(tested) if len(tested) == len(seed_p) and tested else math.nan})
     return rows
 
 
@@ -196,13 +202,6 @@ def _fmt(mean: float, lo: float = math.nan, hi: float = math.nan) -> str:
         return "—"
     ci = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and math.isfinite(lo) and math.isfinite(hi) else ""
     return f"{mean:.3f}{ci}"
-
-
-def _excludes_0(lo: float, hi: float) -> int:
-    """+1 when the interval lies above 0, -1 below, 0 when it includes 0 or is undefined."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return 0
-    return 1 if lo > 0 else -1 if hi < 0 else 0
 
 
 def _names(kind: str) -> dict[str, MetricSpec]:
@@ -313,41 +312,44 @@ class _Builder:
         return sec
 
     def _bias_answer(self, sub: Any, names: dict[str, MetricSpec], kind: str, sec: _Section) -> None:
-        """A configuration shows bias when the signed group difference's interval across seeds AND every seed's
-        test-set bootstrap interval exclude 0 on the same side (both sampling errors count)."""
+        """A configuration shows bias when the signed group difference is larger than chance in every seed (each
+        seed's permutation test p < ALPHA: the largest p decides) and points the same way in every seed; the
+        verdict reads the test, the intervals are shown beside it (METRICS.md: one verdict per question)."""
         diff = sub[(sub["metric"] == names["diff"].name) & (sub["scope"] == "between")]
-        rows, hits, small = [], 0, 0
+        rows, hits, untested = [], 0, 0
         for _, r in diff.iterrows():
-            sides = {_excludes_0(lo, hi) for lo, hi in zip(r["seed_ci_low"], r["seed_ci_high"])}
-            seed_side = _excludes_0(r["ci_low"], r["ci_high"]) if r["n_seeds"] > 1 else None
-            side = sides.pop() if len(sides) == 1 else 0
-            biased = side != 0 and seed_side in (None, side)
-            verdict = "yes" if biased else "no"
-            if r["small_groups"]:  # a bootstrap of a group below min_group_size is not evidence either way
-                verdict, biased = f"not counted: small group ({r['small_groups']})", False
-                small += 1
+            p = float(r.get("p_value", math.nan))
+            signs = {np.sign(v) for v in r["seed_values"] if math.isfinite(v)}
+            if not math.isfinite(p):
+                biased, verdict = False, "not tested (no permutation test in every seed: rerun with --n-perm)"
+                untested += 1
+            else:
+                # a permutation test needs no minimum group size (unlike a bootstrap interval): small groups count
+                biased = p < ALPHA and len(signs) == 1 and 0 not in signs
+                verdict = f"{'yes' if biased else 'no'} (largest seed p = {_p(p)})"
             hits += biased
             rows.append({"model": r["model"], "dataset": r["dataset"], "usage": r["usage"],
                          "attribute": r["attribute"], names["diff"].name: _fmt(r["mean"], r["ci_low"], r["ci_high"]),
-                         "n_seeds": r["n_seeds"], "bias": verdict})
+                         "n_seeds": r["n_seeds"], "bias": verdict,
+                         **({"small groups": r["small_groups"]} if r["small_groups"] else {})})
         if not rows:
             return
         import pandas as pd
 
         pairs = diff[["model", "dataset"]].drop_duplicates()
-        left_out = (f"; {small} configuration(s) with a group below the minimum group size are not counted"
-                    if small else "")
-        if small == len(rows):  # nothing could be counted: say so rather than "0 of 0"
-            self.answers.append(f"Bias ({kind}): not assessed: every one of the {small} FM × dataset configuration(s) "
-                                "has a group below the minimum group size; use a larger test set.")
+        if untested == len(rows):  # nothing could be counted: say so rather than "0 of 0"
+            self.answers.append(f"Bias ({kind}): not assessed: none of the {untested} FM × dataset configuration(s) "
+                                "carries a permutation test in every seed (rerun them with --n-perm > 0).")
         else:
+            not_tested = f"; {untested} configuration(s) carry no permutation test" if untested else ""
             self.answers.append(
-                f"Bias exists in {hits} of {len(rows) - small} FM × dataset configurations ({kind}; {len(pairs)} FM "
-                f"× dataset pairs, each usage and two-group attribute counted once): the {names['diff'].name} "
-                f"interval excludes 0 across seeds and in every seed's test-set bootstrap{left_out}.")
-        sec.tables.append(_table(f"signed group difference ({names['diff'].name}: second group − first) per "
-                                 "configuration; bias = its interval across seeds and every seed's bootstrap "
-                                 "interval exclude 0", pd.DataFrame(rows)))
+                f"Bias exists in {hits} of {len(rows) - untested} tested FM × dataset configurations ({kind}; "
+                f"{len(pairs)} FM × dataset pairs, each usage and two-group attribute counted once): the "
+                f"{names['diff'].name} is larger than chance in every seed (permutation test, p < {ALPHA}) and "
+                f"points the same way{not_tested}.")
+        sec.tables.append(_table(f"signed group difference ({names['diff'].name}: second group − first, mean and "
+                                 "95% CI over seeds) per configuration; bias = larger than chance in every seed "
+                                 f"(permutation test, largest seed p < {ALPHA}) with one sign", pd.DataFrame(rows)))
 
     # -- Fig 4
     def tradeoff(self) -> _Section:
@@ -740,7 +742,7 @@ def write_study_report(plan_path: Path, out_root: Path, dest: Path) -> StudyRepo
     table = tidy_table(plan, Path(out_root))
     parquet = store.write_parquet(dest / "study.parquet", table)
     flat = table.copy()
-    for col in ("run_seeds", "seed_values", "seed_ci_low", "seed_ci_high"):
+    for col in ("run_seeds", "seed_values", "seed_ci_low", "seed_ci_high", "seed_p_values"):
         flat[col] = [json.dumps(store.jsonable(v)) for v in flat[col]]
     csv = store.write_table(dest / "study.csv", flat)
     b = _Builder(table, dest / "figures")

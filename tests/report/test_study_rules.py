@@ -12,33 +12,36 @@ import pandas as pd
 from fairmedbench.report.study import CONFIG, _Builder, _erm_match, _names, _Section
 
 
-def _diff_row(model: str, lo: float, hi: float, seed_los: list[float], seed_his: list[float],
-              small: str = "") -> dict:
-    return {"small_groups": small, "model": model, "dataset": "d", "usage": "lp", "attribute": "sex", "metric": "auc_diff",
-            "scope": "between", "mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n_seeds": len(seed_los),
-            "seed_ci_low": seed_los, "seed_ci_high": seed_his}
+def _diff_row(model: str, seed_values: list[float], seed_p: list[float], small: str = "") -> dict:
+    finite = [p for p in seed_p if math.isfinite(p)]
+    return {"small_groups": small, "model": model, "dataset": "d", "usage": "lp", "attribute": "sex",
+            "metric": "auc_diff", "scope": "between", "mean": sum(seed_values) / len(seed_values), "ci_low": -1.0,
+            "ci_high": 1.0, "n_seeds": len(seed_values), "seed_values": seed_values, "seed_p_values": seed_p,
+            "p_value": max(finite) if len(finite) == len(seed_p) and finite else math.nan}
 
 
-def test_bias_needs_the_seed_interval_and_every_bootstrap_interval_to_exclude_0(tmp_path: Path) -> None:
+def test_bias_needs_every_seed_to_reject_with_one_sign(tmp_path: Path) -> None:
+    # the verdict reads each seed's permutation test (the largest p decides), never an interval
     rows = pd.DataFrame([
-        _diff_row("a", 0.05, 0.15, [0.02, 0.04], [0.2, 0.3]),     # all above 0: biased
-        _diff_row("b", 0.05, 0.15, [-0.01, 0.04], [0.2, 0.3]),    # one seed's bootstrap includes 0: not
-        _diff_row("c", -0.05, 0.15, [0.02, 0.04], [0.2, 0.3]),    # the interval across seeds includes 0: not
-        _diff_row("d", -0.3, -0.1, [-0.4, -0.5], [-0.05, -0.2]),  # all below 0: biased
-        _diff_row("e", 0.1, 0.2, [0.02, math.nan], [0.2, math.nan]),  # an undefined bootstrap interval: not
-        _diff_row("f", math.nan, math.nan, [0.02], [0.2]),        # one seed: its bootstrap decides
-        _diff_row("g", 0.05, 0.15, [0.02, 0.04], [0.2, 0.3], small="female"),  # a group below the minimum size
+        _diff_row("a", [0.1, 0.12], [0.001, 0.004]),           # every seed rejects, one sign: biased
+        _diff_row("b", [0.1, 0.12], [0.001, 0.2]),             # one seed does not reject: not
+        _diff_row("c", [0.1, -0.12], [0.001, 0.002]),          # both reject, opposite signs: not
+        _diff_row("d", [-0.2, -0.3], [0.003, 0.01]),           # every seed rejects below 0: biased
+        _diff_row("e", [0.1, 0.1], [0.001, math.nan]),         # a seed without a test: not tested
+        _diff_row("f", [0.2], [0.004]),                        # one seed: its test decides
+        _diff_row("g", [0.1, 0.12], [0.001, 0.002], small="female"),  # a small group: the test still counts
     ])
     b = _Builder.__new__(_Builder)
     b.answers = []
     sec = _Section("gaps", "t")
     b._bias_answer(rows, _names("classification"), "classification", sec)
-    assert b.answers[0].startswith("Bias exists in 3 of 6 FM × dataset configurations")
-    assert b.answers[0].endswith("; 1 configuration(s) with a group below the minimum group size are not counted.")
+    assert b.answers[0].startswith("Bias exists in 4 of 6 tested FM × dataset configurations")
+    assert b.answers[0].endswith("; 1 configuration(s) carry no permutation test.")
     table = sec.tables[0]
-    bias = {r[0].text: r[-1].text for r in table.rows}
-    assert bias == {"a": "yes", "b": "no", "c": "no", "d": "yes", "e": "no", "f": "yes",
-                    "g": "not counted: small group (female)"}
+    bias = {r[0].text: r[6].text for r in table.rows}
+    assert {k: v.split(" (")[0] for k, v in bias.items()} == {"a": "yes", "b": "no", "c": "no", "d": "yes",
+                                                              "e": "not tested", "f": "yes", "g": "yes"}
+    assert bias["b"].startswith("no (largest seed p = 0.2")
 
 
 def test_erm_pairing_prefers_equal_hparams_else_the_only_erm_run() -> None:
