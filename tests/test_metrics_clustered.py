@@ -228,3 +228,14 @@ def test_n_perm_zero_means_no_tests_and_bad_values_are_refused():
         evaluate_classification(y, s, {"sex": sex}, n_perm=-1)
     with pytest.raises(InputError, match="patient ids"):
         evaluate_classification(y, s, {"sex": sex}, patient_ids=np.arange(3))
+
+
+def test_report_round_trips_through_its_dict_with_tests_and_units():
+    from fairmedbench.metrics.result import AttributeReport
+
+    y, s, sex, pid = _clustered(30, 3)
+    rep = evaluate_classification(y, s, {"sex": sex}, n_boot=30, n_perm=30, patient_ids=pid).report()
+    again = AttributeReport.from_dict(rep.to_dict())
+    assert again.to_dict() == rep.to_dict()
+    assert again.tests["auc_diff"]["p_value"] == rep.tests["auc_diff"]["p_value"]
+    assert again.resampling == rep.resampling

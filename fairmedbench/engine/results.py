@@ -11,10 +11,6 @@ from typing import Any
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
 
 
-def _nan(v: float | None) -> float:
-    return math.nan if v is None else float(v)
-
-
 @dataclass(frozen=True)
 class RunResult:
     """One seed's result document (as written by a run) and the folder it lives in."""
@@ -44,14 +40,7 @@ class RunResult:
 
     def fairness(self) -> FairnessResult:
         """The metrics as the engine's FairnessResult (values and CIs per group; NaN where undefined)."""
-        reports = []
-        for r in self.doc["result"]["reports"]:
-            values = {m: {g: (_nan(c["value"]), _nan(c["ci_low"]), _nan(c["ci_high"])) for g, c in per.items()}
-                      for m, per in r["metrics"].items()}
-            reports.append(AttributeReport(r["task"], r["attribute"], r["groups"], r["counts"], values, r["skipped"],
-                                           r.get("gap_notes", {}), r.get("small_groups", []),
-                                           r.get("worst_group", {}), r["thresholds"],
-                                           r.get("n_missing_attribute", 0), r.get("ci_notes", {})))
+        reports = [AttributeReport.from_dict(r) for r in self.doc["result"]["reports"]]
         return FairnessResult(reports, self.doc["result"]["meta"])
 
     def cell(self, metric: str, attribute: str, task: str | None = None) -> tuple[float, float, float]:

@@ -42,6 +42,17 @@ class AttributeReport:
         """Point value of `metric` for `group` (NaN when absent or undefined)."""
         return self.values.get(metric, {}).get(group, (math.nan,) * 3)[0]
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AttributeReport":
+        """The report back from its `to_dict` form (None becomes NaN); documents older than a key get its default."""
+        values = {m: {g: (_nan(c["value"]), _nan(c["ci_low"]), _nan(c["ci_high"])) for g, c in per.items()}
+                  for m, per in d["metrics"].items()}
+        tests = {m: {k: (_nan(v) if k in TEST_KEYS else v) for k, v in t.items()} for m, t in d.get("tests", {}).items()}
+        return cls(d["task"], d["attribute"], list(d["groups"]), d["counts"], values, dict(d["skipped"]),
+                   dict(d.get("gap_notes", {})), list(d.get("small_groups", [])), dict(d.get("worst_group", {})),
+                   d["thresholds"], d.get("n_missing_attribute", 0), dict(d.get("ci_notes", {})), tests,
+                   dict(d.get("resampling", {})), list(d.get("warnings", [])))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested form; NaN becomes None."""
         metrics: dict[str, Any] = {}
@@ -218,6 +229,10 @@ def adjust_tests(reports: list[AttributeReport], method: str = "by") -> dict[str
 def resampling_record(units_kind: str, n_clusters: dict[str, int]) -> dict[str, Any]:
     """The report's resampling block: unit ('patient' or 'row') and units per group (and overall)."""
     return {"unit": units_kind, "n_clusters": dict(n_clusters)}
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else float(v)
 
 
 def _num(v: float) -> float | None:

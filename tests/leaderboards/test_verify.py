@@ -59,7 +59,7 @@ def test_spec_from_document_resolves_to_the_same_config() -> None:
     again = spec_from_document(doc_spec, "random:3")
     assert again.precision == "fp32" and again.n_boot == 0 and again.seeds == (1,)
     mine = resolve_run(again, device="cpu").config.identity()
-    assert {k for k in mine if mine[k] != doc_spec.get(k)} == {"precision", "n_boot", "seeds"}
+    assert {k for k in mine if mine[k] != doc_spec.get(k)} == {"precision", "n_boot", "n_perm", "seeds"}
     assert set(OWN_FIELDS) >= {"precision", "n_boot", "seeds"}
     with pytest.raises(InputError, match="imported split file"):
         spec_from_document({**doc_spec, "split_seed": -1}, None)
