@@ -157,7 +157,8 @@ def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
                      batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=checked.dataset_card, hparams=config.hparams, progress=opts.progress)
     runner = checked.task.run()
-    docs, results, reused = runner(config, checked.usage, model, ds, split, ctx, opts, out_dir, info, t_load)
+    ext = {"externals": resolved.externals} if resolved.externals else {}  # a task without external evaluation
+    docs, results, reused = runner(config, checked.usage, model, ds, split, ctx, opts, out_dir, info, t_load, **ext)
     for s in reused:
         opts.say(f"seed {s}: reused its finished result from an earlier, interrupted run")
     summary = _summary(config, checked.task, docs, info, time.perf_counter() - t0)

@@ -27,6 +27,51 @@ if TYPE_CHECKING:
     from fairmedbench.registry.datasets.dataset import Dataset
 
 
+@dataclass(frozen=True)
+class ExternalSet:
+    """A dataset the run's trained head or decoder is also evaluated on (external evaluation): its label (card name
+    with options), the loaded dataset and its split (its test split is evaluated)."""
+
+    label: str
+    dataset: Dataset
+    split: Split
+
+    def view(self) -> SplitView:
+        """Its test split as the feature extractor sees it."""
+        return SplitView(self.dataset, self.split.test, f"{self.dataset.fingerprint}:{self.split.fingerprint}")
+
+    def attributes(self, spec: RunConfig) -> dict[str, np.ndarray]:
+        """The run's attributes on its test split (group names mapped by its own card)."""
+        return attr_columns(self.dataset, spec, self.split.test)
+
+    def codes(self, spec: RunConfig, internal: Dataset) -> np.ndarray | None:
+        """Test-split group codes of the run's first attribute in the internal dataset's coding (-1: missing or a
+        group the internal dataset does not have), for mitigations that need the attribute at inference."""
+        if not spec.attributes:
+            return None
+        col = f"attr:{spec.attributes[0]}"
+        names = sorted({v for v in internal.samples[col].to_numpy() if isinstance(v, str)})
+        lookup = {n: i for i, n in enumerate(names)}
+        return np.array([lookup.get(v, -1) for v in self.dataset.samples[col].to_numpy()[self.split.test]])
+
+
+def external_file(seed: int, k: int) -> str:
+    """The predictions Parquet of the k-th external dataset of a seed."""
+    return f"seed{seed}.external{k}.predictions.parquet"
+
+
+def external_entry(spec: RunConfig, k: int, ext: ExternalSet, seed: int, result: FairnessResult,
+                   shifts: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
+    """One external dataset's block in a seed document: what it is, its result and its shift from the internal
+    test set."""
+    from fairmedbench.analysis.shift import SHIFT_METHOD
+
+    meta = spec.eval_datasets[k]
+    return {"label": ext.label, "dataset": meta["dataset"], "options": meta["options"], "n_test": n_test,
+            "predictions": external_file(seed, k), "result": result.to_dict(), "shift": shifts,
+            "shift_method": SHIFT_METHOD, "alignment": meta["alignment"]}
+
+
 class SplitView:
     """One split of a dataset as the feature extractor sees it: ids, images, a fingerprint."""
 
