@@ -18,7 +18,7 @@ from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
-                                       reuse_seed, seed_document, split_views, training_groups)
+                                       prepare_inputs, reuse_seed, seed_document, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -271,10 +271,7 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
     tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    views = {**split_views(ds, split), **{f"external{k}": e.view() for k, e in enumerate(externals)}}
-    from fairmedbench.adapters.volumes import prepare_classification
-
-    prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
+    prepared = prepare_inputs(adapter, model, ds, split, ctx, externals)  # 3D: per slice, one row per volume
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = training_groups(spec, ds)
@@ -296,7 +293,8 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                                  n_groups) for k, p in ps.items()}
         t1 = time.perf_counter()
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
-        extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds)) for k, e in enumerate(externals)}
+        extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds))
+                   for k, e in enumerate(externals)}
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
                                   [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t,
                                   extra=extra_x)

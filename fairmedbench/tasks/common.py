@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -92,6 +92,31 @@ def split_views(ds: Dataset, split: Split) -> dict[str, SplitView]:
     unsampled split, so every run of one (model, dataset, split) shares one encode."""
     fp = f"{ds.fingerprint}:{split.fingerprint}"
     return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+
+
+def prepare_inputs(adapter: Any, model: Any, ds: Dataset, split: Split, ctx: Any,
+                   externals: Sequence[ExternalSet] = ()) -> Any:
+    """The classification usage's prepared inputs of train/val/test (and `external<k>` for each external set).
+
+    A split whose train/val were re-drawn around a fixed test set (repeated splits, 2D data) is prepared from one
+    view of the whole train+val pool (its fingerprint does not depend on the split seed, so every split seed reuses
+    one encode) and sliced into train and val; otherwise each split is its own view."""
+    from fairmedbench.adapters.volumes import prepare_classification
+    from fairmedbench.engine.splits import test_fingerprint
+
+    extra = {f"external{k}": e.view() for k, e in enumerate(externals)}
+    if not split.policy.endswith("+redraw") or ds.card.dim != 2:
+        return prepare_classification(adapter, model, {**split_views(ds, split), **extra}, ctx)
+    pool = np.sort(np.concatenate([split.train, split.val]))
+    fp = f"{ds.fingerprint}:pool-around-test:{test_fingerprint(split.ids['test'])}"
+    test_fp = f"{ds.fingerprint}:test:{test_fingerprint(split.ids['test'])}"
+    prepared = prepare_classification(adapter, model, {"trainval": SplitView(ds, pool, fp),
+                                                       "test": SplitView(ds, split.test, test_fp), **extra}, ctx)
+    rows = {int(p): k for k, p in enumerate(pool)}
+    x = prepared.inputs.pop("trainval")
+    for name, positions in (("train", split.train), ("val", split.val)):
+        prepared.inputs[name] = np.asarray(x)[[rows[int(p)] for p in positions]]
+    return prepared
 
 
 def attr_columns(ds: Dataset, spec: RunConfig, positions: np.ndarray) -> dict[str, np.ndarray]:
