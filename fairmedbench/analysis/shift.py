@@ -30,6 +30,10 @@ from fairmedbench.metrics import bootstrap as bs
 SHIFT_METRIC = {"classification": "auc", "multiclass": "macro_auc", "segmentation": "dsc"}
 #: a reader option naming where an external dataset's data lives (a where, not a what: not part of the identity)
 ROOT_OPTION = "root"
+#: which samples of an external dataset are evaluated: its test split (default) or all of them (nothing of an
+#: external dataset is trained on, so a small external site can be evaluated whole)
+SPLIT_OPTION = "split"
+EVAL_SPLITS = ("test", "all")
 
 
 @dataclass(frozen=True)
@@ -40,14 +44,16 @@ class EvalRequest:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
     root: str | None = None
+    split: str = "test"
 
     @property
     def label(self) -> str:
-        """How results name it: the card name, with its options (`nih-cxr14:view=AP`)."""
+        """How results name it: the card name, with its options (`nih-cxr14:view=AP`) and `split=all`."""
         import json
 
         opts = ":".join(f"{k}={v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}"
-                        for k, v in sorted(self.options.items()))
+                        for k, v in sorted({**self.options, **({SPLIT_OPTION: self.split} if self.split != "test"
+                                                              else {})}.items()))
         return f"{self.name}:{opts}" if opts else self.name
 
 
@@ -67,7 +73,8 @@ def split_eval_list(text: str) -> list[str]:
 
 
 def parse_eval_dataset(text: str) -> EvalRequest:
-    """`NAME` or `NAME:KEY=VALUE[:KEY=VALUE...]` (values parsed like --dataset-option: numbers, JSON, text)."""
+    """`NAME` or `NAME:KEY=VALUE[:KEY=VALUE...]`: reader options (values parsed like --dataset-option: numbers,
+    JSON, text), plus `root=DIR` (where its data lives) and `split=test|all` (which samples are evaluated)."""
     import json
 
     parts = [p.strip() for p in re.split(r":(?=[A-Za-z_][\w-]*=)", str(text))]  # a ':' inside a value stays
@@ -76,7 +83,7 @@ def parse_eval_dataset(text: str) -> EvalRequest:
         raise InputError(f"--eval-dataset {text!r}: expected NAME or NAME:KEY=VALUE[:KEY=VALUE], e.g. "
                          "nih-cxr14:view=AP or synth-flip:n=200")
     options: dict[str, Any] = {}
-    root = None
+    root, split = None, "test"
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep or not key:
@@ -84,11 +91,17 @@ def parse_eval_dataset(text: str) -> EvalRequest:
         if key == ROOT_OPTION:
             root = value
             continue
+        if key == SPLIT_OPTION:
+            if value not in EVAL_SPLITS:
+                raise InputError(f"--eval-dataset {text!r}: split={value!r}; use split=test (its test split, the "
+                                 "default) or split=all (every sample)")
+            split = value
+            continue
         try:
             options[key] = json.loads(value)
         except json.JSONDecodeError:
             options[key] = value
-    return EvalRequest(str(text), name, options, root)
+    return EvalRequest(str(text), name, options, root, split)
 
 
 def _edges(attr: Any) -> tuple[float, ...] | None:
@@ -128,12 +141,15 @@ def check_alignment(internal: Any, external: Any, task: str, attributes: Sequenc
             raise InputError(f"{head}: attribute {name!r} has groups {list(mine.groups)} on {internal.name!r} but "
                              f"{list(theirs.groups)}{' with other bin edges' if _edges(theirs) != _edges(mine) else ''}"
                              f" on {external.name!r}: the groups cannot be aligned")
-        record[name] = {"groups": list(mine.groups),
-                        "internal": {"column": mine.column, **({"mapping": dict(mine.mapping)} if mine.mapping
-                                                               else {"bins": list(_edges(mine) or ())})},
-                        "external": {"column": theirs.column, **({"mapping": dict(theirs.mapping)} if theirs.mapping
-                                                                 else {"bins": list(_edges(theirs) or ())})}}
+        record[name] = {"groups": list(mine.groups), "internal": _rule(mine), "external": _rule(theirs)}
     return record
+
+
+def _rule(attr: Any) -> dict[str, Any]:
+    """How a card maps its raw column to the groups (JSON-ready: open bin edges as null)."""
+    if attr.mapping is not None:
+        return {"column": attr.column, "mapping": dict(attr.mapping)}
+    return {"column": attr.column, "bins": [None if np.isinf(b) else b for b in _edges(attr) or ()]}
 
 
 # ------------------------------------------------------------------------------------------------ the shift

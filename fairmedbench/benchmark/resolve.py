@@ -323,6 +323,16 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     return Resolved(checked, config, ds, split, weights, device, externals)
 
 
+def whole_as_test(ds: Dataset) -> Split:
+    """Every sample of `ds` as the test split (an external dataset evaluated whole: `split=all`)."""
+    from fairmedbench.engine.splits import Split
+
+    ids = tuple(ds.samples["sample_id"].astype(str))
+    empty = np.zeros(0, dtype=np.int64)
+    return Split({"train": (), "val": (), "test": ids}, "all-as-test", None, ds.card.name, ds.fingerprint,
+                 {"train": empty, "val": empty, "test": np.arange(len(ids), dtype=np.int64)})
+
+
 def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None
                     ) -> tuple[tuple[ExternalSet, ...], tuple[dict[str, Any], ...]]:
     """Each external dataset's table and split (its own card's default policy, the run's split seed), and its
@@ -335,12 +345,18 @@ def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None
     externals, meta = [], []
     for req, alignment in zip(checked.eval_requests, checked.alignments):
         root = req.root or (data_root if req.name == checked.dataset_card.name else None)
-        ds, split = load_with_split(req.name, root, seed=spec.split_seed, skip_bad=spec.skip_bad, **req.options)
+        if req.split == "all":  # every sample is evaluated (none of an external dataset is trained on)
+            from fairmedbench.registry.datasets import load_dataset
+
+            ds = load_dataset(req.name, root, skip_bad=spec.skip_bad, **req.options)
+            split = whole_as_test(ds)
+        else:
+            ds, split = load_with_split(req.name, root, seed=spec.split_seed, skip_bad=spec.skip_bad, **req.options)
         if not len(split.test):
             raise InputError(f"--eval-dataset {req.text}: its test split is empty")
         data_fp = hashlib.sha256(f"{ds.fingerprint}|{files_fingerprint(ds)}".encode()).hexdigest()
         externals.append(ExternalSet(req.label, ds, split))
-        meta.append({"dataset": req.name, "options": dict(req.options), "label": req.label,
+        meta.append({"dataset": req.name, "options": dict(req.options), "label": req.label, "split": req.split,
                      "data_fingerprint": data_fp, "split_policy": split.policy, "split_fingerprint": split.fingerprint,
                      "test_fingerprint": test_fingerprint(split.ids["test"]), "alignment": alignment})
     return tuple(externals), tuple(meta)
