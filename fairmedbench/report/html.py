@@ -252,7 +252,8 @@ def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> 
                              Cell(interval_text(shift, signed=True), "num"), verdict(shift)])
             tables.append(Table(["", f"internal {m}", f"external {m}", "shift (external − internal) [95% CI]",
                                  "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal"))
-        out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables, "method": ext["shift_method"],
+        out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables,
+                    "what": "samples (all)" if ext.get("split") == "all" else "test samples", "method": ext["shift_method"],
                     "alignment": ext["alignment"]})
     return out
 

@@ -319,7 +319,8 @@ def render_external(doc: dict, out_dir: Any, console: Any) -> None:
     from fairmedbench.engine.results import RunResult
 
     for ext in doc.get("external", []):
-        console.print(f"[bold]external[/] {ext['label']} (test split, {ext['n_test']} samples), seed "
+        what = "every sample" if ext.get("split") == "all" else "test split"
+        console.print(f"[bold]external[/] {ext['label']} ({what}, {ext['n_test']} samples), seed "
                       f"{doc['spec']['seed']}:")
         render(RunResult({**doc, "result": ext["result"]}, out_dir).fairness(), console)
         for sh in ext["shift"]:

@@ -67,7 +67,8 @@ def external_entry(spec: RunConfig, k: int, ext: ExternalSet, seed: int, result:
     from fairmedbench.analysis.shift import SHIFT_METHOD
 
     meta = spec.eval_datasets[k]
-    return {"label": ext.label, "dataset": meta["dataset"], "options": meta["options"], "n_test": n_test,
+    return {"label": ext.label, "dataset": meta["dataset"], "options": meta["options"], "split": meta["split"],
+            "n_test": n_test,
             "predictions": external_file(seed, k), "result": result.to_dict(), "shift": shifts,
             "shift_method": SHIFT_METHOD, "alignment": meta["alignment"]}
 
