@@ -410,8 +410,11 @@ def expand(study: Study) -> list[Cell]:
                         train_group_share=share, share_group=study.share_group if share is not None else None,
                         train_size=study.train_size if share is not None else None, prevalence=prev,
                         prevalence_on=(study.prevalence_on or _runspec_default("prevalence_on"))
-                        if prev is not None else None, split_seeds=None if split_seed is None else [split_seed],
-                        eval_datasets=list(study.eval_datasets))
+                        if prev is not None else None)
+            if split_seed is not None:  # fields of the newer axes, only when a study uses them
+                base["split_seeds"] = [split_seed]
+            if study.eval_datasets:
+                base["eval_datasets"] = list(study.eval_datasets)
             spec_kw = dict(model=model, dataset=dataset, attributes=tuple(study.attributes), usage=usage_name,
                            mitigation=mitigation, seeds=tuple(study.seeds), split_seed=study.split_seed,
                            weights=study.weights, profile=study.profile, n_boot=study.n_boot,
