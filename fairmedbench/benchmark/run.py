@@ -292,5 +292,8 @@ def external_summary(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             attrs.append({"attribute": sh0["attribute"], "metric": sh0["metric"], "shift": rows,
                           **({"diff_of": sh0["diff"]["of"]} if "diff" in sh0 else {})})
         out.append({"label": first["label"], "dataset": first["dataset"], "options": first["options"],
-                    "attributes": attrs})
+                    "attributes": attrs,
+                    "note": "every seed sees the same two test sets, so the t interval across seeds leaves out their "
+                            "sampling error; each seed's ci_low/ci_high (independent bootstraps of the two test "
+                            "sets) carries it"})
     return out
