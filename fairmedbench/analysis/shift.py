@@ -161,6 +161,7 @@ class GroupDraws:
     groups: list[str]
     point: np.ndarray
     resampled: np.ndarray
+    counts: tuple[int, ...] = ()  # samples per group (in `groups` order)
 
 
 def _named(groups: np.ndarray) -> np.ndarray:
@@ -181,11 +182,11 @@ def group_draws(task: str, y: np.ndarray | None, scores: np.ndarray, groups: np.
     b = max(int(n_boot), 1)
     if task == "classification":
         d = paired_group_auc(np.asarray(y)[keep], np.asarray(scores)[keep][None], g, n_boot=b, seed=seed, label=stream)
-        return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :])
+        return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))
     if task == "multiclass":
         d = paired_group_macro_auc(np.asarray(y)[keep], np.asarray(scores)[keep][None], g, n_boot=b, seed=seed,
                                    label=stream)
-        return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :])
+        return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))
     dsc = np.asarray(scores, dtype=np.float64)[keep]
     names = sorted(set(g))
     rng = bs.stable_seed(seed, "shift-group-dsc", stream)
@@ -194,7 +195,7 @@ def group_draws(task: str, y: np.ndarray | None, scores: np.ndarray, groups: np.
         v = dsc[g == name]
         point[k] = v.mean()
         res[:, k] = bs.resample_counts(rng, v.size, b) @ v / v.size
-    return GroupDraws(names, point, res)
+    return GroupDraws(names, point, res, tuple(int((g == x).sum()) for x in names))
 
 
 def _interval(draws: np.ndarray, n_boot: int) -> tuple[float | None, float | None]:
@@ -218,19 +219,27 @@ def _gap(values: np.ndarray) -> np.ndarray:
     return np.where(ok.sum(axis=-1) >= 2, hi - lo, np.nan)
 
 
-def _entry(internal: np.ndarray, external: np.ndarray, n_boot: int) -> dict[str, Any]:
+def _entry(internal: np.ndarray, external: np.ndarray, n_boot: int, small: Sequence[str] = ()) -> dict[str, Any]:
     """One shifted quantity: internal and external point values, their shift, and its interval (from the
-    differences of the independent draws, rows 1.. of each array; row 0 is the point)."""
+    differences of the independent draws, rows 1.. of each array; row 0 is the point); no interval when it
+    involves a group below the minimum group size in either set (`small`), as the metric engine rules."""
     shift = external[0] - internal[0]
-    lo, hi = _interval(external[1:] - internal[1:], n_boot)
-    return {"internal": _num(internal[0]), "external": _num(external[0]), "shift": _num(shift), "ci_low": lo,
-            "ci_high": hi, "excludes_0": None if lo is None or hi is None else bool(lo > 0 or hi < 0)}
+    lo, hi = (None, None) if small else _interval(external[1:] - internal[1:], n_boot)
+    out = {"internal": _num(internal[0]), "external": _num(external[0]), "shift": _num(shift), "ci_low": lo,
+           "ci_high": hi, "excludes_0": None if lo is None or hi is None else bool(lo > 0 or hi < 0)}
+    if small:
+        out["no_ci"] = f"group(s) {', '.join(small)} below the minimum group size in one of the two test sets"
+    return out
 
 
-def shift_block(task: str, attribute: str, internal: GroupDraws, external: GroupDraws, n_boot: int) -> dict[str, Any]:
+def shift_block(task: str, attribute: str, internal: GroupDraws, external: GroupDraws, n_boot: int,
+                min_group_size: int = 0) -> dict[str, Any]:
     """External minus internal per group, of the gap and (two groups) of the signed difference, with intervals
-    from independent draws of the two test sets."""
+    from independent draws of the two test sets (none where a group is below `min_group_size` in either)."""
     groups = [g for g in internal.groups if g in external.groups]
+    size = {g: min(d.counts[d.groups.index(g)] if d.counts else min_group_size for d in (internal, external))
+            for g in groups}
+    small = [g for g in groups if size[g] < min_group_size]
 
     def table(d: GroupDraws) -> np.ndarray:  # (1 + B, G): the point, then the resamples, in `groups` order
         cols = [d.groups.index(g) for g in groups]
@@ -241,11 +250,14 @@ def shift_block(task: str, attribute: str, internal: GroupDraws, external: Group
         "attribute": attribute, "metric": SHIFT_METRIC[task], "groups": groups,
         "only_internal": [g for g in internal.groups if g not in groups],
         "only_external": [g for g in external.groups if g not in groups],
-        "per_group": {g: _entry(ti[:, k], te[:, k], n_boot) for k, g in enumerate(groups)},
-        "gap": _entry(_gap(ti), _gap(te), n_boot),
+        "per_group": {g: _entry(ti[:, k], te[:, k], n_boot, [g] if g in small else [])
+                      for k, g in enumerate(groups)},
+        "gap": _entry(_gap(ti), _gap(te), n_boot, small),
+        "min_group_size": min_group_size,
     }
     if len(groups) == 2:
-        out["diff"] = {"of": f"{groups[1]} - {groups[0]}", **_entry(ti[:, 1] - ti[:, 0], te[:, 1] - te[:, 0], n_boot)}
+        out["diff"] = {"of": f"{groups[1]} - {groups[0]}", **_entry(ti[:, 1] - ti[:, 0], te[:, 1] - te[:, 0], n_boot,
+                                                                     small)}
     return out
 
 

@@ -18,7 +18,7 @@ from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
-                                       prepare_inputs, reuse_seed, seed_document, training_groups)
+                                       min_group_size, prepare_inputs, reuse_seed, seed_document, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -382,7 +382,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
                               group_draws("classification", internal[0][:, 0], sr.test_scores[:, 0], internal[1][a],
                                           spec.n_boot, seed, "internal"),
                               group_draws("classification", ye[:, 0], scores[:, 0], attrs[a], spec.n_boot, seed,
-                                          f"external:{ext.label}"), spec.n_boot)
+                                          f"external:{ext.label}"), spec.n_boot, min_group_size(res))
                   for a in spec.attributes]
         out.append(external_entry(spec, k, ext, seed, res, shifts, len(test)))
     return out

@@ -55,6 +55,11 @@ class ExternalSet:
         return np.array([lookup.get(v, -1) for v in self.dataset.samples[col].to_numpy()[self.split.test]])
 
 
+def min_group_size(result: FairnessResult) -> int:
+    """The metric engine's minimum group size for an interval (the profile's), from a result."""
+    return int(result.meta.get("min_group_size", 0))
+
+
 def external_file(seed: int, k: int) -> str:
     """The predictions Parquet of the k-th external dataset of a seed."""
     return f"seed{seed}.external{k}.predictions.parquet"

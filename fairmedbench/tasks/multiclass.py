@@ -21,7 +21,7 @@ from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
 from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
-                                       prepare_inputs, reuse_seed, seed_document, training_groups)
+                                       min_group_size, prepare_inputs, reuse_seed, seed_document, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -274,7 +274,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
                               group_draws("multiclass", internal[0], probs["test"], internal[1][a], spec.n_boot, seed,
                                           "internal"),
                               group_draws("multiclass", ye, p, attrs[a], spec.n_boot, seed, f"external:{ext.label}"),
-                              spec.n_boot)
+                              spec.n_boot, min_group_size(res))
                   for a in spec.attributes]
         out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))
     return out

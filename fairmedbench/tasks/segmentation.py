@@ -25,8 +25,8 @@ from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_c
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, reuse_seed,
-                                       seed_document, training_groups)
+from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, min_group_size,
+                                       reuse_seed, seed_document, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -524,7 +524,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
                               group_draws("segmentation", None, np.asarray(internal.dsc), internal_attrs[a],
                                           spec.n_boot, seed, "internal"),
                               group_draws("segmentation", None, np.asarray(out.dsc), attrs[a], spec.n_boot, seed,
-                                          f"external:{ext.label}"), spec.n_boot)
+                                          f"external:{ext.label}"), spec.n_boot, min_group_size(res))
                   for a in spec.attributes]
         res_out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))
     return res_out

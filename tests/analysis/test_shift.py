@@ -101,3 +101,16 @@ def test_shift_of_group_auc_matches_sklearn_and_a_same_distribution_set_shows_no
     c = group_draws("classification", y2, s3, g2, 500, 0, "external:flip")
     flipped = shift_block("classification", "sex", a, c, 500)
     assert flipped["diff"]["shift"] < 0 and flipped["diff"]["ci_high"] < 0 and flipped["diff"]["excludes_0"]
+
+
+def test_no_shift_interval_for_a_group_below_the_minimum_size() -> None:
+    """As the metric engine: a group below min_group_size in either test set gets a point shift, no interval."""
+    g = np.array(["female"] * 3 + ["male"] * 40, dtype=object)
+    d = np.linspace(0.2, 0.9, 43)
+    a = group_draws("segmentation", None, d, g, 100, 0, "internal")
+    b = group_draws("segmentation", None, d[::-1].copy(), g, 100, 0, "external:x")
+    assert a.counts == (3, 40)
+    sh = shift_block("segmentation", "sex", a, b, 100, min_group_size=30)
+    assert sh["per_group"]["female"]["ci_low"] is None and "female" in sh["per_group"]["female"]["no_ci"]
+    assert sh["per_group"]["male"]["ci_low"] is not None
+    assert sh["diff"]["ci_low"] is None and sh["gap"]["ci_low"] is None and sh["diff"]["shift"] is not None
