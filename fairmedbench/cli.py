@@ -367,7 +367,14 @@ def _add_run_options(p: Any) -> None:
     p.add_argument("--mitigation", default="erm", help="erm | resampling | groupdro | ... (list mitigations)")
     p.add_argument("--seeds", default="0", help="training seeds: 0,1,2 or 0-4")
     p.add_argument("--split-seed", type=int, help="seed of the drawn split (default 0; not with --split-file)")
+    p.add_argument("--split-seeds", metavar="SEEDS",
+                   help="repeated splits, e.g. 0,1,2: the test split of --split-seed is kept and train/val are "
+                        "re-drawn per split seed (one run each), summarised across splits beside the bootstrap CIs")
     p.add_argument("--split-file", help="an exported split (benchmark splits export) to run on")
+    p.add_argument("--eval-dataset", action="append", metavar="NAME[:KEY=VALUE...]",
+                   help="external evaluation: apply the trained head/decoder to these datasets' test splits too "
+                        "(comma-separated or repeated; reader options after ':', e.g. nih-cxr14:view=AP; root=DIR "
+                        "for its data) and report their metrics and the shift from the internal test set")
     p.add_argument("--profile", default="default", choices=_profile_names())
     p.add_argument("--threshold", metavar="POLICY",
                    help="fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a "
@@ -423,7 +430,21 @@ def run_spec(args: argparse.Namespace) -> Any:
                    skip_bad=args.skip_bad, hparams=parse_hparams(args.hparam),
                    dataset_options=parse_hparams(args.dataset_option), train_group_share=args.train_group_share,
                    share_group=args.share_group, train_size=args.train_size, prevalence=args.prevalence,
-                   prevalence_on=args.prevalence_on or "test", test_resample=args.test_resample)
+                   prevalence_on=args.prevalence_on or "test", test_resample=args.test_resample,
+                   eval_datasets=tuple(_eval_list(args.eval_dataset)), split_seeds=_split_seeds(args.split_seeds))
+
+
+def _eval_list(values: list[str] | None) -> list[str]:
+    from fairmedbench.analysis.shift import split_eval_list
+
+    return [t for v in values or [] for t in split_eval_list(v)]
+
+
+def _split_seeds(text: str | None) -> tuple[int, ...]:
+    try:
+        return parse_seeds(text) if text else ()
+    except InputError:
+        raise InputError(f"--split-seeds {text!r}: expected distinct numbers like 0,1,2 or a range like 0-4") from None
 
 
 def _add_run(sub: Any) -> None:

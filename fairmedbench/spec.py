@@ -40,6 +40,11 @@ class RunSpec:
     prevalence: float | None = None
     prevalence_on: str = "test"
     test_resample: str | None = None  # balanced:ATTR | prevalence:ATTR | matched:ATTR:AGE_BINS, reported beside the test set
+    # external evaluation: other datasets' test splits the trained head/decoder is applied to, each
+    # "NAME" or "NAME:KEY=VALUE:..." (reader options; `root=DIR` says where its data lives)
+    eval_datasets: tuple[str, ...] = ()
+    # repeated splits: the test split of `split_seed` is kept, train/val are re-drawn once per split seed
+    split_seeds: tuple[int, ...] = ()
 
 
 def _canonical(value: Any) -> Any:
@@ -49,6 +54,10 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     return value
+
+
+#: RunConfig fields added after run ids were published: absent from the identity while empty
+OMITTED_WHEN_EMPTY = ("eval_datasets", "split_seeds")
 
 
 @dataclass(frozen=True)
@@ -82,10 +91,20 @@ class RunConfig:
     n_boot: int
     n_perm: int
     seeds: tuple[int, ...]
+    # each external test set: name, reader options, data/split/test fingerprints, attribute alignment
+    eval_datasets: tuple[dict[str, Any], ...] = ()
+    # () : the split of split_seed as it is; (s,): its test kept, train/val re-drawn with seed s; several: one
+    # run per split seed, summarised across splits (benchmark.run.run_split_seeds)
+    split_seeds: tuple[int, ...] = ()
 
     def identity(self) -> dict[str, Any]:
-        """The canonical JSON-ready identity (sorted keys, lists for tuples)."""
-        return _canonical(asdict(self))
+        """The canonical JSON-ready identity (sorted keys, lists for tuples). The external-evaluation and
+        repeated-split fields are left out while empty, so a run that uses neither keeps the id it had."""
+        out = asdict(self)
+        for name in OMITTED_WHEN_EMPTY:
+            if not out[name]:
+                del out[name]
+        return _canonical(out)
 
     @property
     def run_id(self) -> str:

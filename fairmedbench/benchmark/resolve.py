@@ -19,6 +19,8 @@ from fairmedbench.spec import RunConfig, RunSpec
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import Usage
+    from fairmedbench.analysis.shift import EvalRequest
+    from fairmedbench.tasks.common import ExternalSet
     from fairmedbench.analysis.sampling import Sampling
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.datasets.card import DatasetCard
@@ -47,6 +49,8 @@ class Checked:
     train_hparams: dict[str, Any]
     usage_hparams: dict[str, Any]
     mitigation_hparams: dict[str, Any]
+    eval_requests: tuple[EvalRequest, ...] = ()
+    alignments: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Resolved:
     split: Split
     weights: ResolvedWeights
     device: str
+    externals: tuple[ExternalSet, ...] = ()
 
 
 def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard) -> str:
@@ -178,8 +183,44 @@ def check_spec(spec: RunSpec) -> Checked:
                   attributes, task)
     if spec.test_resample is not None:
         test_resample_age_column(spec.test_resample, dcard, attributes, task)
+    requests, alignments = check_eval_datasets(spec, dcard, task, attributes, train_h.get("tasks", "main"))
+    check_split_seeds(spec)
     return Checked(spec, mcard, dcard, usage, task, attributes, prompt, threshold, train_h, usage_h,
-                   dict(plugin.hparams))
+                   dict(plugin.hparams), requests, alignments)
+
+
+def check_eval_datasets(spec: RunSpec, dcard: DatasetCard, task: Task, attributes: tuple[str, ...],
+                        label_columns: str) -> tuple[tuple[EvalRequest, ...], tuple[dict[str, Any], ...]]:
+    """Each --eval-dataset parsed and aligned with the run's dataset through the cards (same task, classes,
+    attribute groups), or InputError saying what cannot be aligned; cheap (cards only)."""
+    from fairmedbench.analysis.shift import EvalRequest, check_alignment, parse_eval_dataset
+    from fairmedbench.registry.datasets import get_card as dataset_card
+
+    requests = tuple(parse_eval_dataset(t) for t in spec.eval_datasets)
+    labels = [r.label for r in requests]
+    if len(set(labels)) != len(labels):
+        raise InputError(f"--eval-dataset lists {', '.join(labels)}: give each external dataset once")
+    mine = EvalRequest(dcard.name, dcard.name, dict(spec.dataset_options)).label
+    if mine in labels:
+        raise InputError(f"--eval-dataset {mine} is the run's own dataset; its test split is already "
+                         "evaluated: give another dataset or other reader options (e.g. nih-cxr14:view=AP)")
+    if requests and spec.prevalence is not None and spec.prevalence_on == "test":
+        raise InputError("--eval-dataset with --prevalence-on test: the internal test set would be resampled and the "
+                         "external ones not, so their shift would mix the two; use --prevalence-on train")
+    aligned = tuple(check_alignment(dcard, dataset_card(r.name), task.name, attributes, label_columns, r.text)
+                    for r in requests)
+    return requests, aligned
+
+
+def check_split_seeds(spec: RunSpec) -> None:
+    """--split-seeds: distinct integers >= 0, not with an imported split file (whose train/val are fixed)."""
+    seeds = spec.split_seeds
+    if not seeds:
+        return
+    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+        raise InputError(f"--split-seeds {','.join(map(str, seeds))}: give distinct integers >= 0")
+    if spec.split_file:
+        raise InputError("--split-seeds re-draws train/val; --split-file fixes them: give one of the two")
 
 
 def _check_dimensions(mcard: ModelCard, dcard: DatasetCard, usage: Usage, task: Task) -> None:
@@ -347,9 +388,16 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     files = files_fingerprint(ds)
     data_fp = hashlib.sha256(f"{ds.fingerprint}|{files}".encode()).hexdigest()
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
+    if len(spec.split_seeds) == 1:  # the test split of split_seed, train/val re-drawn with this split seed
+        from fairmedbench.engine.splits import redraw_train_val
+
+        split = redraw_train_val(split, ds.samples["sample_id"].to_numpy(), ds.samples["patient_id"].to_numpy(),
+                                 ds.strata(None), spec.split_seeds[0])
+        split_fp = split.fingerprint
     _check_training_groups(checked, ds, split)
     sampling = resolve_sampling(spec, checked, ds, split)
     _check_seeds_matter(checked, len(split.train), sampling.active, spec.seeds)
+    externals, eval_meta = _load_externals(spec, checked, data_root)
     config = RunConfig(
         engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,
         dataset_version=checked.dataset_card.version, data_fingerprint=data_fp,
@@ -360,5 +408,44 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
         split_seed=spec.split_seed if not spec.split_file else -1, split_fingerprint=split_fp,
         sampling=sampling.identity(),
         threshold=checked.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
-        n_perm=spec.n_perm, seeds=tuple(spec.seeds))
-    return Resolved(checked, config, ds, split, weights, device)
+        n_perm=spec.n_perm, seeds=tuple(spec.seeds), eval_datasets=eval_meta, split_seeds=tuple(spec.split_seeds))
+    return Resolved(checked, config, ds, split, weights, device, externals)
+
+
+def whole_as_test(ds: Dataset) -> Split:
+    """Every sample of `ds` as the test split (an external dataset evaluated whole: `split=all`)."""
+    from fairmedbench.engine.splits import Split
+
+    ids = tuple(ds.samples["sample_id"].astype(str))
+    empty = np.zeros(0, dtype=np.int64)
+    return Split({"train": (), "val": (), "test": ids}, "all-as-test", None, ds.card.name, ds.fingerprint,
+                 {"train": empty, "val": empty, "test": np.arange(len(ids), dtype=np.int64)})
+
+
+def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None
+                    ) -> tuple[tuple[ExternalSet, ...], tuple[dict[str, Any], ...]]:
+    """Each external dataset's table and split (its own card's default policy, the run's split seed), and its
+    identity: name, options, the fingerprints of the data read and of its test split, the alignment. The run's
+    --data-root serves an external dataset of the same card unless its `root=` says otherwise."""
+    from fairmedbench.benchmark.datasets import load_with_split
+    from fairmedbench.engine.splits import test_fingerprint
+    from fairmedbench.tasks.common import ExternalSet
+
+    externals, meta = [], []
+    for req, alignment in zip(checked.eval_requests, checked.alignments):
+        root = req.root or (data_root if req.name == checked.dataset_card.name else None)
+        if req.split == "all":  # every sample is evaluated (none of an external dataset is trained on)
+            from fairmedbench.registry.datasets import load_dataset
+
+            ds = load_dataset(req.name, root, skip_bad=spec.skip_bad, **req.options)
+            split = whole_as_test(ds)
+        else:
+            ds, split = load_with_split(req.name, root, seed=spec.split_seed, skip_bad=spec.skip_bad, **req.options)
+        if not len(split.test):
+            raise InputError(f"--eval-dataset {req.text}: its test split is empty")
+        data_fp = hashlib.sha256(f"{ds.fingerprint}|{files_fingerprint(ds)}".encode()).hexdigest()
+        externals.append(ExternalSet(req.label, ds, split))
+        meta.append({"dataset": req.name, "options": dict(req.options), "label": req.label, "split": req.split,
+                     "data_fingerprint": data_fp, "split_policy": split.policy, "split_fingerprint": split.fingerprint,
+                     "test_fingerprint": test_fingerprint(split.ids["test"]), "alignment": alignment})
+    return tuple(externals), tuple(meta)

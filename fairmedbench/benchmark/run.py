@@ -63,6 +63,10 @@ class RunOutcome:
     reused: bool
     results: list[Any] = field(default_factory=list)
     reused_seeds: list[int] = field(default_factory=list)
+    # repeated splits: one outcome per split seed (this outcome shows the first one's seeds) and the folder of the
+    # across-split summary
+    split_runs: list["RunOutcome"] = field(default_factory=list)
+    summary_dir: Path | None = None
 
     @property
     def seeds(self) -> list[RunResult]:
@@ -110,7 +114,10 @@ def _stored_identity(out_dir: Path) -> dict[str, Any] | None:
 
 def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     """Run `spec`: everything checked and resolved first, then a complete result with the same stored config is
-    reused unless forced, finished seeds are resumed, and everything is saved atomically under a lock."""
+    reused unless forced, finished seeds are resumed, and everything is saved atomically under a lock. With
+    several split seeds, one run per split seed and a summary across them (`run_split_seeds`)."""
+    if len(spec.split_seeds) > 1:
+        return run_split_seeds(spec, opts)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
@@ -194,6 +201,71 @@ def _duration(seconds: float) -> str:
         f"{seconds / 3600:.1f} h"
 
 
+def run_split_seeds(spec: RunSpec, opts: RunOptions) -> RunOutcome:
+    """Repeated splits: the test split of `spec.split_seed` stays fixed and train/val are re-drawn per split seed
+    (each one an ordinary run, reused when finished); the summary across split seeds (mean, std, t 95% CI of each
+    split's seed mean) is written beside each split's bootstrap intervals in this config's own folder."""
+    from dataclasses import replace
+
+    config = resolve_run(spec, data_root=opts.data_root, device=opts.device,
+                         verify_weights=opts.verify_weights).config  # everything checked before any split runs
+    leaves = [run(replace(spec, split_seeds=(s,)), opts) for s in spec.split_seeds]
+    tests = {leaf.seeds[0].inputs["dataset"]["test_fingerprint"] for leaf in leaves}
+    if len(tests) != 1:  # redraw_train_val keeps the test split: anything else is a bug, not a number to report
+        raise RuntimeError(f"split seeds gave {len(tests)} different test sets")
+    out_dir = run_dir(config, opts.out_root)
+    summary = split_summary(config, leaves)
+    with run_lock(out_dir, opts.say):
+        store.write_json(out_dir / CONFIG_FILE, config.identity())
+        store.write_json(out_dir / "summary.json", summary)
+    first = leaves[0]
+    return RunOutcome(config, first.out_dir, first.seed_docs, summary, reused=all(x.reused for x in leaves),
+                      reused_seeds=first.reused_seeds, split_runs=leaves, summary_dir=out_dir)
+
+
+def split_summary(config: RunConfig, leaves: list[RunOutcome]) -> dict[str, Any]:
+    """Across split seeds, per (task column, attribute) and summary metric: each split's value (mean over its
+    training seeds) with the first training seed's bootstrap CI (test-set sampling), and the mean, std and
+    Student-t 95% CI across split seeds (train/val sampling, on the one fixed test set)."""
+    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.stats import seed_summary
+
+    table: dict[str, Any] = {}
+    first = leaves[0]
+    for key in first.summary["across_seeds"]:
+        task, attribute = key.split("/", 1)
+        table[key] = {}
+        for m in first.summary["across_seeds"][key]:
+            per_split = []
+            for s, leaf in zip(config.split_seeds, leaves):
+                cell = leaf.summary["across_seeds"].get(key, {}).get(m)
+                v, lo, hi = leaf.seeds[0].cell(m, attribute, task)
+                per_split.append({"split_seed": s, "run_id": leaf.config.run_id,
+                                  "value": None if cell is None else cell["mean"],
+                                  "bootstrap": {"seed": leaf.seeds[0].seed, "value": _finite(v),
+                                                "ci_low": _finite(lo), "ci_high": _finite(hi)}})
+            vals = [r["value"] for r in per_split]
+            row: dict[str, Any] = {"per_split": per_split}
+            if all(v is not None for v in vals):
+                ss = seed_summary(vals, bounds=metric_spec(m).bounds)
+                row.update(mean=ss.mean, std=ss.std, ci_low=ss.ci_low, ci_high=ss.ci_high, n_splits=ss.n)
+            table[key][m] = row
+    return {"schema_version": store.SCHEMA_VERSION, "kind": f"{first.summary['kind']}-across-splits",
+            "run_id": config.run_id, "spec": config.identity(), "split_seeds": list(config.split_seeds),
+            "test_fixed": True, "test_fingerprint": first.seeds[0].inputs["dataset"]["test_fingerprint"],
+            "split_runs": [{"split_seed": s, "run_id": leaf.config.run_id, "run_dir": str(leaf.out_dir),
+                            "split_fingerprint": leaf.config.split_fingerprint}
+                           for s, leaf in zip(config.split_seeds, leaves)],
+            "method": "test split of split_seed kept; train/val re-drawn per split seed (patient-level, stratified, "
+                      "same sizes); across_splits: mean, std (ddof 1) and t 95% CI of each split's mean over training "
+                      "seeds; bootstrap: the test-set bootstrap CI of each split's first training seed",
+            "across_splits": table}
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
+
+
 def _forced(opts: RunOptions) -> RunOptions:
     from dataclasses import replace
 
@@ -224,7 +296,8 @@ def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
                      batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=checked.dataset_card, hparams=config.hparams, progress=opts.progress)
     runner = checked.task.run()
-    docs, results, reused = runner(config, checked.usage, model, ds, split, ctx, opts, out_dir, info, t_load)
+    ext = {"externals": resolved.externals} if resolved.externals else {}  # a task without external evaluation
+    docs, results, reused = runner(config, checked.usage, model, ds, split, ctx, opts, out_dir, info, t_load, **ext)
     for s in reused:
         opts.say(f"seed {s}: reused its finished result from an earlier, interrupted run")
     summary = _summary(config, checked.task, docs, info, time.perf_counter() - t0)
@@ -251,6 +324,43 @@ def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict
                 table[key][m] = {"mean": s.mean, "std": s.std if len(vals) > 1 else None,
                                  "ci_low": s.ci_low if len(vals) > 1 else None,
                                  "ci_high": s.ci_high if len(vals) > 1 else None, "n_seeds": s.n}
-    return {"schema_version": store.SCHEMA_VERSION, "kind": f"{kind}-summary", "run_id": spec.run_id,
-            "spec": spec.identity(), "inputs": info, "seeds": list(spec.seeds),
-            "files": [f"seed{s}.json" for s in spec.seeds], "across_seeds": table, "seconds": seconds}
+    out = {"schema_version": store.SCHEMA_VERSION, "kind": f"{kind}-summary", "run_id": spec.run_id,
+           "spec": spec.identity(), "inputs": info, "seeds": list(spec.seeds),
+           "files": [f"seed{s}.json" for s in spec.seeds], "across_seeds": table, "seconds": seconds}
+    if docs[0].get("external"):
+        out["external"] = external_summary(docs)
+    return out
+
+
+def external_summary(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per external dataset and attribute: each seed's shift of every group, of the gap and of the difference
+    (value and its independent-bootstrap interval), and their mean, std and t 95% CI across seeds."""
+    from fairmedbench.metrics.stats import seed_summary
+
+    out = []
+    for k, first in enumerate(docs[0]["external"]):
+        attrs = []
+        for j, sh0 in enumerate(first["shift"]):
+            rows = {}
+            for key in [*(f"group:{g}" for g in sh0["per_group"]), "gap", *(["diff"] if "diff" in sh0 else [])]:
+                def pick(doc: dict[str, Any]) -> dict[str, Any]:
+                    sh = doc["external"][k]["shift"][j]
+                    return sh["per_group"][key[6:]] if key.startswith("group:") else sh[key]
+
+                per_seed = [{"seed": d["spec"]["seed"], **{f: pick(d).get(f) for f in ("shift", "ci_low", "ci_high")}}
+                            for d in docs]
+                vals = [r["shift"] for r in per_seed if r["shift"] is not None]
+                row: dict[str, Any] = {"per_seed": per_seed}
+                if len(vals) == len(per_seed) and vals:
+                    ss = seed_summary(vals)
+                    row.update(mean=ss.mean, std=ss.std if ss.n > 1 else None,
+                               ci_low=ss.ci_low if ss.n > 1 else None, ci_high=ss.ci_high if ss.n > 1 else None)
+                rows[key] = row
+            attrs.append({"attribute": sh0["attribute"], "metric": sh0["metric"], "shift": rows,
+                          **({"diff_of": sh0["diff"]["of"]} if "diff" in sh0 else {})})
+        out.append({"label": first["label"], "dataset": first["dataset"], "options": first["options"],
+                    "attributes": attrs,
+                    "note": "every seed sees the same two test sets, so the t interval across seeds leaves out their "
+                            "sampling error; each seed's ci_low/ci_high (independent bootstraps of the two test "
+                            "sets) carries it"})
+    return out

@@ -108,6 +108,8 @@ def encode_key(config: Any) -> str:
     parts = {k: config.identity()[k] for k in ("model", "weights", "dataset", "dataset_version", "data_fingerprint",
                                                "dataset_options", "skip_bad", "split_fingerprint", "precision")}
     parts["slices"] = config.usage_hparams.get("slices")
+    if config.eval_datasets:  # their test splits are encoded with the run's
+        parts["eval_datasets"] = [e["data_fingerprint"] + e["split_fingerprint"] for e in config.eval_datasets]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -206,19 +208,17 @@ def encode(spec: Any, opts: Any) -> None:
     """Fill the feature cache for `spec`'s model and dataset exactly as its run will read it (same views, same
     context), without training anything."""
     from fairmedbench.adapters import RunContext
-    from fairmedbench.adapters.volumes import prepare_classification
     from fairmedbench.benchmark.resolve import resolve_run
     from fairmedbench.registry.models import load_model
-    from fairmedbench.tasks.common import split_views
+    from fairmedbench.tasks.common import prepare_inputs
 
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config, ds, split = resolved.config, resolved.dataset, resolved.split
     model = load_model(config.model, spec.weights, device=resolved.device, verify=opts.verify_weights)
-    views = split_views(ds, split)
     ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
                      batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=resolved.checked.dataset_card, hparams=config.hparams, progress=opts.progress)
-    prepare_classification(resolved.checked.usage, model, views, ctx)
+    prepare_inputs(resolved.checked.usage, model, ds, split, ctx, resolved.externals)
 
 
 # ------------------------------------------------------------------------------------------------- launchers

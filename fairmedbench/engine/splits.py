@@ -245,6 +245,27 @@ def patient_split(
     return _from_labels(sids, labels, f"patient{fr}", seed, dataset, dataset_fingerprint)
 
 
+def redraw_train_val(split: Split, sample_ids: Sequence[str], patient_ids: Sequence[str], strata: Sequence[str],
+                     seed: int) -> Split:
+    """The same test samples; the rest re-dealt into train and val at patient level, stratified, seeded by the
+    split seed `seed`, in the proportions of `split`'s train and val sizes (repeated splits: the spread across
+    split seeds is the train/val variance measured on one fixed test set). `split` is bound to the table whose
+    `sample_ids`, `patient_ids` and `strata` are given."""
+    sids, pids, st = _as_str_array(sample_ids), _as_str_array(patient_ids), _as_str_array(strata)
+    n_tr, n_val = len(split.train), len(split.val)
+    if n_val == 0 or n_tr == 0:
+        raise InputError(f"split seeds re-draw train and val; the split has {n_tr} train and {n_val} val samples")
+    labels = np.full(len(sids), "-", dtype=object)  # '-': outside the split (none for a split of the whole table)
+    labels[split.test] = "test"
+    pool = np.concatenate([split.train, split.val])
+    assign = _assign_patients(pids[pool], st[pool], (n_tr / (n_tr + n_val), n_val / (n_tr + n_val)),
+                              ("train", "val"), (int(seed), 0x5E1D))  # a stream apart from the base split's
+    labels[pool] = [assign[p] for p in pids[pool]]
+    out = _from_labels(sids, labels, f"{split.policy}+redraw", seed, split.dataset, split.dataset_fingerprint)
+    check_nonempty(out, split.dataset or "")
+    return out
+
+
 def official_split(
     sample_ids: Sequence[str],
     patient_ids: Sequence[str],

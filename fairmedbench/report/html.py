@@ -246,6 +246,34 @@ def resampled_section(reports: Sequence[dict[str, Any]], sample: dict[str, Any] 
             "label_column": sample["params"].get("label_col"), "tables": tables}
 
 
+def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """Each external dataset of a seed document: its headline and per-group tables (the metric engine's, as for the
+    internal test set) and its shift tables (external − internal per group, of the gap and of the difference, with
+    the interval of independent bootstraps of the two test sets)."""
+    out = []
+    for ext in doc.get("external", []):
+        reports = ext["result"]["reports"]
+        tables = [headline_table(reports, task)]
+        tables += [group_table(rep, columns, f"{ext['label']}: {rep['task']} by {rep['attribute']}") for rep in reports]
+        for sh in ext["shift"]:
+            m = metric_spec(sh["metric"]).header
+            rows = [*sh["per_group"].items(), ("gap (max − min)", sh["gap"])]
+            if "diff" in sh:
+                rows.append((f"difference {sh['diff']['of']}", sh["diff"]))
+            body = []
+            for label, e in rows:
+                shift = {"value": e["shift"], "ci_low": e["ci_low"], "ci_high": e["ci_high"]}
+                body.append([Cell(label), Cell(interval_text({"value": e["internal"]}), "num"),
+                             Cell(interval_text({"value": e["external"]}), "num"),
+                             Cell(interval_text(shift, signed=True), "num"), verdict(shift)])
+            tables.append(Table(["", f"internal {m}", f"external {m}", "shift (external − internal) [95% CI]",
+                                 "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal"))
+        out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables,
+                    "what": "samples (all)" if ext.get("split") == "all" else "test samples", "method": ext["shift_method"],
+                    "alignment": ext["alignment"]})
+    return out
+
+
 def group_figures(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], what: str,
                   rates: tuple[float, Sequence[float], Sequence[float]] | None = None) -> list[Img]:
     """ROC, precision-recall and reliability curves by group (matplotlib, inlined)."""
@@ -319,6 +347,7 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
         spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], headline=headline_table(reports, task),
         answer=disparity_answers(reports, task),
         sections=sections, resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
+        externals=external_section(doc, task, columns),
         provenance_heading="provenance")
     return store.write_text(Path(out_dir) / "report.html", text)
 

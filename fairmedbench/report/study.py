@@ -37,7 +37,7 @@ CELL_FIELDS = ("model", "dataset", "usage", "mitigation", "prompt", "attributes"
 STATUSES = ("planned", "done", "failed", "skipped")
 #: what one configuration is, apart from its mitigation (the pairing key against ERM)
 CONFIG = ("task_kind", "model", "dataset", "usage", "prompt", "attributes", "hparams", "train_group_share",
-          "share_group", "train_size", "prevalence", "prevalence_on", "task", "attribute")
+          "share_group", "train_size", "prevalence", "prevalence_on", "split_seed", "task", "attribute")
 LAW_METRICS = ("auc", "sauroc")
 IMBALANCE_METRICS = ("auc", "ap", "balanced_brier", "ece", "calibration_loss", "balanced_calibration_loss")
 
@@ -93,7 +93,10 @@ def _cell_columns(cell: dict[str, Any]) -> dict[str, Any]:
             "hparams": json.dumps(cell["hparams"] or {}, sort_keys=True),
             "train_group_share": num(cell["train_group_share"]), "share_group": cell["share_group"],
             "train_size": None if cell["train_size"] is None else int(cell["train_size"]),
-            "prevalence": num(cell["prevalence"]), "prevalence_on": cell["prevalence_on"]}
+            "prevalence": num(cell["prevalence"]), "prevalence_on": cell["prevalence_on"],
+            # repeated splits and external evaluation (cells of plans written before them have neither)
+            "split_seed": None if not cell.get("split_seeds") else int(cell["split_seeds"][0]),
+            "eval_datasets": ",".join(cell.get("eval_datasets") or ()), "eval_dataset": None}
 
 
 def _bounds(metric: str) -> tuple[float, float] | None:
@@ -174,6 +177,61 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
                      # the permutation test across seeds: the largest seed's p (every seed must reject: an
                      # intersection-union test, valid whatever the seeds' dependence)
                      "p_value": max(tested) if len(tested) == len(seed_p) and tested else math.nan})
+    return rows + _external_rows(rows[0] if rows else cols, [r.doc for r in results])
+
+
+def _external_rows(base: dict[str, Any], docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's external evaluations as tidy rows beside its own (`eval_dataset` names the external set): scope
+    'external' for the external set's whole-population and between-group metrics, scope 'shift' for the shift
+    (external − internal) of each group (`<metric>_shift`), of the gap (`<metric>_gap_shift`) and of the signed
+    difference (`<metric>_diff_shift`), each summarised across seeds with the per-seed bootstrap intervals (the
+    independent bootstraps of the two test sets)."""
+    if not docs or not docs[0].get("external"):
+        return []
+    keep = {k: base[k] for k in base if k not in ("task", "task_index", "attribute", "small_groups", "metric", "scope",
+                                                 "group", "mean", "std", "ci_low", "ci_high", "n_seeds",
+                                                 "n_undefined", "n", "run_seeds", "seed_values", "seed_ci_low",
+                                                 "seed_ci_high", "seed_p_values", "p_value")}
+    seeds = [d["spec"]["seed"] for d in docs]
+    rows = []
+
+    def row(label: str, task: str, attribute: str, metric: str, scope: str, group: str | None,
+            cells: list[tuple[float, float, float]], n: int) -> dict[str, Any]:
+        values = np.array([math.nan if c[0] is None else c[0] for c in cells], dtype=float)
+        ok = values[np.isfinite(values)]
+        s = seed_summary(ok) if ok.size else None
+        return {**keep, "eval_dataset": label, "task": task, "task_index": 0, "attribute": attribute,
+                "small_groups": "", "metric": metric, "scope": scope, "group": group,
+                "mean": s.mean if s else math.nan, "std": s.std if s else math.nan,
+                "ci_low": s.ci_low if s else math.nan, "ci_high": s.ci_high if s else math.nan,
+                "n_seeds": int(ok.size), "n_undefined": int(values.size - ok.size), "n": n, "run_seeds": seeds,
+                "seed_values": values.tolist(), "seed_ci_low": [c[1] for c in cells],
+                "seed_ci_high": [c[2] for c in cells]}
+
+    for k, first in enumerate(docs[0]["external"]):
+        exts = [d["external"][k] for d in docs]
+        for rep in first["result"]["reports"]:
+            for m, per in rep["metrics"].items():
+                for g in (OVERALL, GAP):
+                    if g in per:
+                        cells = []
+                        for e in exts:
+                            r = next(x for x in e["result"]["reports"]
+                                     if x["task"] == rep["task"] and x["attribute"] == rep["attribute"])
+                            c = r["metrics"].get(m, {}).get(g) or {}
+                            cells.append((c.get("value"), c.get("ci_low"), c.get("ci_high")))
+                        rows.append(row(first["label"], rep["task"], rep["attribute"], m,
+                                        "external", None if g == OVERALL else "between", cells, first["n_test"]))
+        for j, sh in enumerate(first["shift"]):
+            items = [(f"{sh['metric']}_shift", g, lambda s, g=g: s["per_group"].get(g, {})) for g in sh["per_group"]]
+            items.append((f"{sh['metric']}_gap_shift", None, lambda s: s["gap"]))
+            if "diff" in sh:
+                items.append((f"{sh['metric']}_diff_shift", None, lambda s: s.get("diff", {})))
+            for metric, group, pick in items:
+                cells = [(pick(e["shift"][j]).get("shift"), pick(e["shift"][j]).get("ci_low"),
+                          pick(e["shift"][j]).get("ci_high")) for e in exts]
+                rows.append(row(first["label"], first["result"]["reports"][0]["task"], sh["attribute"], metric,
+                                "shift", group, cells, first["n_test"]))
     return rows
 
 
@@ -669,6 +727,47 @@ class _Builder:
         return sec
 
 
+    def external(self) -> _Section:
+        sec = _Section("external", "Fairness under dataset shift: external evaluation")
+        shift = self.first[self.first["scope"] == "shift"]
+        if not len(shift):
+            sec.note = "the study evaluates on no external dataset (eval_datasets)"
+            return sec
+        import pandas as pd
+
+        sec.text.append("Each run's trained model applied to the external datasets' test splits; shift = external − "
+                        "internal of the headline per group, of the gap and of the signed difference. Per seed, the "
+                        "interval of a shift comes from independent bootstraps of the two test sets (the seed columns); "
+                        "mean and t 95% CI across training seeds beside it.")
+        out = []
+        for _, r in shift.iterrows():
+            per_seed = "; ".join(
+                f"{s}: {_num(v)} [{_num(lo)}, {_num(hi)}]" if lo is not None and hi is not None else f"{s}: {_num(v)}"
+                for s, v, lo, hi in zip(r["run_seeds"], r["seed_values"], r["seed_ci_low"], r["seed_ci_high"]))
+            boot = [lo is not None and hi is not None and (lo > 0 or hi < 0)
+                    for lo, hi in zip(r["seed_ci_low"], r["seed_ci_high"])]
+            out.append({"model": r["model"], "dataset": r["dataset"], "external": r["eval_dataset"],
+                        "usage": r["usage"], "mitigation": r["mitigation"],
+                        "split seed": r["split_seed"], "attribute": r["attribute"], "shift of": r["metric"],
+                        "group": r["group"] or "", "mean [t 95% CI across seeds]": _fmt(r["mean"], r["ci_low"],
+                                                                                      r["ci_high"]),
+                        "per seed: shift [bootstrap 95% CI]": per_seed,
+                        "seeds whose CI excludes 0": f"{sum(boot)}/{len(boot)}"})
+        sec.tables.append(_table("shift (external − internal) per run, external dataset and attribute",
+                                 pd.DataFrame(out)))
+        diffs = shift[shift["metric"].str.endswith("_diff_shift")]
+        for _, r in diffs.iterrows():
+            lo, hi = r["seed_ci_low"][0], r["seed_ci_high"][0]
+            moved = lo is not None and hi is not None and (lo > 0 or hi < 0)
+            split = "" if _missing(r["split_seed"]) else f", split seed {int(r['split_seed'])}"
+            self.answers.append(
+                f"Shift {r['model']} · {r['dataset']} → {r['eval_dataset']} ({r['attribute']}{split}): the signed "
+                f"difference "
+                f"moves by {_num(r['seed_values'][0])} (seed {r['run_seeds'][0]}, independent-bootstrap CI "
+                f"[{_num(lo)}, {_num(hi)}]): {'a shift' if moved else 'no evidence of a shift'}.")
+        return sec
+
+
 def _num(v: float) -> str:
     return f"{v:.3f}" if v is not None and math.isfinite(v) else "undefined"
 
@@ -747,7 +846,7 @@ def write_study_report(plan_path: Path, out_root: Path, dest: Path) -> StudyRepo
     csv = store.write_table(dest / "study.csv", flat)
     b = _Builder(table, dest / "figures")
     builders: list[Callable[[], _Section]] = [b.gaps, b.tradeoff, b.consistency, b.mitigations, b.ranks,
-                                              b.fairness_laws, b.imbalance]
+                                              b.fairness_laws, b.imbalance, b.external]
     sections = [f() for f in builders]
     notes = [f"{s.title}: {s.note}" for s in sections if s.note]
     if not b.answers:

@@ -176,13 +176,14 @@ def render_run(outcome: Any, console: Any) -> None:
     first = outcome.seeds[0]
     console.print(f"seed {first.seed}:")
     render(first.fairness(), console)
+    seeds_summary = outcome.split_runs[0].summary if getattr(outcome, "split_runs", None) else outcome.summary
     if len(outcome.seed_docs) > 1:
         table = Table(title="across seeds: mean ± std \\[t 95% CI]", title_justify="left")
         table.add_column("task / attribute")
-        names = sorted({m for row in outcome.summary["across_seeds"].values() for m in row})
+        names = sorted({m for row in seeds_summary["across_seeds"].values() for m in row})
         for m in names:
             table.add_column(m, justify="right")
-        for key, row in outcome.summary["across_seeds"].items():
+        for key, row in seeds_summary["across_seeds"].items():
             cells = []
             for m in names:
                 c = row.get(m)
@@ -190,9 +191,16 @@ def render_run(outcome: Any, console: Any) -> None:
                              f"{c['ci_high']:.3f}]")
             table.add_row(key, *cells)
         console.print(table)
+    if first.doc.get("external"):
+        render_external(first.doc, outcome.out_dir, console)
+    if "across_splits" in outcome.summary:
+        console.print(f"(the tables above are split seed {outcome.summary['split_seeds'][0]}'s)")
+        render_split_seeds(outcome.summary, console)
     if first.inputs["model"].get("seen_in_pretraining"):
         console.print("[yellow]flag[/] the model's pretraining data includes this dataset: not zero-shot")
     console.print(f"results: {outcome.out_dir}")
+    if getattr(outcome, "summary_dir", None) is not None:
+        console.print(f"across split seeds: {outcome.summary_dir / 'summary.json'}")
 
 
 def render_controls(outcome: Any, console: Any) -> None:
@@ -353,3 +361,68 @@ def render_batch(batch: Any, console: Any) -> None:
                           f"{gap} {_cell(r, gap, GAP)}", str(r.worst_group.get(head, "—")))
     console.print(table)
     console.print(f"table: {batch.table}\nresults: {batch.out_dir}/<file>/result.json")
+
+
+def _shift_cell(e: dict) -> str:
+    shift = "—" if e.get("shift") is None else f"{e['shift']:+.3f}"
+    if e.get("ci_low") is None:
+        return shift
+    mark = " *" if e.get("excludes_0") else ""
+    return f"{shift} [{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]{mark}"
+
+
+def render_external(doc: dict, out_dir: Any, console: Any) -> None:
+    """Each external dataset of a seed document: its metric tables (the metric engine's, as for the internal test
+    set) and the shift table per attribute (external - internal per group, of the gap and of the difference)."""
+    from rich.table import Table
+
+    from fairmedbench.engine.results import RunResult
+
+    for ext in doc.get("external", []):
+        what = "every sample" if ext.get("split") == "all" else "test split"
+        console.print(f"[bold]external[/] {ext['label']} ({what}, {ext['n_test']} samples), seed "
+                      f"{doc['spec']['seed']}:")
+        render(RunResult({**doc, "result": ext["result"]}, out_dir).fairness(), console)
+        for sh in ext["shift"]:
+            m = sh["metric"].upper()
+            table = Table(title=f"shift {ext['label']} − internal: {m} by {sh['attribute']} (* = CI excludes 0; "
+                                "independent bootstraps of the two test sets)", title_justify="left")
+            for col in ("", f"internal {m}", f"external {m}", "shift [95% CI]"):
+                table.add_column(col, justify="right" if col else "left")
+            rows = [*sh["per_group"].items(), ("gap (max − min)", sh["gap"])]
+            if "diff" in sh:
+                rows.append((f"difference {sh['diff']['of']}", sh["diff"]))
+            for label, e in rows:
+                table.add_row(label, fmt(e["internal"] if e["internal"] is not None else math.nan),
+                              fmt(e["external"] if e["external"] is not None else math.nan), _shift_cell(e))
+            console.print(table)
+            if sh["only_internal"] or sh["only_external"]:
+                console.print(f"[yellow]groups[/] only internal: {', '.join(sh['only_internal']) or 'none'}; only "
+                              f"external: {', '.join(sh['only_external']) or 'none'} (no shift for them)")
+
+
+def render_split_seeds(summary: dict, console: Any) -> None:
+    """Repeated splits: per (task / attribute, metric), each split seed's value with its test-set bootstrap CI, and
+    the mean ± std with the t 95% CI across split seeds (the train/val sampling on the fixed test set)."""
+    from rich.table import Table
+
+    seeds = summary["split_seeds"]
+    table = Table(title=f"across split seeds {','.join(map(str, seeds))} (test set fixed, train/val re-drawn): "
+                        "each split's value \\[bootstrap 95% CI of its first training seed] | mean ± std \\[t 95% CI]",
+                  title_justify="left")
+    table.add_column("task / attribute")
+    table.add_column("metric")
+    for s in seeds:
+        table.add_column(f"split {s}", justify="right")
+    table.add_column("across splits", justify="right")
+    for key, row in summary["across_splits"].items():
+        for m, c in row.items():
+            cells = []
+            for r in c["per_split"]:
+                b = r["bootstrap"]
+                v = math.nan if r["value"] is None else r["value"]
+                cells.append(fmt(v) + (f" [{b['ci_low']:.3f}, {b['ci_high']:.3f}]" if b["ci_low"] is not None else ""))
+            across = "—" if "mean" not in c else (f"{c['mean']:.3f} ± {c['std']:.3f} [{c['ci_low']:.3f}, "
+                                                 f"{c['ci_high']:.3f}]")
+            table.add_row(key, m, *cells, across)
+    console.print(table)

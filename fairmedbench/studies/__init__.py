@@ -25,11 +25,16 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, see `shipped_studies(
     train_size: 200                  #   largest size at which every share fits)
     prevalence: [0.05, 0.25]         # sweep: class prevalence, in (0, 1), of the `prevalence_on` split
     prevalence_on: train             #   train | test (default: RunSpec's)
+    eval_datasets: [synth-flip, "nih-cxr14:view=AP"]   # external evaluation of every cell's trained model on
+                                     #   these datasets' test splits (`benchmark run --eval-dataset`); a cell whose
+                                     #   dataset cannot be aligned with them is skipped with the reason
+    split_seeds: [0, 1, 2]           # sweep: repeated splits, one run per split seed (the test split of
+                                     #   split_seed kept, train/val re-drawn; `benchmark run --split-seeds`)
     include: [{usage: lp}]           # rules (below)
     exclude: [{usage: lora, mitigation: [groupdro, resampling]}]
 
 Cells are the product of models x datasets x usages x prompts x mitigations x hparams x train_group_share x
-prevalence. A cell is skipped, with its reason, when the usage is not possible for the model and dataset, a 3D
+prevalence x split_seeds. A cell is skipped, with its reason, when the usage is not possible for the model and dataset, a 3D
 model meets 2D data, a mitigation meets a usage that learns nothing or a task it does not serve, or anything
 else `benchmark.resolve.check_spec` refuses (its message becomes the reason).
 
@@ -107,6 +112,8 @@ class Study:
     train_size: int | None = None
     prevalence: tuple[float | None, ...] = (None,)
     prevalence_on: str | None = None  # None: RunSpec's default
+    eval_datasets: tuple[str, ...] = ()
+    split_seeds: tuple[int | None, ...] = (None,)  # None: the split of split_seed as it is
     include: tuple[Rule, ...] = ()
     exclude: tuple[Rule, ...] = ()
     description: str = ""
@@ -234,18 +241,18 @@ class _Parser:
         value = self.plain(node)
         return dict(value or {})
 
-    def seeds(self, node: Any) -> tuple[int, ...]:
+    def seeds(self, node: Any, what: str = "seeds") -> tuple[int, ...]:
         import yaml
 
-        if isinstance(node, yaml.ScalarNode) and isinstance(self.scalar(node, "seeds"), str):
+        if isinstance(node, yaml.ScalarNode) and isinstance(self.scalar(node, what), str):
             lo, sep, hi = node.value.partition("-")
             if not (sep and lo.strip().isdigit() and hi.strip().isdigit() and int(lo) <= int(hi)):
-                raise self.fail(node, f"seeds: expected a list of integers or a range like '0-4', got {node.value!r}")
+                raise self.fail(node, f"{what}: expected a list of integers or a range like '0-4', got {node.value!r}")
             return tuple(range(int(lo), int(hi) + 1))
-        seeds = tuple(self.number(n, "seeds", int, lambda v: v >= 0, "an integer >= 0")
-                      for n in self.items(node, "seeds"))
+        seeds = tuple(self.number(n, what, int, lambda v: v >= 0, "an integer >= 0")
+                      for n in self.items(node, what))
         if len(set(seeds)) != len(seeds):
-            raise self.fail(node, "seeds: give distinct seeds")
+            raise self.fail(node, f"{what}: give distinct seeds")
         return seeds
 
     def rules(self, node: Any, what: str) -> tuple[Rule, ...]:
@@ -351,6 +358,22 @@ class _Parser:
                                           "a number in (0, 1)")
         elif "prevalence_on" in nodes:
             raise self.fail(nodes["prevalence_on"], "prevalence_on applies to the prevalence sweep: give prevalence")
+        if "eval_datasets" in nodes:
+            from fairmedbench.analysis.shift import parse_eval_dataset
+
+            items = self.items(nodes["eval_datasets"], "eval_datasets")
+            texts = [self.scalar(n, "eval_datasets") for n in items]
+            for n, t in zip(items, texts):
+                if not isinstance(t, str):
+                    raise self.fail(n, f"eval_datasets: expected NAME or NAME:KEY=VALUE, got {t!r}")
+                req = parse_eval_dataset(t)
+                if req.name not in DATASETS.names():
+                    raise self.fail(n, f"eval_datasets: unknown dataset {req.name!r}")
+            if len(set(texts)) != len(texts):
+                raise self.fail(nodes["eval_datasets"], "eval_datasets: a dataset is listed twice")
+            v["eval_datasets"] = tuple(texts)
+        if "split_seeds" in nodes:
+            v["split_seeds"] = self.seeds(nodes["split_seeds"], "split_seeds")
         for key in ("include", "exclude"):
             if key in nodes:
                 v[key] = self.rules(nodes[key], key)
@@ -382,18 +405,25 @@ def expand(study: Study) -> list[Cell]:
     cells: list[Cell] = []
     for model, dataset in itertools.product(study.models, study.datasets):
         mcard, dcard = model_card(model), dataset_card(dataset)
-        for usage_name, mitigation, hp, share, prev in itertools.product(
-                study.usages, study.mitigations, study.hparams, study.train_group_share, study.prevalence):
+        for usage_name, mitigation, hp, share, prev, split_seed in itertools.product(
+                study.usages, study.mitigations, study.hparams, study.train_group_share, study.prevalence,
+                study.split_seeds):
             base = dict(model=model, dataset=dataset, usage=usage_name or "auto", mitigation=mitigation,
                         prompt=None, attributes=list(study.attributes), seeds=list(study.seeds), hparams=dict(hp),
                         train_group_share=share, share_group=study.share_group if share is not None else None,
                         train_size=study.train_size if share is not None else None, prevalence=prev,
                         prevalence_on=(study.prevalence_on or _runspec_default("prevalence_on"))
                         if prev is not None else None)
+            if split_seed is not None:  # fields of the newer axes, only when a study uses them
+                base["split_seeds"] = [split_seed]
+            if study.eval_datasets:
+                base["eval_datasets"] = list(study.eval_datasets)
             spec_kw = dict(model=model, dataset=dataset, attributes=tuple(study.attributes), usage=usage_name,
                            mitigation=mitigation, seeds=tuple(study.seeds), split_seed=study.split_seed,
                            weights=study.weights, profile=study.profile, n_boot=study.n_boot,
-                           n_perm=study.n_perm, precision=study.precision, hparams=dict(hp), dataset_options=dict(study.dataset_options))
+                           n_perm=study.n_perm, precision=study.precision, hparams=dict(hp), dataset_options=dict(study.dataset_options),
+                           eval_datasets=tuple(study.eval_datasets),
+                           split_seeds=() if split_seed is None else (split_seed,))
             spec_kw.update(_sampling(base))
             try:
                 chosen = choose_usage(RunSpec(model=model, dataset=dataset, usage=usage_name), mcard, dcard)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,8 +17,9 @@ from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, patient_ids, reuse_seed, seed_document,
-                                       split_views, training_groups)
+from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
+                                       min_group_size, patient_ids, prepare_inputs, reuse_seed, seed_document,
+                                       training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -203,17 +204,20 @@ class SeedRun:
     thresholds: list[dict[str, Any]]
     fit: FitOutcome
     mc: dict[str, np.ndarray] | None = None
+    extra_scores: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
                        make_head: Callable[[np.ndarray, int], Any], mitigation_factory: Callable[[], Mitigation],
                        seeds: list[int], cfg: TrainConfig, threshold_policy: str = "val_youden",
-                       test_groups: np.ndarray | None = None, mc_samples: int = 0) -> list[SeedRun]:
+                       test_groups: np.ndarray | None = None, mc_samples: int = 0,
+                       extra: dict[str, tuple[np.ndarray, np.ndarray | None]] | None = None) -> list[SeedRun]:
     """Train one head per seed and predict test inputs; nothing here sees a test label.
 
     `test_groups` are passed only to post-processing mitigations that declare they need the attribute
     at inference. With `mc_samples` T > 0 the val and test scores are the means of T MC-dropout passes (the
-    predictive distribution, kept in SeedRun.mc), each pass adjusted by a post-processing mitigation.
+    predictive distribution, kept in SeedRun.mc), each pass adjusted by a post-processing mitigation. `extra`
+    (name -> inputs, group codes) are further test sets (external evaluation) scored exactly as the test set.
     """
     import torch
 
@@ -225,20 +229,26 @@ def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
         model, fit = fit_head(make_head(train.x, k), train, val, cfg, mitigation, seed)
         at_inference = mitigation.needs_attribute_at_inference
         groups = {"val": val.groups if at_inference else None, "test": test_groups if at_inference else None}
+        inputs = {"val": val.x, "test": test_x}
+        for name, (x, g) in (extra or {}).items():
+            inputs[name], groups[name] = x, (g if at_inference else None)
         mc = None
         if mc_samples:  # each pass post-processed as a single prediction would be; the scores are their means
-            mc = {"val": mc_predict(model, val.x, mc_samples, seed), "test": mc_predict(model, test_x, mc_samples, seed)}
+            mc = {k: mc_predict(model, x, mc_samples, seed) for k, x in inputs.items()}
             mitigation.fit_postprocess(mc["val"].mean(axis=0), _as2d(val.y), val.groups)
             mc = {s: np.stack([mitigation.adjust_scores(p, groups[s]) for p in v]) for s, v in mc.items()}
-            pv, pt = mc["val"].mean(axis=0), mc["test"].mean(axis=0)
+            scores = {k: v.mean(axis=0) for k, v in mc.items()}
         else:
-            pv, pt = predict(model, val.x), predict(model, test_x)
-            mitigation.fit_postprocess(pv, _as2d(val.y), val.groups)
-            pv, pt = mitigation.adjust_scores(pv, groups["val"]), mitigation.adjust_scores(pt, groups["test"])
+            scores = {k: predict(model, x) for k, x in inputs.items()}
+            mitigation.fit_postprocess(scores["val"], _as2d(val.y), val.groups)
+            scores = {k: mitigation.adjust_scores(v, groups[k]) for k, v in scores.items()}
+        pv, pt = scores.pop("val"), scores.pop("test")
+        if mc is not None:
+            mc = {"val": mc["val"], "test": mc["test"]}
         yv = _as2d(val.y)
         policy = mitigation.threshold_policy or threshold_policy
         thr = [choose_threshold(policy, yv[:, j], pv[:, j], undefined_ok=True).to_dict() for j in range(k)]
-        runs.append(SeedRun(seed, pt, pv, thr, fit, mc))
+        runs.append(SeedRun(seed, pt, pv, thr, fit, mc, scores))
     return runs
 
 
@@ -248,9 +258,10 @@ def describe_config(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
-        opts: Any, out_dir: Path,
-        info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
-    """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics."""
+        opts: Any, out_dir: Path, info: dict[str, Any], t_load: float,
+        externals: Sequence[ExternalSet] = ()) -> tuple[list[dict], list[Any], list[int]]:
+    """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics;
+    the same head, scores and threshold on each external dataset's test split, with its shift."""
     import pandas as pd
 
     from fairmedbench.analysis.sampling import Sampling, describe, draw
@@ -264,10 +275,7 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
     tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    views = split_views(ds, split)
-    from fairmedbench.adapters.volumes import prepare_classification
-
-    prepared = prepare_classification(adapter, model, views, ctx)  # 3D datasets: per slice, one row per volume
+    prepared = prepare_inputs(adapter, model, ds, split, ctx, externals)  # 3D: per slice, one row per volume
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = training_groups(spec, ds)
@@ -289,8 +297,11 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                                  n_groups) for k, p in ps.items()}
         t1 = time.perf_counter()
         factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
+        extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds))
+                   for k, e in enumerate(externals)}
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
-                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t)
+                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t,
+                                  extra=extra_x)
         # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
@@ -324,6 +335,11 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         if sampling.active:
             extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
                                  "splits": describe(keep, pos, groups, y[:, 0])}
+        if externals:
+            extra["external"] = _external_results(spec, externals, out_dir, seed, label_cols, sr, policy,
+                                                  (y[ps["test"]], attr_columns(ds, spec, ps["test"]),
+                                                   patient_ids(ds, ps["test"])),
+                                                  (y[ps["val"]], sr.val_scores))
         if sampling.test_resample:
             extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
                                                      (y[ps["val"]], sr.val_scores), seed)
@@ -334,6 +350,48 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir: Path, seed: int,
+                      label_cols: list[str], sr: SeedRun, policy: str | None,
+                      internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray],
+                      val: tuple[np.ndarray, np.ndarray]
+                      ) -> list[dict[str, Any]]:
+    """Each external test set through the metric engine exactly as the internal one (the threshold chosen on the
+    internal validation split), its predictions Parquet, and the shift of the first label's group AUC."""
+    import pandas as pd
+
+    from fairmedbench.analysis.shift import group_draws, shift_block
+    from fairmedbench.metrics import evaluate_classification
+
+    out = []
+    for k, ext in enumerate(externals):
+        card = ext.dataset.card
+        cols = [card.label_column, *(card.extra_label_columns if len(label_cols) > 1 else ())]
+        test = ext.split.test
+        ye = ext.dataset.samples[cols].to_numpy().astype(np.int64)[test]
+        scores = sr.extra_scores[f"external{k}"]
+        attrs = ext.attributes(spec)
+        res = evaluate_classification(ye, scores, attrs, task_names=label_cols, threshold=policy, val_y_true=val[0],
+                                      val_y_score=val[1], profile=spec.profile, n_boot=spec.n_boot, seed=seed,
+                                      patient_ids=patient_ids(ext.dataset, test), n_perm=spec.n_perm)
+        frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[test].astype(str),
+                              "split": "test", "seed": seed, "patient_id": patient_ids(ext.dataset, test)})
+        for j, t in enumerate(label_cols):
+            frame[f"label:{t}"] = ye[:, j]
+            frame[f"score:{t}"] = scores[:, j]
+        for a, v in attrs.items():
+            frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+        store.write_parquet(out_dir / external_file(seed, k), frame)
+        shifts = [shift_block("classification", a,
+                              group_draws("classification", internal[0][:, 0], sr.test_scores[:, 0], internal[1][a],
+                                          spec.n_boot, seed, "internal", internal[2]),
+                              group_draws("classification", ye[:, 0], scores[:, 0], attrs[a], spec.n_boot, seed,
+                                          f"external:{ext.label}", patient_ids(ext.dataset, test)), spec.n_boot,
+                              min_group_size(res))
+                  for a in spec.attributes]
+        out.append(external_entry(spec, k, ext, seed, res, shifts, len(test)))
+    return out
 
 
 def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, scores: np.ndarray,

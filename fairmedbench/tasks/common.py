@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +25,57 @@ if TYPE_CHECKING:
     from fairmedbench.engine.splits import Split
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.registry.datasets.dataset import Dataset
+
+
+@dataclass(frozen=True)
+class ExternalSet:
+    """A dataset the run's trained head or decoder is also evaluated on (external evaluation): its label (card name
+    with options), the loaded dataset and its split (its test split is evaluated)."""
+
+    label: str
+    dataset: Dataset
+    split: Split
+
+    def view(self) -> SplitView:
+        """Its test split as the feature extractor sees it."""
+        return SplitView(self.dataset, self.split.test, f"{self.dataset.fingerprint}:{self.split.fingerprint}")
+
+    def attributes(self, spec: RunConfig) -> dict[str, np.ndarray]:
+        """The run's attributes on its test split (group names mapped by its own card)."""
+        return attr_columns(self.dataset, spec, self.split.test)
+
+    def codes(self, spec: RunConfig, internal: Dataset) -> np.ndarray | None:
+        """Test-split group codes of the run's first attribute in the internal dataset's coding (-1: missing or a
+        group the internal dataset does not have), for mitigations that need the attribute at inference."""
+        if not spec.attributes:
+            return None
+        col = f"attr:{spec.attributes[0]}"
+        names = sorted({v for v in internal.samples[col].to_numpy() if isinstance(v, str)})
+        lookup = {n: i for i, n in enumerate(names)}
+        return np.array([lookup.get(v, -1) for v in self.dataset.samples[col].to_numpy()[self.split.test]])
+
+
+def min_group_size(result: FairnessResult) -> int:
+    """The metric engine's minimum group size for an interval (the profile's), from a result."""
+    return int(result.meta.get("min_group_size", 0))
+
+
+def external_file(seed: int, k: int) -> str:
+    """The predictions Parquet of the k-th external dataset of a seed."""
+    return f"seed{seed}.external{k}.predictions.parquet"
+
+
+def external_entry(spec: RunConfig, k: int, ext: ExternalSet, seed: int, result: FairnessResult,
+                   shifts: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
+    """One external dataset's block in a seed document: what it is, its result and its shift from the internal
+    test set."""
+    from fairmedbench.analysis.shift import SHIFT_METHOD
+
+    meta = spec.eval_datasets[k]
+    return {"label": ext.label, "dataset": meta["dataset"], "options": meta["options"], "split": meta["split"],
+            "n_test": n_test,
+            "predictions": external_file(seed, k), "result": result.to_dict(), "shift": shifts,
+            "shift_method": SHIFT_METHOD, "alignment": meta["alignment"]}
 
 
 class SplitView:
@@ -47,6 +98,31 @@ def split_views(ds: Dataset, split: Split) -> dict[str, SplitView]:
     unsampled split, so every run of one (model, dataset, split) shares one encode."""
     fp = f"{ds.fingerprint}:{split.fingerprint}"
     return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
+
+
+def prepare_inputs(adapter: Any, model: Any, ds: Dataset, split: Split, ctx: Any,
+                   externals: Sequence[ExternalSet] = ()) -> Any:
+    """The classification usage's prepared inputs of train/val/test (and `external<k>` for each external set).
+
+    A split whose train/val were re-drawn around a fixed test set (repeated splits, 2D data) is prepared from one
+    view of the whole train+val pool (its fingerprint does not depend on the split seed, so every split seed reuses
+    one encode) and sliced into train and val; otherwise each split is its own view."""
+    from fairmedbench.adapters.volumes import prepare_classification
+    from fairmedbench.engine.splits import test_fingerprint
+
+    extra = {f"external{k}": e.view() for k, e in enumerate(externals)}
+    if not split.policy.endswith("+redraw") or ds.card.dim != 2:
+        return prepare_classification(adapter, model, {**split_views(ds, split), **extra}, ctx)
+    pool = np.sort(np.concatenate([split.train, split.val]))
+    fp = f"{ds.fingerprint}:pool-around-test:{test_fingerprint(split.ids['test'])}"
+    test_fp = f"{ds.fingerprint}:test:{test_fingerprint(split.ids['test'])}"
+    prepared = prepare_classification(adapter, model, {"trainval": SplitView(ds, pool, fp),
+                                                       "test": SplitView(ds, split.test, test_fp), **extra}, ctx)
+    rows = {int(p): k for k, p in enumerate(pool)}
+    x = prepared.inputs.pop("trainval")
+    for name, positions in (("train", split.train), ("val", split.val)):
+        prepared.inputs[name] = np.asarray(x)[[rows[int(p)] for p in positions]]
+    return prepared
 
 
 def attr_columns(ds: Dataset, spec: RunConfig, positions: np.ndarray) -> dict[str, np.ndarray]:

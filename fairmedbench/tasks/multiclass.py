@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -20,8 +20,9 @@ from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
-from fairmedbench.tasks.common import (attr_columns, finite, fit_epochs, patient_ids, reuse_seed, seed_document,
-                                       split_views, training_groups)
+from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
+                                       min_group_size, patient_ids, prepare_inputs, reuse_seed, seed_document,
+                                       training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -145,14 +146,13 @@ def class_labels(ds: Dataset) -> tuple[np.ndarray, list[str]]:
 
 
 def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
-        opts: Any, out_dir: Path,
-        info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+        opts: Any, out_dir: Path, info: dict[str, Any], t_load: float,
+        externals: Sequence[ExternalSet] = ()) -> tuple[list[dict], list[Any], list[int]]:
     """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
-    metrics by group."""
+    metrics by group; the same head on each external dataset's test split, with its shift."""
     import pandas as pd
     import torch
 
-    from fairmedbench.adapters.volumes import prepare_classification
     from fairmedbench.analysis.uncertainty import mc_class_columns, uncertainty_block
     from fairmedbench.metrics.multiclass import evaluate_multiclass
     from fairmedbench.mitigation import make_mitigation
@@ -173,7 +173,8 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
     if missing:
         raise InputError(f"dataset {ds.card.name!r}: class(es) {[classes[c] for c in missing]} have no train "
                          "sample; the softmax head cannot learn them (use more data or another split)")
-    prepared = prepare_classification(adapter, model, split_views(ds, split), ctx)
+    ext_y = [class_labels(e.dataset)[0][e.split.test] for e in externals]
+    prepared = prepare_inputs(adapter, model, ds, split, ctx, externals)  # 3D: per slice, one row per volume
     t_prep = time.perf_counter() - t0
     codes, n_groups = training_groups(spec, ds)
     task = get_task(spec.task)
@@ -194,15 +195,17 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         model_fit, fit = fit_softmax_head(head, prepared.inputs, {k: y[p] for k, p in pos.items()}, g, n_groups,
                                           len(classes), cfg, mitigation, seed)
         at_inference = mitigation.needs_attribute_at_inference
+        names = ("val", "test", *(f"external{k}" for k in range(len(externals))))
+        g.update({f"external{k}": e.codes(spec, ds) for k, e in enumerate(externals)})
         mc = None
         if mc_t:  # MC dropout: each pass post-processed as a single prediction would be; probs = their means
-            mc = {k: mc_predict(model_fit, prepared.inputs[k], mc_t, seed, softmax=True) for k in ("val", "test")}
+            mc = {k: mc_predict(model_fit, prepared.inputs[k], mc_t, seed, softmax=True) for k in names}
             mitigation.fit_postprocess(mc["val"].mean(axis=0), y[split.val], g["val"])
             mc = {k: np.stack([mitigation.adjust_scores(p, g[k] if at_inference else None) for p in v])
                   for k, v in mc.items()}
             probs = {k: v.mean(axis=0) for k, v in mc.items()}
         else:
-            probs = {k: predict_proba(model_fit, prepared.inputs[k]) for k in ("val", "test")}
+            probs = {k: predict_proba(model_fit, prepared.inputs[k]) for k in names}
             mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
             probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
@@ -228,6 +231,10 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                               "select": fit.select, "best_select_score": finite(fit.best_score),
                               "val_losses": fit.val_losses, "decision": "argmax"},
                  "usage": {"name": adapter.name, "head": f"softmax over {len(classes)} classes", **prepared.notes}}
+        if externals:
+            extra["external"] = _external_results(spec, externals, ext_y, probs, out_dir, seed, classes, label,
+                                                   (y[split.test], attr_columns(ds, spec, split.test),
+                                                    patient_ids(ds, split.test)))
         if mc is not None:
             extra["uncertainty"] = {ds.card.label_column: uncertainty_block(
                 y[split.test], mc["test"], attr_columns(ds, spec, split.test),
@@ -239,3 +246,38 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: list[np.ndarray],
+                      probs: dict[str, np.ndarray], out_dir: Path, seed: int, classes: list[str], label: str,
+                      internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]) -> list[dict[str, Any]]:
+    """Each external test set through the multiclass metric engine as the internal one, its predictions Parquet,
+    and the shift of the group macro AUC."""
+    import pandas as pd
+
+    from fairmedbench.analysis.shift import group_draws, shift_block
+    from fairmedbench.metrics.multiclass import evaluate_multiclass
+
+    task = get_task(spec.task)
+    out = []
+    for k, ext in enumerate(externals):
+        p, ye, attrs = probs[f"external{k}"], ext_y[k], ext.attributes(spec)
+        ext_pids = patient_ids(ext.dataset, ext.split.test)
+        res = evaluate_multiclass(ye, p, attrs, classes=classes, task_name=externals[k].dataset.card.label_column,
+                                  n_boot=spec.n_boot, seed=seed, patient_ids=ext_pids, n_perm=spec.n_perm)
+        frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[ext.split.test].astype(str),
+                              "split": "test", "seed": seed, "patient_id": ext_pids, label: ye})
+        for c, cls in enumerate(classes):
+            frame[task.score_column.format(task=cls)] = p[:, c]
+        for a, v in attrs.items():
+            frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
+        store.write_parquet(out_dir / external_file(seed, k), frame)
+        shifts = [shift_block("multiclass", a,
+                              group_draws("multiclass", internal[0], probs["test"], internal[1][a], spec.n_boot, seed,
+                                          "internal", internal[2]),
+                              group_draws("multiclass", ye, p, attrs[a], spec.n_boot, seed, f"external:{ext.label}",
+                                          ext_pids),
+                              spec.n_boot, min_group_size(res))
+                  for a in spec.attributes]
+        out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))
+    return out

@@ -25,7 +25,8 @@ from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_c
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import attr_columns, patient_ids, reuse_seed, seed_document, training_groups
+from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, min_group_size,
+                                       patient_ids, reuse_seed, seed_document, training_groups)
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import RunContext, Usage
@@ -443,11 +444,12 @@ def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: 
 
 
 def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
-        opts: Any, out_dir: Path,
-        info: dict[str, Any], t_load: float) -> tuple[list[dict], list[Any], list[int]]:
+        opts: Any, out_dir: Path, info: dict[str, Any], t_load: float,
+        externals: Sequence[ExternalSet] = ()) -> tuple[list[dict], list[Any], list[int]]:
     """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
     when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
-    truth gives no prompt: its row has empty_gt=True and no score, and usage.skipped says why)."""
+    truth gives no prompt: its row has empty_gt=True and no score, and usage.skipped says why). The same
+    predictor (zero-shot, or the seed's trained decoder) segments each external dataset's test split."""
     from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 
     jitter = float(spec.usage_hparams["box_jitter"])
@@ -488,12 +490,45 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         if training is not None:
             extra["training"] = training
             timings.update(prepare=t_prep, train=t_train)
+        if externals:
+            extra["external"] = _external_results(spec, externals, predict, out_dir, seed, jitter, out,
+                                                  attr_columns(ds, spec, p), patient_ids(ds, p))
         doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, info, pred_name, ["segmentation"], extra,
                             timings, ctx.device)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
     return docs, results, reused
+
+
+def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict: Any, out_dir: Path, seed: int,
+                      jitter: float, internal: SegOutcome, internal_attrs: dict[str, np.ndarray],
+                      internal_pids: np.ndarray) -> list[dict[str, Any]]:
+    """Each external test split segmented by the same predictor, through the segmentation metric engine as the
+    internal one, its predictions Parquet, and the shift of the group mean DSC."""
+    from fairmedbench.analysis.shift import group_draws, shift_block
+    from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+
+    res_out = []
+    for k, ext in enumerate(externals):
+        eds = ext.dataset
+        out = run_segmentation(predict, eds.load_image, eds.load_mask, ext.split.test, spec.prompt, seed,
+                               jitter=jitter, spacing_of=eds.spacing if eds.card.dim == 3 else None)
+        if not out.positions:
+            raise InputError(f"--eval-dataset {ext.label}: no test sample has a non-empty mask to prompt from")
+        attrs = attr_columns(eds, spec, np.asarray(out.positions))
+        ext_pids = patient_ids(eds, np.asarray(out.positions))
+        res = evaluate_segmentation(out.dsc, attrs, iou=out.iou, hd95=out.hd95 or None, profile=spec.profile,
+                                    n_boot=spec.n_boot, seed=seed, patient_ids=ext_pids, n_perm=spec.n_perm)
+        store.write_parquet(out_dir / external_file(seed, k), _segmentation_frame(eds, spec, seed, out, ext.split.test))
+        shifts = [shift_block("segmentation", a,
+                              group_draws("segmentation", None, np.asarray(internal.dsc), internal_attrs[a],
+                                          spec.n_boot, seed, "internal", internal_pids),
+                              group_draws("segmentation", None, np.asarray(out.dsc), attrs[a], spec.n_boot, seed,
+                                          f"external:{ext.label}", ext_pids), spec.n_boot, min_group_size(res))
+                  for a in spec.attributes]
+        res_out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))
+    return res_out
 
 
 def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any) -> Any:

@@ -167,3 +167,17 @@ def test_truncated_png_is_skipped_with_skip_bad_and_named_without_it(tmp_path):
     assert len(ok) == 23 and "00000005_000.png" not in set(ok.samples["sample_id"])
     assert ok.report["skipped"] == {"decode failure": 1} and ok.report["rows_loaded"] == 23
     assert any("00000005_000.png" in note for note in ok.report["notes"])
+
+
+def test_nih_view_option_keeps_one_view_position(tmp_path):
+    """view=AP|PA keeps one View Position (a second site for external evaluation); an absent view is refused."""
+    root = make_nih(tmp_path / "nih")
+    meta = pd.read_csv(root / "Data_Entry_2017_v2020.csv")
+    meta.loc[meta["Patient ID"] % 3 == 0, "View Position"] = "AP"
+    meta.to_csv(root / "Data_Entry_2017_v2020.csv", index=False)
+    ap, pa = load_dataset("nih-cxr14", root, view="AP"), load_dataset("nih-cxr14", root, view="PA")
+    assert set(ap.samples["View Position"]) == {"AP"} and set(pa.samples["View Position"]) == {"PA"}
+    assert len(ap) + len(pa) == len(load_dataset("nih-cxr14", root)) and ap.fingerprint != pa.fingerprint
+    assert any("View Position AP only" in n for n in ap.report["notes"])
+    with pytest.raises(InputError, match="View Position values are AP, PA"):
+        load_dataset("nih-cxr14", root, view="LL")

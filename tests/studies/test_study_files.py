@@ -184,3 +184,32 @@ def test_list_studies_names_every_shipped_study(capsys: pytest.CaptureFixture) -
     assert [r["name"] for r in rows] == shipped_studies()
     laws = next(r for r in rows if r["name"] == "fairness-laws")
     assert laws["usages"] == ["lp", "anomaly"]
+
+
+@pytest.mark.parametrize("text, line, message", [
+    (BASE + "eval_datasets: [synth-flip, synth-fl1p]\n", 3, "unknown dataset 'synth-fl1p'"),
+    (BASE + "eval_datasets: [synth-flip, synth-flip]\n", 3, "listed twice"),
+    (BASE + "split_seeds: [0, 0]\n", 3, "split_seeds: give distinct seeds"),
+    (BASE + "split_seeds: [0, -1]\n", 3, "split_seeds: expected an integer >= 0"),
+])
+def test_bad_shift_and_split_keys_name_the_line(tmp_path: Path, text: str, line: int, message: str) -> None:
+    with pytest.raises(StudyError) as err:
+        load_study(str(_write(tmp_path, text)))
+    assert f"s.yaml:{line}:" in str(err.value) and message in str(err.value)
+
+
+def test_eval_datasets_reach_every_cell_and_split_seeds_are_an_axis(tmp_path: Path) -> None:
+    study = load_study(str(_write(tmp_path, """
+        models: [c2l]
+        datasets: [synth-control, synth-ordinal]
+        usages: [lp]
+        eval_datasets: ['synth-flip:n=40']
+        split_seeds: 0-1
+        """)))
+    cells = expand(study)
+    ok = [c for c in cells if c.runnable]
+    assert [c.spec.split_seeds for c in ok] == [(0,), (1,)]  # synth-control x split seeds 0 and 1
+    assert all(c.spec.eval_datasets == ("synth-flip:n=40",) and c.fields["eval_datasets"] == ["synth-flip:n=40"]
+               for c in ok)
+    skipped = [c for c in cells if not c.runnable]  # the multi-class dataset cannot be evaluated on synth-flip
+    assert len(skipped) == 2 and all("offers classification" in c.reason for c in skipped)

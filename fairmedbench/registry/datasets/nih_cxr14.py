@@ -19,8 +19,12 @@ ACCESS = "https://nihcc.app.box.com/v/ChestXray-NIHCC (public, no registration)"
 COLUMNS = ("Image Index", "Finding Labels", "Patient ID", "Patient Age", "Patient Gender", "View Position")
 
 
-def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool = False, max_age: float = 120.0) -> ReadResult:
-    """Read the official NIH release: one row per image whose file exists (a partial copy is allowed)."""
+def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool = False, max_age: float = 120.0,
+             view: str | None = None) -> ReadResult:
+    """Read the official NIH release: one row per image whose file exists (a partial copy is allowed).
+
+    `view` (AP or PA) keeps the images of one `View Position`: a second "site" of the same release for external
+    evaluation (`--dataset-option view=PA --eval-dataset nih-cxr14:view=AP`)."""
     import numpy as np
     import pandas as pd
 
@@ -32,6 +36,14 @@ def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool 
     df = read_table(meta_path, "NIH metadata", ACCESS)
     require_columns(df, COLUMNS, meta_path)
     n_meta = len(df)
+    if view is not None:
+        from fairmedbench.errors import InputError
+
+        views = sorted(df["View Position"].astype(str).str.strip().unique())
+        if str(view) not in views:
+            raise InputError(f"nih-cxr14 option view={view!r}: the metadata's View Position values are "
+                             f"{', '.join(views)}")
+        df = df[df["View Position"].astype(str).str.strip() == str(view)].copy()
     ages = pd.to_numeric(df["Patient Age"].astype(str).str.extract(r"^\s*(\d+(?:\.\d+)?)", expand=False), errors="coerce")
     implausible = int((ages > max_age).sum())
     df["age_years"] = ages.where(ages <= max_age)
@@ -45,6 +57,8 @@ def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool 
     df["image"] = find_in(index, df["Image Index"])
     df, counts, notes = keep_rows_with_files(df, "image", "image", keep_missing_images, ACCESS, root)
     counts["rows_in_metadata"] = n_meta
+    if view is not None:
+        notes.append(f"View Position {view} only (the option view={view})")
     if implausible:
         counts["implausible_age"] = implausible
         notes.append(f"{implausible} rows with Patient Age > {max_age:g} treated as unknown age")
@@ -85,5 +99,6 @@ register(DatasetCard(
            "Follow-up #, Patient ID, Patient Age, Patient Gender (M/F), View Position; train_val_list.txt, "
            "test_list.txt; images/ (or images_001..images_012/images/)",
     notes=("official split: train_val_list / test_list; val carved from train_val at patient level",
+           "option view=AP|PA keeps one View Position (a second site for --eval-dataset nih-cxr14:view=AP)",
            "rows whose image file is absent are left out and counted (partial copies are allowed)"),
 ))

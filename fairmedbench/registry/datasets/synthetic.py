@@ -329,6 +329,8 @@ UNDERREP = replace(CONTROL, n=400, female_share_train=0.1, contrast={"female": -
 LAWS = replace(CONTROL, n=600, size=64, lesion_amplitude=0.3, contrast={"female": 0.0, "male": 1.0},
                marker={"female": 0.7, "male": 0.0})
 LAWS_CONTROL = replace(CONTROL, n=600, size=64, lesion_amplitude=0.3)
+# external-evaluation partner of synth-contrast: a "site" where the bias flips (male lesions at 0.35x contrast)
+FLIP = replace(CONTROL, contrast={"female": 1.0, "male": 0.35})
 CONTROL_3D = replace(CONTROL, n=200, size=64, depth=32)
 CONTRAST_3D = replace(CONTROL_3D, contrast={"female": 0.35, "male": 1.0})
 
@@ -343,6 +345,12 @@ _card("synth-control", "Synthetic lesions, no bias (negative control)", CONTROL,
       ("attributes present, identical generation for every group: any reported gap is noise",))
 _card("synth-contrast", "Synthetic lesions, lower lesion contrast for females (positive control)", CONTRAST,
       FEMALE_LOWER, ("lesion contrast in the female group is 0.35x the male group's",))
+_card("synth-flip", "Synthetic lesions, lower lesion contrast for males (synth-contrast's bias flipped)", FLIP,
+      ({"attribute": "sex", "group": "male", "metric": "auc", "direction": "lower"},
+       {"attribute": "sex", "group": "male", "metric": "dsc", "direction": "lower"}),
+      ("lesion contrast in the male group is 0.35x the female group's: synth-contrast's bias reversed",
+       "external-evaluation site: a model trained on synth-contrast and evaluated here (--eval-dataset synth-flip) "
+       "must show a shift of the sex difference whose interval excludes 0; on synth-control the bias vanishes"))
 _card("synth-underrep", "Synthetic lesions, females under-represented in train and harder", UNDERREP,
       FEMALE_LOWER + ({"attribute": "sex", "metric": "auc_gap", "direction": "smaller with groupdro or resampling than erm"},),
       ("females are 10% of train and 50% of val/test; their images are acquired differently (brighter, more "
