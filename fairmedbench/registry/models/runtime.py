@@ -145,6 +145,8 @@ class PromptableSegmenter(FoundationModel):
     def image_map(self, pixels: torch.Tensor) -> torch.Tensor:
         """The encoder's dense feature map (also remembered per image)."""
         maps = self.module.image_encoder(pixels)
+        if pixels.device.type == "meta":  # FLOP counting on the meta device (benchmark.costs): nothing to remember
+            return maps
         for i in range(pixels.shape[0]):
             key = self._memo_key(pixels[i])
             MAP_MEMO.encoded[key[2]] += 1
@@ -153,7 +155,7 @@ class PromptableSegmenter(FoundationModel):
 
     def maps(self, pixels: torch.Tensor) -> torch.Tensor:
         """fp32 encoder maps of a batch: remembered ones read back, only the others encoded (in one batch)."""
-        if "image_map" in vars(self):  # a trainable copy: its maps change as it learns
+        if "image_map" in vars(self) or pixels.device.type == "meta":  # a trainable copy; or FLOP counting
             return self.image_map(pixels).float()
         keys = [self._memo_key(pixels[i]) for i in range(pixels.shape[0])]
         found = [MAP_MEMO.get(k) for k in keys]
