@@ -13,7 +13,7 @@ Prints, for a fresh run of the main job (empty results and feature cache under a
   the job's precision and batch, and the encoder stage's achieved rate as a fraction of the matmul rate;
 - ratios of the job's encoder stage to the bare forward pass (CPU seconds per image).
 
-Usage: python benchmarks/main_job.py [--precision auto|fp32|bf16] [--n 100] [--batch-size N] [--keep DIR]
+Usage: python benchmarks/main_job.py [--precision auto|fp32|bf16] [--n 100] [--batch-size N] [--keep DIR] [--bare-only]
 The CPU flags that decide bf16 are printed first. Timings on a shared machine are noisy: CPU seconds and the
 ratios measured in this one process are the figures to compare.
 """
@@ -121,6 +121,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100, help="images per control dataset (the job's default)")
     ap.add_argument("--batch-size", type=int, default=None, help="encoder batch (default: the job's own choice)")
     ap.add_argument("--keep", metavar="DIR", help="write results and cache here and keep them (default: a temp folder)")
+    ap.add_argument("--bare-only", action="store_true", help="only the measurements (matmul rate, FLOPs, bare forward)")
     args = ap.parse_args()
 
     import torch
@@ -163,11 +164,17 @@ def main() -> int:
     bare_wall = (e["wall"] - s["wall"]) / batch
     bare_cpu = (e["user"] + e["sys"] - s["user"] - s["sys"]) / batch
     del model, enc, x
+    if args.bare_only:
+        r = snapshot()
+        print(f"process: peak RSS {r['maxrss']:.2f} GB, {r['minflt']:.0f} minor page faults")
     print(f"fp32 matmul 2048^3: {peak_wall:.0f} GFLOP/s wall, {peak_cpu:.0f} GFLOP per CPU-second")
     print(f"LiteMedSAM encoder: {flops / 1e9:.1f} GFLOP per {size}x{size} image; bare forward ({precision}, batch "
           f"{batch}): {bare_wall:.2f} s wall, {bare_cpu:.2f} CPU-s per image = {flops / 1e9 / bare_wall:.0f} GFLOP/s "
           f"({100 * flops / 1e9 / bare_wall / peak_wall:.0f}% of the matmul rate), "
           f"{flops / 1e9 / bare_cpu:.0f} GFLOP per CPU-s ({100 * flops / 1e9 / bare_cpu / peak_cpu:.0f}%)")
+
+    if args.bare_only:
+        return 0
 
     # -- the job, with every stage timed ------------------------------------------------------------------------
     prof = Profiler()
