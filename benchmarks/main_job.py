@@ -138,7 +138,7 @@ def main() -> int:
     import fairmedbench.benchmark.controls  # noqa: F401
     import fairmedbench.metrics.classification as mcls
     import fairmedbench.metrics.seg_fairness as mseg
-    import fairmedbench.tasks.classification  # noqa: F401
+    import fairmedbench.tasks.classification as tclass
     import fairmedbench.tasks.common as tcommon
     import fairmedbench.tasks.segmentation as tseg
 
@@ -183,6 +183,7 @@ def main() -> int:
         (resolve_mod.resolve_run, "resolve (data, fingerprints)", None),
         (feats_mod.extract_features, "feature extraction (load, cache)", None),
         (tcommon.fit_epochs, "head training", None),
+        (tclass.fit_head, "head training", None),
         (tseg.run_segmentation, "prompting + mask decoding", None),
         (mcls.evaluate_classification, "metrics + bootstrap", None),
         (mseg.evaluate_segmentation, "metrics + bootstrap", None),
