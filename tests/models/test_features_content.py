@@ -134,3 +134,22 @@ def test_unwritable_digest_cache_still_hashes(tmp_path: Path, monkeypatch: pytes
     path.write_bytes(b"xyz")
     content._MEMO.clear()
     assert content.file_digests([path])[str(path)] == content.hash_file(path)
+
+
+def test_map_memo_keeps_maps_on_disk_within_its_budget() -> None:
+    """The encoder-map memo returns what it was given (fp32), evicts the least recently used past its budget and
+    keeps nothing of the maps in memory but their file names."""
+    from fairmedbench.registry.models.runtime import MapMemo
+
+    memo = MapMemo(budget=3 * 4 * 256 * 16 * 16)  # room for three (256, 16, 16) fp32 maps
+    maps = [torch.randn(256, 16, 16) for _ in range(4)]
+    keys = [("m", "w|fp32", f"k{i}") for i in range(4)]
+    for k, m in zip(keys[:3], maps[:3]):
+        memo.put(k, m)
+    assert torch.equal(memo.get(keys[0]), maps[0])  # keys[0] is now the most recent
+    memo.put(keys[3], maps[3].to(torch.bfloat16))
+    assert memo.get(keys[1]) is None and memo.get(keys[2]) is not None
+    assert torch.equal(memo.get(keys[3]), maps[3].to(torch.bfloat16).float())
+    assert all(isinstance(v[0], str) and os.path.isfile(v[0]) for v in memo.index.values())
+    memo.clear()
+    assert memo.get(keys[0]) is None and memo.bytes == 0
