@@ -196,11 +196,12 @@ def resolve_precision(requested: str, device: str) -> str:
     return choice
 
 
-#: encoder batch on CPU when none is given. Measured (benchmarks/main_job.py, LiteMedSAM, 2-core EPYC, fp32): CPU
-#: seconds per image are flat from batch 4 to 16 (3.8 vs 3.7 under load) while the peak resident size grows 1.7 ->
-#: 4.5 GB, and a batch of 16 frees ~4 GiB at once, past glibc's largest trim threshold (2^31 - 1, see
-#: keep_freed_memory): that memory is returned to the kernel and page-faulted back every batch. At 4 a batch's
-#: working set (~1 GiB) stays below the threshold, so the heap is reused.
+#: encoder batch on CPU when none is given. Measured on LiteMedSAM's bare encoder (2-core EPYC, under load, one
+#: process per setting): CPU seconds per image are flat from batch 4 to 16 (fp32 3.8 vs 3.7, bf16 2.3 vs 2.1) while
+#: the peak resident size grows (fp32 1.7 -> 4.5 GB; 7.9 GB at 16 with keep_freed_memory), and a batch of 16 frees
+#: ~4 GiB at once, past glibc's largest trim threshold (2^31 - 1, see keep_freed_memory): that memory is returned to
+#: the kernel and page-faulted back every batch. At 4 a batch's working set (~1 GiB) stays below the threshold, so
+#: the heap is reused (the main job: 0.2 M minor faults, was 25.8 M).
 CPU_BATCH = 4
 GPU_BATCH = 16
 _BATCH_SAID: set[str] = set()
