@@ -318,7 +318,8 @@ def _compute_parent() -> argparse.ArgumentParser:
     g.add_argument("--data-root", help="the dataset's folder (default: $FMB_DATA_<NAME>, $FMB_DATA_ROOT/<name>); "
                                        "the data read is fingerprinted into the run's identity")
     g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    g.add_argument("--batch-size", type=int, default=16, help="encoder batch size")
+    g.add_argument("--batch-size", type=int, default=None,
+                   help="encoder batch size (default: 4 on a CPU, 16 on a GPU; printed)")
     g.add_argument("--num-workers", type=int, default=None, help="data loader workers (default: 0 on CPU)")
     g.add_argument("--channels-last", action="store_true", help="channels-last memory format for the encoder")
     g.add_argument("--cache-dir", default=".fmb-cache", help="feature cache folder")
@@ -664,14 +665,12 @@ def _add_verify(sub: Any) -> None:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from fairmedbench.benchmark.verify import verify_bundle
 
     with _stage_progress(quiet=False) as step:
         outcome = verify_bundle(args.bundle, args.board, sample=args.sample, seed=args.seed,
                                 tolerance=args.tolerance, weights=args.weights,
-                                opts=replace(run_options(args, step), cache_dir=None))
+                                opts=run_options(args, step))
     for line in outcome.lines():
         print(line, file=sys.stdout if outcome.passed else sys.stderr)
     return 0 if outcome.passed else 1

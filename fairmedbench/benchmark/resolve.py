@@ -272,26 +272,20 @@ def _check_config(task: Task, values: dict[str, Any]) -> None:
 
 
 def files_fingerprint(ds: Dataset) -> str:
-    """sha256 over every file a sample reads (path relative to the data root, size, mtime), or '' when the
-    samples are generated (synthetic: the generator settings are in the dataset fingerprint)."""
-    cols = [c for c in ("image", "mask") if c in ds.samples.columns]
-    if not cols:
+    """sha256 over the bytes of every file the samples read (metadata, images, masks: path relative to the data root
+    and BLAKE2b of the content, cached by engine.content), or '' when the samples are generated (synthetic: the
+    generator settings are in the dataset fingerprint)."""
+    from fairmedbench.engine.content import file_digests
+
+    files = ds.data_files()
+    if not files:
         return ""
+    digests = file_digests(p for _, p in files if os.path.isfile(p))  # an absent file fails at its decode
     h = hashlib.sha256()
     root = str(ds.root) if ds.root else ""
-    for col in cols:
-        for value in ds.samples[col].tolist():
-            if not isinstance(value, (str, os.PathLike)):
-                h.update(b"-\n")
-                continue
-            path = str(value)
-            try:
-                st = os.stat(path)
-                stat = f"{st.st_size}:{st.st_mtime_ns}"
-            except OSError:
-                stat = "absent"
-            rel = os.path.relpath(path, root) if root and path.startswith(root) else path
-            h.update(f"{col}|{rel}|{stat}\n".encode())
+    for kind, path in files:
+        rel = os.path.relpath(path, root) if root and path.startswith(root) else path
+        h.update(f"{kind}|{rel}|{digests.get(path, 'absent')}\n".encode())
     return h.hexdigest()
 
 

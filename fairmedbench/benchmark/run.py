@@ -38,7 +38,7 @@ class RunOptions:
     out_root: str = "results"
     cache_dir: str | None = ".fmb-cache"
     device: str = "auto"
-    batch_size: int = 16
+    batch_size: int | None = None  # None: engine.device.encoder_batch_size chooses for the device
     num_workers: int | None = None
     channels_last: bool = False
     force: bool = False
@@ -275,6 +275,7 @@ def _forced(opts: RunOptions) -> RunOptions:
 def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
     """Load the model, apply the usage, run the task's runner per seed, write the summary last."""
     from fairmedbench.adapters import RunContext
+    from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.registry.models import load_model, seen_in_pretraining
 
     config, checked, ds, split = resolved.config, resolved.checked, resolved.dataset, resolved.split
@@ -293,7 +294,8 @@ def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
     }
     t_load = time.perf_counter() - t0
     ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
-                     batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
+                     batch_size=encoder_batch_size(opts.batch_size, resolved.device),
+                     num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=checked.dataset_card, hparams=config.hparams, progress=opts.progress)
     runner = checked.task.run()
     ext = {"externals": resolved.externals} if resolved.externals else {}  # a task without external evaluation

@@ -208,6 +208,7 @@ def encode(spec: Any, opts: Any) -> None:
     """Fill the feature cache for `spec`'s model and dataset exactly as its run will read it (same views, same
     context), without training anything."""
     from fairmedbench.adapters import RunContext
+    from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.benchmark.resolve import resolve_run
     from fairmedbench.registry.models import load_model
     from fairmedbench.tasks.common import prepare_inputs
@@ -216,7 +217,8 @@ def encode(spec: Any, opts: Any) -> None:
     config, ds, split = resolved.config, resolved.dataset, resolved.split
     model = load_model(config.model, spec.weights, device=resolved.device, verify=opts.verify_weights)
     ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
-                     batch_size=opts.batch_size, num_workers=opts.num_workers, channels_last=opts.channels_last,
+                     batch_size=encoder_batch_size(opts.batch_size, resolved.device),
+                     num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=resolved.checked.dataset_card, hparams=config.hparams, progress=opts.progress)
     prepare_inputs(resolved.checked.usage, model, ds, split, ctx, resolved.externals)
 

@@ -131,6 +131,7 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
 
     from fairmedbench.adapters import RunContext
     from fairmedbench.benchmark.resolve import resolve_run
+    from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.models import load_model
 
@@ -158,8 +159,11 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
     checked = resolved.checked
     info = {"dataset": {"name": config.dataset}, "model": {"name": config.model, "weights": model.weights.identity},
             "precision": config.precision}
-    ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=None,
-                     batch_size=opts.batch_size, num_workers=opts.num_workers, dataset_card=checked.dataset_card,
+    # the feature cache is keyed by the content of every image encoded (engine.features), so reading it is as
+    # trustworthy as re-encoding: features of the sampled test items and of what the head trains on are reused
+    ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
+                     batch_size=encoder_batch_size(opts.batch_size, resolved.device), num_workers=opts.num_workers,
+                     dataset_card=checked.dataset_card,
                      hparams=config.hparams, progress=opts.progress)
     with tempfile.TemporaryDirectory(prefix="fmb-verify-") as tmp:
         runner = checked.task.run()
@@ -232,7 +236,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
                              "`benchmark submit` lists every problem")
     declared = _declared_weights(bundle, model)
-    opts = opts or RunOptions(cache_dir=None)
+    opts = opts or RunOptions()
     entries: dict[str, Any] = {}
     for entry in suite.entries:
         folder = bundle / "results" / entry.key

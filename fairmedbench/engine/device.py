@@ -196,6 +196,31 @@ def resolve_precision(requested: str, device: str) -> str:
     return choice
 
 
+#: encoder batch on CPU when none is given. Measured on LiteMedSAM's bare encoder (2-core EPYC, under load, one
+#: process per setting): CPU seconds per image are flat from batch 4 to 16 (fp32 3.8 vs 3.7, bf16 2.3 vs 2.1) while
+#: the peak resident size grows (fp32 1.7 -> 4.5 GB; 7.9 GB at 16 with keep_freed_memory), and a batch of 16 frees
+#: ~4 GiB at once, past glibc's largest trim threshold (2^31 - 1, see keep_freed_memory): that memory is returned to
+#: the kernel and page-faulted back every batch. At 4 a batch's working set (~1 GiB) stays below the threshold, so
+#: the heap is reused (the main job: 0.2 M minor faults, was 25.8 M).
+CPU_BATCH = 4
+GPU_BATCH = 16
+_BATCH_SAID: set[str] = set()
+
+
+def encoder_batch_size(requested: int | None, device: str) -> int:
+    """The encoder batch: `requested`, else CPU_BATCH on a CPU and GPU_BATCH on an accelerator (said once)."""
+    if requested is not None:
+        return requested
+    kind = device.split(":")[0]
+    size = CPU_BATCH if kind == "cpu" else GPU_BATCH
+    if kind not in _BATCH_SAID:
+        _BATCH_SAID.add(kind)
+        why = ("CPU seconds per image flat from 4 to 16, resident memory and page faults grow with the batch"
+               if kind == "cpu" else "accelerator default")
+        print(f"batch size auto -> {size} ({why}; --batch-size N to choose)", file=sys.stderr)
+    return size
+
+
 _HEAP_KEPT = False
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 

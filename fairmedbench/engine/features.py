@@ -1,9 +1,14 @@
 """Frozen-encoder feature extraction with a DataLoader, and an on-disk, memory-mapped feature cache.
 
-Cache key = (model name, weights identity, preprocessing, pooling, dataset fingerprint, split, precision).
-Entries are written into a unique staging folder and renamed into place, so two processes extracting
-the same features at once both finish correctly (the first rename wins, the other reads it); staging
-folders left by a killed process are removed by the next extraction into the same cache.
+Cache key = (model name, weights identity, preprocessing, pooling, precision) and what is encoded: the content
+key of each sample (the BLAKE2b of its image file's bytes, or of its generated pixels; see
+`Dataset.content_keys`) where the split offers them, else the dataset fingerprint and split name. Two levels:
+one memory-mapped array per split (the fast path of a rerun) and one file per content key (`items/`), so a
+changed image is the only one encoded again, a dataset copied to another folder reuses every feature, and
+pixel-identical images are encoded once. Entries are written into a unique staging folder (or a temporary file)
+and renamed into place, so two processes extracting the same features at once both finish correctly (the first
+rename wins, the other reads it); staging folders left by a killed process are removed by the next extraction
+into the same cache.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from fairmedbench.engine.device import autocast, resolve_precision, select_devic
 from fairmedbench.engine.store import remove_stale_staging, staging_dir
 from fairmedbench.errors import InputError
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 class ImageSplit(Protocol):
@@ -46,6 +51,7 @@ class Features:
     path: Path
     from_cache: bool
     seconds: float
+    encoded: int = 0  # images run through the encoder by this call (0 when every feature came from the cache)
 
 
 def sample_ids_of(split: Any) -> list[str]:
@@ -59,28 +65,56 @@ def sample_ids_of(split: Any) -> list[str]:
     return ids
 
 
-def cache_key(model: Any, split: Any, split_name: str, precision: str) -> tuple[str, dict[str, Any]]:
-    """Hash of every part that changes the features, and the parts themselves."""
-    fingerprint = getattr(split, "fingerprint", None)
-    if not fingerprint:
-        raise InputError("the dataset split has no `fingerprint`: cannot key the feature cache")
+def cache_key(model: Any, split: Any, split_name: str, precision: str,
+              content: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """Hash of every part that changes the features, and the parts themselves: the samples' `content` keys when
+    given (the data's identity is what it holds), else the split's fingerprint and name."""
     parts = dict(model.cache_identity())
-    parts.update(dataset=str(fingerprint), split=split_name, precision=precision, format=CACHE_FORMAT)
+    if content is not None:
+        parts.update(content=hashlib.sha256("\n".join(content).encode()).hexdigest())
+    else:
+        fingerprint = getattr(split, "fingerprint", None)
+        if not fingerprint:
+            raise InputError("the dataset split has no `fingerprint`: cannot key the feature cache")
+        parts.update(dataset=str(fingerprint), split=split_name)
+    parts.update(precision=precision, format=CACHE_FORMAT)
     blob = json.dumps(parts, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest(), parts
 
 
-class _Pixels:
-    """torch Dataset view of a split: loads and preprocesses one image per item (runs in workers)."""
+def _item_dir(cache_dir: Path, model: Any, precision: str) -> Path:
+    """Folder of the per-content features of one (model, weights, preprocessing, pooling, precision)."""
+    parts = {**model.cache_identity(), "precision": precision, "format": CACHE_FORMAT}
+    return cache_dir / parts["model"] / "items" / hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
-    def __init__(self, split: Any, preprocess: Any) -> None:
-        self.split, self.preprocess = split, preprocess
+
+def _read_item(folder: Path, content: str) -> np.ndarray | None:
+    try:
+        return np.load(folder / content[:2] / f"{content}.npy")
+    except (OSError, ValueError):  # absent, or a torn file from a killed writer: encode again
+        return None
+
+
+def _write_item(folder: Path, content: str, row: np.ndarray) -> None:
+    sub = folder / content[:2]
+    sub.mkdir(parents=True, exist_ok=True)
+    tmp = sub / f".{content}.{os.getpid()}.tmp.npy"
+    np.save(tmp, row)
+    os.replace(tmp, sub / f"{content}.npy")
+
+
+class _Pixels:
+    """torch Dataset view of the split's samples at `rows`: loads and preprocesses one image per item (runs in
+    workers)."""
+
+    def __init__(self, split: Any, preprocess: Any, rows: list[int]) -> None:
+        self.split, self.preprocess, self.rows = split, preprocess, rows
 
     def __len__(self) -> int:
-        return len(self.split)
+        return len(self.rows)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.preprocess(self.split.load_image(i))
+        return self.preprocess(self.split.load_image(self.rows[i]))
 
 
 def _entry_dir(cache_dir: Path, model_name: str, key: str) -> Path:
@@ -112,8 +146,10 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
                      progress: Callable[[int, int], None] | None = None) -> Features:
     """Features of every image of `split` from `model.encode_image`, read from / written to the cache.
 
-    num_workers=None picks `default_workers(device)`; precision "bf16" autocasts, "auto" is resolved for the
-    device (see engine.device) and the resolved one keys the cache; `progress(done, total)` after each batch.
+    A split with `content_keys()` is keyed per sample content: only images whose content has no cached feature
+    are encoded, each distinct content once. num_workers=None picks `default_workers(device)`; precision "bf16"
+    autocasts, "auto" is resolved for the device (see engine.device) and the resolved one keys the cache;
+    `progress(done, total)` after each batch.
     """
     import torch
 
@@ -121,7 +157,10 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
     device = select_device(device)
     precision = resolve_precision(precision, device)
     ids = sample_ids_of(split)
-    key, parts = cache_key(model, split, split_name, precision)
+    content = list(split.content_keys()) if hasattr(split, "content_keys") else None
+    if content is not None and len(content) != len(ids):
+        raise InputError(f"split has {len(ids)} samples but {len(content)} content keys")
+    key, parts = cache_key(model, split, split_name, precision, content)
     name = parts["model"]
     if cache_dir is not None:
         cache_dir = Path(cache_dir)
@@ -134,42 +173,73 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
         num_workers = default_workers(device)
     if batch_size < 1 or num_workers < 0:
         raise InputError(f"batch_size must be >= 1 and num_workers >= 0 (got {batch_size}, {num_workers})")
-    model.to(device)
-    if channels_last:
-        model.module.to(memory_format=torch.channels_last)
-    loader = torch.utils.data.DataLoader(
-        _Pixels(split, model.preprocess), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-        pin_memory=device.startswith("cuda"), persistent_workers=False,
-        prefetch_factor=4 if num_workers > 0 else None,
-    )
+    if not ids:
+        raise InputError(f"split {split_name!r} is empty: nothing to extract")
+    # rows to encode: every row without content keys; else the first row of each content with no cached feature
+    known: dict[str, np.ndarray] = {}
+    items = _item_dir(cache_dir, model, precision) if (cache_dir is not None and content is not None) else None
+    if content is None:
+        todo = list(range(len(ids)))
+    else:
+        first: dict[str, int] = {}
+        for r, c in enumerate(content):
+            first.setdefault(c, r)
+        if items is not None:
+            for c in first:
+                row = _read_item(items, c)
+                if row is not None:
+                    known[c] = row
+        todo = [r for c, r in first.items() if c not in known]
     tmp = None
     if cache_dir is not None:
         remove_stale_staging(cache_dir / name)
         tmp = staging_dir(cache_dir / name, key[:12])
     try:
         out: np.ndarray | None = None
-        row = 0
+        done = 0
+
+        def allocate(dim: int) -> np.ndarray:
+            shape = (len(ids), dim)
+            return (np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=shape)
+                    if tmp is not None else np.empty(shape, np.float32))
+
         if progress is not None:
-            progress(0, len(ids))  # starts the stage's clock and says what is running before the first batch
-        for batch in loader:
-            batch = batch.to(device, non_blocking=True)
+            progress(0, len(todo))  # starts the stage's clock and says what is running before the first batch
+        if todo:
+            model.to(device)
             if channels_last:
-                batch = batch.contiguous(memory_format=torch.channels_last)
-            with autocast(device, precision):
-                emb = model.encode_image(batch)
-            emb = emb.float().cpu().numpy()
+                model.module.to(memory_format=torch.channels_last)
+            loader = torch.utils.data.DataLoader(
+                _Pixels(split, model.preprocess, todo), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                pin_memory=device.startswith("cuda"), persistent_workers=False,
+                prefetch_factor=4 if num_workers > 0 else None,
+            )
+            for batch in loader:
+                batch = batch.to(device, non_blocking=True)
+                if channels_last:
+                    batch = batch.contiguous(memory_format=torch.channels_last)
+                with autocast(device, precision):
+                    emb = model.encode_image(batch)
+                emb = emb.float().cpu().numpy()
+                if out is None:
+                    out = allocate(emb.shape[1])
+                for j, r in enumerate(todo[done:done + len(emb)]):
+                    out[r] = emb[j]
+                    if content is not None:
+                        known[content[r]] = emb[j]
+                        if items is not None:
+                            _write_item(items, content[r], emb[j])
+                done += len(emb)
+                if progress is not None:
+                    progress(done, len(todo))
+        if content is not None:  # every row from its content's feature (cached, or encoded above for its first row)
             if out is None:
-                shape = (len(ids), emb.shape[1])
-                out = (np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=shape)
-                       if tmp is not None else np.empty(shape, np.float32))
-            out[row:row + len(emb)] = emb
-            row += len(emb)
-            if progress is not None:
-                progress(row, len(ids))
-        if out is None:
-            raise InputError(f"split {split_name!r} is empty: nothing to extract")
+                out = allocate(len(next(iter(known.values()))))
+            for r, c in enumerate(content):
+                out[r] = known[c]
+        assert out is not None
         if tmp is None:
-            return Features(ids, out, key, Path(), False, time.perf_counter() - t0)
+            return Features(ids, out, key, Path(), False, time.perf_counter() - t0, len(todo))
         assert isinstance(out, np.memmap)
         out.flush()
         del out
@@ -184,7 +254,7 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
                 raise
         hit = read_cached(cache_dir, name, key)  # type: ignore[arg-type]
         assert hit is not None
-        return Features(ids, hit[0], key, final, False, time.perf_counter() - t0)
+        return Features(ids, hit[0], key, final, False, time.perf_counter() - t0, len(todo))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

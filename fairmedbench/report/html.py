@@ -250,6 +250,8 @@ def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> 
     """Each external dataset of a seed document: its headline and per-group tables (the metric engine's, as for the
     internal test set) and its shift tables (external − internal per group, of the gap and of the difference, with
     the interval of independent bootstraps of the two test sets)."""
+    from fairmedbench.report.verdicts import site_shift
+
     out = []
     for ext in doc.get("external", []):
         reports = ext["result"]["reports"]
@@ -265,7 +267,7 @@ def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> 
                 shift = {"value": e["shift"], "ci_low": e["ci_low"], "ci_high": e["ci_high"]}
                 body.append([Cell(label), Cell(interval_text({"value": e["internal"]}), "num"),
                              Cell(interval_text({"value": e["external"]}), "num"),
-                             Cell(interval_text(shift, signed=True), "num"), verdict(shift)])
+                             Cell(interval_text(shift, signed=True), "num"), verdict_cell(site_shift(e))])
             tables.append(Table(["", f"internal {m}", f"external {m}", "shift (external − internal) [95% CI]",
                                  "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal"))
         out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables,

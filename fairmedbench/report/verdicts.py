@@ -231,7 +231,7 @@ def board_headline(rows: Sequence[dict[str, Any]]) -> str:
     if not ranked:
         lead = (f"No row is ranked: none of the {len(rows)} row(s) has been verified by a re-run "
                 "(`benchmark verify`)" if len(self_reported) == len(rows) else
-                f"No row is ranked: every verified row carries a flag that keeps it unranked")
+                "No row is ranked: every verified row carries a flag that keeps it unranked")
     else:
         tops = sorted({(r["dataset"], r["usage"], r["attribute"]) for r in ranked})
         firsts = [next(r for r in ranked if (r["dataset"], r["usage"], r["attribute"]) == k and r["rank"] == 1)
@@ -267,3 +267,18 @@ def study_mitigation(diff: Any, lo: Any, hi: Any, n_seeds: int, higher_is_better
     if not (lo > 0 or hi < 0) or higher_is_better is None:
         return "n.s." if not (lo > 0 or hi < 0) else "changed"
     return "better" if (lo > 0) == bool(higher_is_better) else "worse"
+
+
+def site_shift(entry: dict[str, Any] | None, what: str = "the shift") -> Verdict:
+    """Did a value change between the internal and an external test set? The shift is a signed difference of two
+    independent estimates, so its interval (from independent bootstraps of the two sets) can include 0 and is the
+    evidence; without an interval (a group below the minimum size) it is undefined."""
+    evidence = "95% interval of external - internal from independent bootstraps of the two test sets"
+    if not entry or not _finite(entry.get("shift")):
+        return Verdict("undefined", f"{what} is undefined.", evidence)
+    lo, hi = entry.get("ci_low"), entry.get("ci_high")
+    if not (_finite(lo) and _finite(hi)):
+        return Verdict("undefined", f"{what} has no interval (a group below the minimum size).", evidence)
+    if lo > 0 or hi < 0:
+        return Verdict("changed", f"{what} is beyond the two test sets' sampling error.", evidence)
+    return Verdict("no-difference", f"{what} is within the two test sets' sampling error.", evidence)

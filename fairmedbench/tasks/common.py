@@ -92,6 +92,10 @@ class SplitView:
         """The image of the split's k-th sample."""
         return self.dataset.load_image(int(self.positions[k]))
 
+    def content_keys(self) -> list[str]:
+        """What each sample's pixels are made of (file bytes or generated pixels): keys the feature cache."""
+        return self.dataset.content_keys(self.positions)
+
 
 def split_views(ds: Dataset, split: Split) -> dict[str, SplitView]:
     """The train/val/test views features are extracted from (their fingerprint keys the feature cache): the

@@ -122,6 +122,28 @@ def test_random_weight_bundle_verifies_and_forged_one_fails(lp_run: dict[str, An
     assert 'data-flag="verification-failed"' in html and "tier-verified" in html
 
 
+@pytest.mark.slow
+def test_verify_reads_the_runs_feature_cache(lp_run: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Verifying again with a warm cache encodes nothing: the features of the sampled test items and of the train/val
+    splits the head needs are read by content (a cache entry is as trustworthy as the data it keys). The first
+    verification encodes (it re-runs in fp32, while the run may have chosen bf16: another cache key)."""
+    import fairmedbench.engine.features as features
+
+    real, encoded = features.extract_features, []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        encoded.append(out.encoded)
+        return out
+
+    monkeypatch.setattr(features, "extract_features", counting)
+    for _ in range(2):
+        encoded.clear()
+        v = verify_bundle(lp_run["genuine"].path, sample=4, seed=1, opts=_opts(lp_run["tmp"]))
+        assert v.passed, v.lines()
+    assert encoded and sum(encoded) == 0
+
+
 def entry_key(v: Any) -> str:
     return next(iter(v.record["entries"]))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -96,13 +97,46 @@ def test_hparam_order_and_defaults_do_not_split_one_run(tmp_path: Path) -> None:
 
 
 def test_data_root_with_other_data_is_another_run(tmp_path: Path) -> None:
-    """The reproduction of the issue: the same command on two folders must not share a run id."""
+    """The reproduction of the issue: the same command on two folders with other data must not share a run id;
+    the same data written anew in another folder (other paths, mtimes, inodes) is the same run."""
     a, b, c = make_nih(tmp_path / "a"), make_nih(tmp_path / "b", n_patients=16), make_nih(tmp_path / "c")
     nih = ["--model", "litemedsam", "--weights", "random", "--dataset", "nih-cxr14", "--usage", "lp"]
     assert _run_id(nih, str(a)) != _run_id(nih, str(b))
-    # same table, image files written anew: their sizes/mtimes differ, so the data is treated as other data
-    assert _run_id(nih, str(a)) != _run_id(nih, str(c))
+    assert _run_id(nih, str(a)) == _run_id(nih, str(c))
     assert _run_id(nih, str(a)) == _run_id(nih, str(a))
+
+
+def _rewrite_keeping_size_and_mtime(path: Path) -> None:
+    """Flip one byte of `path` in place and put its mtime back: only the content (and the ctime) changes."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0xFF
+    with open(path, "r+b") as fh:
+        fh.write(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@pytest.mark.parametrize("which", ["image", "metadata", "split list"])
+def test_changed_bytes_with_same_size_and_mtime_is_another_run(tmp_path: Path, which: str) -> None:
+    """The data fingerprint hashes the bytes of every file read (images, metadata, the official split lists), so
+    an edit that keeps size and mtime is a new run id, even with the digest cache warm from the first run."""
+    root = make_nih(tmp_path / "a")
+    nih = ["--model", "litemedsam", "--weights", "random", "--dataset", "nih-cxr14", "--usage", "lp"]
+    before = _run_id(nih, str(root))
+    target = {"image": sorted((root / "images").glob("*.png"))[3], "metadata": root / "Data_Entry_2017_v2020.csv",
+              "split list": root / "test_list.txt"}[which]
+    if which != "image":  # a text file: change a character of a comment-free line without changing its length
+        text = target.read_text()
+        st = target.stat()
+        swapped = text.replace("PA", "AP", 1) if which == "metadata" else text.replace("001.png", "001.PNG", 1)
+        with open(target, "r+") as fh:
+            fh.write(swapped)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        _rewrite_keeping_size_and_mtime(target)
+    assert _run_id(nih, str(root)) != before
 
 
 def test_real_nih_subsets_give_two_ids(real_data: Path, tmp_path: Path) -> None:

@@ -231,6 +231,34 @@ def test_encoder_flops_are_counted_on_the_meta_device(tmp_path: Path, monkeypatc
         (tmp_path / "costs.json").read_text())))]["gflops"] == got["gflops"]
 
 
+@pytest.mark.parametrize("name", ["litemedsam", "sam-vit-b"])
+def test_sam_family_encoder_flops_are_counted_not_guessed(tmp_path: Path, monkeypatch, name: str) -> None:
+    """A SAM-family encoder's forward runs on the meta device (its map memo is skipped there), so the cost model
+    counts its FLOPs instead of falling back to 2 x params x patches (0.2 s/image for LiteMedSAM, >10x too low)."""
+    monkeypatch.setattr(costs, "CACHE", tmp_path / "costs.json")
+    got = costs.model_flops(name)
+    assert got["how"] == "counted" and got["gflops"] > 50  # LiteMedSAM 74.9, SAM ViT-B 972 GFLOP per image
+
+
+@pytest.mark.slow
+def test_litemedsam_cost_model_matches_a_measured_forward_within_2x(tmp_path: Path, monkeypatch) -> None:
+    """The meta-device count against FLOPs counted on a real CPU forward of one image (random weights)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fairmedbench.registry.models import load_model
+
+    monkeypatch.setattr(costs, "CACHE", tmp_path / "costs.json")
+    est = costs.model_flops("litemedsam")["gflops"]
+    model = load_model("litemedsam", "random", device="cpu")
+    size = model.card.preprocessing.size
+    with FlopCounterMode(display=False) as counter, torch.inference_mode():
+        model.encode_image(torch.rand(1, 3, size, size))
+    measured = counter.get_total_flops() / 1e9
+    assert 0.5 <= est / measured <= 2.0
+    assert measured == pytest.approx(75.0, rel=0.05)  # 74.9 GFLOP per 256 x 256 image, counted here
+
+
 def test_a_failed_run_is_recorded_and_the_study_goes_on(local, tmp_path: Path, monkeypatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     import fairmedbench.benchmark.run as run_module

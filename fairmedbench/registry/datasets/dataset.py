@@ -16,9 +16,12 @@ import pandas as pd
 from fairmedbench.engine.splits import Split, check_nonempty, official_split, patient_split
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.datasets.card import DATASETS, DatasetCard
-from fairmedbench.registry.datasets.io import decode_image, decode_label_map, read_spacing_dhw, sample_slices, to_uint8
+from fairmedbench.registry.datasets.io import (decode_image, decode_label_map, read_spacing_dhw, recording_reads,
+                                              sample_slices, to_uint8)
 
 UNKNOWN_POLICIES = ("exclude", "group", "drop")
+#: columns that pick one image inside a file holding several (an .npz key, an HDF5 frame): part of a sample's content
+LOCATOR_COLUMNS = ("image_key", "frame_index")
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Dataset:
         root: Path | None = None,
         unknown: str = "exclude",
         skip_bad: bool = False,
+        metadata_files: Sequence[str] = (),
     ) -> None:
         if unknown not in UNKNOWN_POLICIES:
             raise InputError(f"unknown={unknown!r}: choose one of {', '.join(UNKNOWN_POLICIES)}")
@@ -70,6 +74,7 @@ class Dataset:
         self._image_fn = result.image_fn or _default_image
         self._mask_fn = result.mask_fn or _default_mask
         self._content = result.content
+        self.metadata_files = list(dict.fromkeys(str(p) for p in metadata_files))  # tables, lists the reader read
         source = result.source or card.name
         self.report: dict[str, Any] = {
             "source": source,
@@ -277,6 +282,44 @@ class Dataset:
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
+    def data_files(self) -> list[tuple[str, str]]:
+        """(kind, path) of every file the samples are read from: metadata the reader read, then each sample's image
+        and mask (each path once); empty for generated datasets."""
+        out = [("metadata", p) for p in self.metadata_files]
+        seen = set(self.metadata_files)
+        for col in ("image", "mask"):
+            if col not in self.samples.columns:
+                continue
+            for value in self.samples[col].tolist():
+                if isinstance(value, (str, os.PathLike)) and str(value) not in seen:
+                    seen.add(str(value))
+                    out.append((col, str(value)))
+        return out
+
+    def content_keys(self, positions: Sequence[int] | np.ndarray) -> list[str]:
+        """What the pixels of each sample at `positions` are made of, as a hex digest: its image file's bytes (with
+        the card and the locator inside the file) for file-backed samples, else the decoded pixels themselves
+        (generated samples: pixel-identical images share a key). Keys the feature cache."""
+        from fairmedbench.engine.content import file_digests, hash_bytes
+
+        rows = [self.row(int(i)) for i in positions]
+        paths = [str(r["image"]) for r in rows if isinstance(r.get("image"), (str, os.PathLike))]
+        try:
+            digests = file_digests(paths)
+        except FileNotFoundError as exc:
+            raise MissingResourceError(f"image {exc.filename} not found (dataset {self.card.name!r})") from None
+        keys = []
+        for i, r in zip(positions, rows):
+            path = r.get("image")
+            if isinstance(path, (str, os.PathLike)):
+                where = "|".join(f"{c}={r[c]}" for c in LOCATOR_COLUMNS if c in r and r[c] is not None)
+                text = f"file|{self.card.name}|{self.card.version}|{self._content}|{digests[str(path)]}|{where}"
+                keys.append(hash_bytes(text.encode()))
+            else:
+                img = np.ascontiguousarray(self.load_image(int(i)))
+                keys.append(hash_bytes(f"pixels|{img.dtype}|{img.shape}|".encode() + img.tobytes()))
+        return keys
+
     def strata(self, attribute: str | None = None) -> np.ndarray:
         """Stratum of each sample: '<label>|<group>' (label only if no attribute, group only if no label)."""
         parts = []
@@ -373,13 +416,14 @@ def load_dataset(
         raise InputError(f"dataset {name!r} does not take option(s) {bad}; it takes: {', '.join(allowed) or 'none'}")
     if "skip_bad" in params:
         options["skip_bad"] = skip_bad
-    if card.synthetic:  # generated: a data root (e.g. a global --data-root) does not apply
-        result = card.reader(None, **options)
-        root = None
-    else:
-        root = resolve_root(card, data_root)
-        result = card.reader(root, **options)
-    ds = Dataset(card, result, root=root, unknown=unknown, skip_bad=skip_bad)
+    with recording_reads() as reads:
+        if card.synthetic:  # generated: a data root (e.g. a global --data-root) does not apply
+            result = card.reader(None, **options)
+            root = None
+        else:
+            root = resolve_root(card, data_root)
+            result = card.reader(root, **options)
+    ds = Dataset(card, result, root=root, unknown=unknown, skip_bad=skip_bad, metadata_files=reads)
     if skip_bad if verify is None else verify:
         ds.verify()
     return ds

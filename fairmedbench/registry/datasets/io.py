@@ -3,10 +3,12 @@ and small helpers readers share (reading a CSV, checking columns, indexing image
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -16,6 +18,26 @@ if TYPE_CHECKING:
     import pandas as pd
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".gif")
+
+_READS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("fmb_metadata_reads", default=None)
+
+
+def note_read(path: str | os.PathLike) -> None:
+    """Record a metadata file a reader read (tables, split lists, clinical notes): the data fingerprint hashes it."""
+    reads = _READS.get()
+    if reads is not None:
+        reads.append(str(path))
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[list[str]]:
+    """Collect, in order, the metadata files `note_read` records while a reader runs."""
+    reads: list[str] = []
+    token = _READS.set(reads)
+    try:
+        yield reads
+    finally:
+        _READS.reset(token)
 
 
 def to_uint8(arr: np.ndarray) -> np.ndarray:
@@ -233,6 +255,7 @@ def read_table(path: Path, what: str, access: str = "", **kwargs: Any) -> pd.Dat
     if not path.is_file():
         where = f" Request access: {access}" if access else ""
         raise MissingResourceError(f"{what} {path} not found.{where}")
+    note_read(path)
     try:
         if path.suffix.lower() in (".xlsx", ".xls"):
             return pd.read_excel(path, **kwargs)

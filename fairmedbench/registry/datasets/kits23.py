@@ -24,12 +24,13 @@ def read_kits23(root: Path, keep_missing_images: bool = False) -> ReadResult:
     from fairmedbench.errors import InputError, MissingResourceError
     from fairmedbench.registry.datasets.common import keep_rows_with_files, label_mask_fn, volume_image_fn
     from fairmedbench.registry.datasets.dataset import ReadResult
-    from fairmedbench.registry.datasets.io import require_columns
+    from fairmedbench.registry.datasets.io import note_read, require_columns
 
     base = root / "dataset" if (root / "dataset").is_dir() else root
     meta = base / "kits23.json"
     if not meta.is_file():
         raise MissingResourceError(f"KiTS23 clinical data {meta} not found. Get it: {ACCESS}")
+    note_read(meta)
     try:
         df = pd.DataFrame(json.loads(meta.read_text()))
     except (ValueError, TypeError) as exc:

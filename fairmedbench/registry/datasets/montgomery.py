@@ -16,6 +16,10 @@ ACCESS = "https://openi.nlm.nih.gov/imgs/collections/NLM-MontgomeryCXRSet.zip (N
 
 
 def _reading(path: Path) -> dict:
+    from fairmedbench.registry.datasets.io import note_read
+
+    if path.is_file():
+        note_read(path)
     text = path.read_text(errors="replace") if path.is_file() else ""
     sex = re.search(r"Patient'?s Sex:\s*([A-Za-z]+)", text)
     age = re.search(r"Patient'?s Age:\s*0*(\d+)", text)

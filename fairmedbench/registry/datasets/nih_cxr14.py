@@ -30,7 +30,7 @@ def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool 
 
     from fairmedbench.registry.datasets.common import find_in, keep_rows_with_files
     from fairmedbench.registry.datasets.dataset import ReadResult
-    from fairmedbench.registry.datasets.io import first_existing, index_files, read_table, require_columns
+    from fairmedbench.registry.datasets.io import first_existing, index_files, note_read, read_table, require_columns
 
     meta_path = (root / metadata) if metadata else first_existing(root, METADATA_NAMES, "NIH metadata Data_Entry_2017*.csv", ACCESS)
     df = read_table(meta_path, "NIH metadata", ACCESS)
@@ -64,6 +64,8 @@ def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool 
         notes.append(f"{implausible} rows with Patient Age > {max_age:g} treated as unknown age")
     tv, te = root / "train_val_list.txt", root / "test_list.txt"
     if tv.is_file() and te.is_file():
+        note_read(tv)
+        note_read(te)
         train = set(tv.read_text().split())
         test = set(te.read_text().split())
         df["split"] = df["Image Index"].map(lambda s: "test" if s in test else ("train" if s in train else None))

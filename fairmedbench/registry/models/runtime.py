@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
-from collections import OrderedDict
+import os
+import shutil
+import tempfile
+from collections import Counter, OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
@@ -63,8 +68,60 @@ class FoundationModel:
         raise self._unsupported("segment")
 
 
-_MAPS: "OrderedDict[tuple[str, str, str], torch.Tensor]" = OrderedDict()
-MAP_MEMO_SIZE = 64
+class MapMemo:
+    """Encoder maps of the images this process encoded, keyed by (model, weights|precision, pixels), kept in files
+    of a private temporary folder rather than in memory (a LiteMedSAM map is 4 MiB: holding every map of a job
+    would be gigabytes of resident memory), least recently used out past `budget` bytes; the folder is removed at
+    exit. `encoded` counts encoder runs per pixel key (the profile's "encodes per content")."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.dir: str | None = None
+        self.index: "OrderedDict[tuple[str, str, str], tuple[str, tuple[int, ...], int]]" = OrderedDict()
+        self.bytes = 0
+        self.encoded: Counter[str] = Counter()
+
+    def _folder(self) -> str:
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="fmb-maps-")
+            atexit.register(shutil.rmtree, self.dir, True)
+        return self.dir
+
+    def get(self, key: tuple[str, str, str]) -> torch.Tensor | None:
+        """The remembered fp32 map of `key`, or None."""
+        hit = self.index.get(key)
+        if hit is None:
+            return None
+        self.index.move_to_end(key)
+        return torch.from_numpy(np.fromfile(hit[0], dtype=np.float32).reshape(hit[1]))
+
+    def put(self, key: tuple[str, str, str], emb: torch.Tensor) -> None:
+        """Remember one image's map (as fp32)."""
+        if key in self.index:
+            self.index.move_to_end(key)
+            return
+        arr = emb.detach().to("cpu", torch.float32).contiguous().numpy()
+        path = os.path.join(self._folder(), f"{len(self.encoded)}-{key[2]}.f32")
+        arr.tofile(path)
+        self.index[key] = (path, tuple(arr.shape), arr.nbytes)
+        self.bytes += arr.nbytes
+        while self.bytes > self.budget and len(self.index) > 1:
+            _, (old, _, n) = self.index.popitem(last=False)
+            self.bytes -= n
+            with contextlib.suppress(OSError):
+                os.remove(old)
+
+    def clear(self) -> None:
+        """Forget every map (and the encode counts)."""
+        for path, _, _ in self.index.values():
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        self.index.clear()
+        self.bytes = 0
+        self.encoded.clear()
+
+
+MAP_MEMO = MapMemo(budget=4 << 30)  # 1000 LiteMedSAM maps of temporary disk
 
 
 def _pixel_key(pixels: torch.Tensor) -> str:
@@ -74,8 +131,10 @@ def _pixel_key(pixels: torch.Tensor) -> str:
 class PromptableSegmenter(FoundationModel):
     """SAM-style model: image encoder -> (B, C, h, w) map; prompt encoder + mask decoder for boxes and points.
 
-    The encoder maps of the most recent images are kept in memory (keyed by model, weights and pixels),
-    so segmenting an image whose features were just extracted does not run the encoder again.
+    The encoder map of every image encoded is remembered (`MAP_MEMO`, keyed by model, weights, precision and
+    pixels), so an image is encoded once per process however many runs (frozen features, prompted segmentation,
+    twin datasets sharing pixel-identical images) read it. A copy whose `image_map` is replaced on the instance
+    (LoRA's trainable encoder) bypasses the memo.
     """
 
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
@@ -83,31 +142,37 @@ class PromptableSegmenter(FoundationModel):
         mode = str(torch.get_autocast_dtype(dev)) if torch.is_autocast_enabled(dev) else "fp32"
         return (self.card.name, f"{self.weights.identity}|{mode}", _pixel_key(pixels))
 
-    def _remember(self, key: tuple[str, str, str], emb: torch.Tensor) -> None:
-        _MAPS[key] = emb.detach().to("cpu", torch.float32)
-        _MAPS.move_to_end(key)
-        while len(_MAPS) > MAP_MEMO_SIZE:
-            _MAPS.popitem(last=False)
-
     def image_map(self, pixels: torch.Tensor) -> torch.Tensor:
         """The encoder's dense feature map (also remembered per image)."""
         maps = self.module.image_encoder(pixels)
+        if pixels.device.type == "meta":  # FLOP counting on the meta device (benchmark.costs): nothing to remember
+            return maps
         for i in range(pixels.shape[0]):
-            self._remember(self._memo_key(pixels[i]), maps[i])
+            key = self._memo_key(pixels[i])
+            MAP_MEMO.encoded[key[2]] += 1
+            MAP_MEMO.put(key, maps[i])
         return maps
 
+    def maps(self, pixels: torch.Tensor) -> torch.Tensor:
+        """fp32 encoder maps of a batch: remembered ones read back, only the others encoded (in one batch)."""
+        if "image_map" in vars(self) or pixels.device.type == "meta":  # a trainable copy; or FLOP counting
+            return self.image_map(pixels).float()
+        keys = [self._memo_key(pixels[i]) for i in range(pixels.shape[0])]
+        found = [MAP_MEMO.get(k) for k in keys]
+        todo = [i for i, f in enumerate(found) if f is None]
+        if todo:
+            fresh = self.image_map(pixels[todo]).float()
+            for j, i in enumerate(todo):
+                found[i] = fresh[j]
+        return torch.stack([f.to(self.device) for f in found])
+
     def _map_of(self, pixels: torch.Tensor) -> torch.Tensor:
-        key = self._memo_key(pixels[0])
-        hit = _MAPS.get(key)
-        if hit is not None:
-            _MAPS.move_to_end(key)
-            return hit[None].to(self.device)
-        return self.image_map(pixels).float()
+        return self.maps(pixels)
 
     @torch.inference_mode()
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         """Global average of the image encoder's feature map (frozen-feature embedding)."""
-        return self.image_map(pixels).float().mean(dim=(2, 3))
+        return self.maps(pixels).mean(dim=(2, 3))
 
     def prompt_tensors(self, h: int, w: int, box: Sequence[float] | None = None, points: Any = None,
                        point_labels: Any = None
