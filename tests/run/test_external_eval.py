@@ -110,7 +110,7 @@ def test_multiclass_head_is_evaluated_on_an_external_set(tmp_path: Path) -> None
 def test_segmentation_external_results_with_a_stub_segmenter(tmp_path: Path) -> None:
     """The segmentation runner's external step: the same predictor on the external test split, DSC per group
     through the segmentation engine, the shift of the group mean DSC."""
-    from fairmedbench.tasks.common import attr_columns
+    from fairmedbench.tasks.common import attr_columns, patient_ids
     from fairmedbench.tasks.segmentation import _external_results, run_segmentation
 
     def fill_box(image: np.ndarray, prompt) -> np.ndarray:
@@ -126,7 +126,8 @@ def test_segmentation_external_results_with_a_stub_segmenter(tmp_path: Path) -> 
     ds, split, config = r.dataset, r.split, r.config
     internal = run_segmentation(fill_box, ds.load_image, ds.load_mask, split.test, "bbox", 0)
     [ext] = _external_results(config, r.externals, fill_box, tmp_path, 0, 0.0, internal,
-                              attr_columns(ds, config, np.asarray(internal.positions)))
+                              attr_columns(ds, config, np.asarray(internal.positions)),
+                              patient_ids(ds, np.asarray(internal.positions)))
     [sh] = ext["shift"]
     assert sh["metric"] == "dsc" and set(sh["per_group"]) == {"female", "male"}
     female = sh["per_group"]["female"]
