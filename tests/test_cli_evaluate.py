@@ -237,7 +237,7 @@ def test_patient_column_found_by_name_named_or_none(tmp_path: Path, capsys: pyte
     groups = df[df.split == "test"].groupby("sex")["Patient ID"].nunique()
     assert rep["resampling"]["n_clusters"] == {"__overall__": int(groups.sum()), **{g: int(v) for g, v in
                                                                                     groups.items()}}
-    assert "resampling unit for sex: patient: F" in out
+    assert "sex: intervals resample whole patients (F " in out
     rc, out, _ = _run(capsys, *common, "--patient-column", "none", "--out", str(tmp_path / "b.json"))
     assert rc == 0 and "resampling unit: row (--patient-column none)" in out
     assert store.read_json(tmp_path / "b.json")["result"]["reports"][0]["resampling"]["unit"] == "row"

@@ -182,10 +182,14 @@ def signed_difference_table(rep: dict[str, Any]) -> Table | None:
 
 
 def result_notes(rep: dict[str, Any], min_group_size: int | None = None) -> list[str]:
-    """Why numbers are missing or have no CI: skipped (one-class, empty) groups, gaps without two groups, small
-    groups, degenerate bootstrap distributions (the engine's ci_notes), samples without an attribute value."""
+    """The resampling unit of every interval, warnings, and why numbers are missing or have no CI: skipped
+    (one-class, empty) groups, gaps without two groups, small groups, degenerate bootstrap distributions (the
+    engine's ci_notes), samples without an attribute value."""
+    from fairmedbench.report.verdicts import resampling_sentence
+
     where = f"{rep['task']} / {rep['attribute']}"
-    out = [f"{where} = {g}: {why}" for g, why in rep.get("skipped", {}).items()]
+    out = [f"{where}: {resampling_sentence(rep)}"] + [f"{where}: {w}" for w in rep.get("warnings", [])]
+    out += [f"{where} = {g}: {why}" for g, why in rep.get("skipped", {}).items()]
     out += [f"{where}, {header(m)}: {why}" for m, why in rep.get("gap_notes", {}).items()]
     small = rep.get("small_groups", [])
     for g in small:
@@ -430,8 +434,9 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
             boot_table = Table(["method", *keys], [[Cell(m), *[_interval_cell(e.get(k), k != order[0])
                                                                for k in keys]]
                                                    for m, e in boot["methods"].items()],
-                               f"paired test-set bootstrap ({boot.get('n_boot')} resamples; seed means, groups "
-                               f"{', '.join(map(str, boot.get('groups', [])))})")
+                               f"paired test-set bootstrap ({boot.get('n_boot')} resamples of whole "
+                               f"{boot.get('unit', 'row')}s, {boot.get('n_clusters', '?')} of them; seed means, "
+                               f"groups {', '.join(map(str, boot.get('groups', [])))})")
         datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
                          "figures": figures})
     text = TEMPLATES.get_template("report/compare.html.j2").render(

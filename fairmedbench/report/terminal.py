@@ -102,13 +102,6 @@ def fmt_p(p: float | None) -> str:
     return f"{p:.3f}" if p >= 0.0005 else f"{p:.0e}"
 
 
-def units_label(r: AttributeReport) -> str:
-    """'patient: F 412, M 503' — the resampling unit and units per group."""
-    rs = r.resampling or {}
-    n = rs.get("n_clusters", {})
-    return f"{rs.get('unit', 'row')}: " + ", ".join(f"{g} {n[g]}" for g in r.groups if g in n)
-
-
 def render_tests(result: FairnessResult, console: Any) -> None:
     """The permutation test of each reported gap / difference (raw p, and adjusted over the family) and the
     resampling unit of every interval, per (task, attribute)."""
@@ -116,6 +109,7 @@ def render_tests(result: FairnessResult, console: Any) -> None:
 
     from fairmedbench.metrics.result import in_family
     from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.report.verdicts import resampling_sentence
 
     cols = [m for m in dict.fromkeys(m for r in result.reports for m in r.tests) if in_family(m)]
     if not cols:
@@ -134,7 +128,7 @@ def render_tests(result: FairnessResult, console: Any) -> None:
     console.print(table)
     for attribute in dict.fromkeys(r.attribute for r in result.reports):
         r = next(r for r in result.reports if r.attribute == attribute)
-        console.print(f"resampling unit for {attribute}: {units_label(r)}")
+        console.print(f"{attribute}: {resampling_sentence(r.to_dict())}")
 
 
 def render_resampled(original: FairnessResult, resampled: FairnessResult, sample: dict, console: Any) -> None:
@@ -270,8 +264,8 @@ def render_compare(doc: dict, console: Any) -> None:
 
         first = next(b for b in boots.values() if b)
         util = metric_spec(first.get("metric", "auc")).header  # AUC, or macro AUC (multi-class)
-        tb = Table(title="with the test set's sampling error: seed means, paired test-set bootstrap [95% CI]",
-                   title_justify="left")
+        tb = Table(title="with the test set's sampling error: seed means, paired test-set bootstrap of whole "
+                         f"{first.get('unit', 'row')}s [95% CI]", title_justify="left")
         for h in ("dataset", "method", f"signed {util} difference", f"worst-group {util}",
                   f"worst-group {util} - ERM"):
             tb.add_column(h)

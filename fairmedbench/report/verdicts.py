@@ -282,3 +282,16 @@ def site_shift(entry: dict[str, Any] | None, what: str = "the shift") -> Verdict
     if lo > 0 or hi < 0:
         return Verdict("changed", f"{what} is beyond the two test sets' sampling error.", evidence)
     return Verdict("no-difference", f"{what} is within the two test sets' sampling error.", evidence)
+
+
+def resampling_sentence(rep: dict[str, Any]) -> str:
+    """What every interval and test of a report resampled: 'patients (F 412, M 503): ...' or rows."""
+    rs = rep.get("resampling") or {}
+    n = rs.get("n_clusters", {})
+    per = ", ".join(f"{g} {n[g]}" for g in rep.get("groups", []) if g in n)
+    if rs.get("unit") == "patient":
+        return (f"intervals resample whole patients ({per} patients); the permutation tests move whole patients "
+                "between groups")
+    if rs.get("unit") == "row":
+        return f"intervals resample rows ({per} rows): no patient ids, so rows of one patient count as independent"
+    return "resampling unit not recorded (a result written before patient-level resampling)"
