@@ -38,7 +38,8 @@ class Verdict:
     @property
     def short(self) -> str:
         """The table cell: 'larger than chance (p = 0.003)', 'undefined: one seed', ..."""
-        return _SHORT.get(self.key, self.key) + (f" (p = {fmt_p(self.p)})" if self.p is not None else "")
+        raw = ", unadjusted" if self.evidence.endswith("unadjusted") else ""
+        return _SHORT.get(self.key, self.key) + (f" (p = {fmt_p(self.p)}{raw})" if self.p is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
