@@ -166,13 +166,10 @@ def test_alternative(metric: str) -> str | None:
     """How a between-group quantity is tested: 'greater' for a gap or ratio (max - min, never below 0, so only a
     larger value than under exchangeable groups is evidence), 'two-sided' for a signed two-group difference, None
     for what is no difference (equity-scaled scores, worst-group values, counts)."""
-    from fairmedbench.errors import InputError
-    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.specs import find_spec
 
-    try:
-        kind = metric_spec(metric).kind
-    except (InputError, KeyError):
-        kind = "gap" if metric.endswith("_gap") else "diff" if metric.endswith("_diff") else ""
+    spec = find_spec(metric)
+    kind = spec.kind if spec else "gap" if metric.endswith("_gap") else "diff" if metric.endswith("_diff") else ""
     return {"gap": "greater", "ratio": "greater", "diff": "two-sided"}.get(kind)
 
 
@@ -195,14 +192,10 @@ def attach_tests(report: AttributeReport, point: dict[str, np.ndarray], boot: di
 
 def in_family(metric: str) -> bool:
     """Whether a tested metric is in the corrected family: a gap or difference that summaries and tables show."""
-    from fairmedbench.errors import InputError
-    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.specs import find_spec
 
-    try:
-        spec = metric_spec(metric)
-    except (InputError, KeyError):
-        return False
-    return spec.summary or spec.table
+    spec = find_spec(metric)
+    return spec is not None and (spec.summary or spec.table)
 
 
 def adjust_tests(reports: list[AttributeReport], method: str = "by") -> dict[str, Any]:

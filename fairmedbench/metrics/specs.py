@@ -226,6 +226,16 @@ def metric_spec(name: str) -> MetricSpec:
     return METRIC_SPECS.get(name)
 
 
+def find_spec(name: str) -> MetricSpec | None:
+    """`metric_spec(name)`, or None for a name the registry does not know."""
+    from fairmedbench.errors import InputError
+
+    try:
+        return metric_spec(name)
+    except (InputError, KeyError):
+        return None
+
+
 def task_metrics(task: str) -> list[MetricSpec]:
     """Specs of one task in display order."""
     return [s for s in METRIC_SPECS.values() if s.task == task]

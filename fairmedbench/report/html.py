@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, PrefixLoader, StrictUndefined, se
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.result import GAP, OVERALL
-from fairmedbench.metrics.specs import board_metrics, headline_metric, metric_spec, table_metrics
+from fairmedbench.metrics.specs import board_metrics, find_spec, headline_metric, metric_spec, table_metrics
 
 # Every page of the package: "report/<name>" from fairmedbench/report/templates, "leaderboards/<name>" from
 # fairmedbench/leaderboards/templates; both extend report/base.html.j2. Autoescape is on for every template.
@@ -208,10 +208,8 @@ def result_notes(rep: dict[str, Any], min_group_size: int | None = None) -> list
 
 
 def _kind(metric: str) -> str | None:
-    try:
-        return metric_spec(metric).kind
-    except InputError:
-        return None
+    spec = find_spec(metric)
+    return None if spec is None else spec.kind
 
 
 def header(metric: str) -> str:

@@ -71,13 +71,10 @@ def _header(metric: str) -> str:
 
 
 def _direction(metric: str) -> bool | None:
-    from fairmedbench.errors import InputError
-    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.specs import find_spec
 
-    try:
-        return metric_spec(metric).higher_is_better
-    except InputError:
-        return None
+    spec = find_spec(metric)
+    return None if spec is None else spec.higher_is_better
 
 
 # ---------------------------------------------------------------------------------------- (a) disparity
