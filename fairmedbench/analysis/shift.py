@@ -109,16 +109,17 @@ def _edges(attr: Any) -> tuple[float, ...] | None:
 
 
 def check_alignment(internal: Any, external: Any, task: str, attributes: Sequence[str], label_columns: str,
-                    what: str) -> dict[str, Any]:
+                    what: str, sample_labels: bool = True) -> dict[str, Any]:
     """How the external card's labels and groups line up with the internal card's (a JSON-ready record), or
-    InputError saying what cannot be aligned. `label_columns` is the run's `tasks` hparam (main | all)."""
+    InputError saying what cannot be aligned. `label_columns` is the run's `tasks` hparam (main | all);
+    `sample_labels`: the task's samples carry class labels (Task.sample_labels), else masks."""
     head = f"--eval-dataset {what}"
     if task not in external.tasks:
         raise InputError(f"{head}: the run's task is {task}; dataset {external.name!r} offers "
                          f"{', '.join(external.tasks)}: evaluate on a dataset of the same task")
     if external.dim != internal.dim:
         raise InputError(f"{head}: dataset {external.name!r} is {external.dim}D, {internal.name!r} is {internal.dim}D")
-    if task in ("classification", "multiclass") and tuple(external.classes) != tuple(internal.classes):
+    if sample_labels and tuple(external.classes) != tuple(internal.classes):
         raise InputError(f"{head}: class names differ ({internal.name!r}: {list(internal.classes)}, "
                          f"{external.name!r}: {list(external.classes)}); a head can only be applied to the same "
                          "classes")
@@ -126,7 +127,7 @@ def check_alignment(internal: Any, external: Any, task: str, attributes: Sequenc
         raise InputError(f"{head}: tasks=all trains on {internal.name!r}'s extra labels "
                          f"{list(internal.extra_label_columns)}; {external.name!r} has "
                          f"{list(external.extra_label_columns) or 'none'}")
-    if task == "segmentation" and tuple(external.mask_classes) != tuple(internal.mask_classes):
+    if not sample_labels and tuple(external.mask_classes) != tuple(internal.mask_classes):
         raise InputError(f"{head}: mask classes differ ({list(internal.mask_classes)} vs "
                          f"{list(external.mask_classes)})")
     known = {a.name: a for a in external.attributes}
@@ -169,24 +170,24 @@ def _named(groups: np.ndarray) -> np.ndarray:
     return np.array([isinstance(g, str) for g in groups], dtype=bool)
 
 
-def group_draws(task: str, y: np.ndarray | None, scores: np.ndarray, groups: np.ndarray, n_boot: int, seed: int,
+def group_draws(y: np.ndarray | None, scores: np.ndarray, groups: np.ndarray, n_boot: int, seed: int,
                 stream: str, patient_ids: np.ndarray | None = None) -> GroupDraws:
     """Per-group headline utility of one test set with `n_boot` stratified resamples on its own named stream,
     drawing whole patients when `patient_ids` are given (as every interval of the engine does).
 
-    classification: AUC of `scores` (n,) against 0/1 `y`; multiclass: macro one-vs-rest AUC of (n, K)
-    probabilities against class indices; segmentation: mean of per-sample DSC `scores` (y unused)."""
+    The data say which: AUC of `scores` (n,) against 0/1 `y`; macro one-vs-rest AUC of (n, K) probabilities against
+    class indices; without `y`, the mean of per-sample DSC `scores`."""
     from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 
     keep = _named(np.asarray(groups, dtype=object))
     g = np.asarray(groups, dtype=object)[keep].astype(str)
     pids = None if patient_ids is None else np.asarray(patient_ids, dtype=object)[keep]
     b = max(int(n_boot), 1)
-    if task == "classification":
+    if y is not None and np.ndim(scores) == 1:
         d = paired_group_auc(np.asarray(y)[keep], np.asarray(scores)[keep][None], g, n_boot=b, seed=seed, label=stream,
                              patient_ids=pids)
         return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))
-    if task == "multiclass":
+    if y is not None:
         d = paired_group_macro_auc(np.asarray(y)[keep], np.asarray(scores)[keep][None], g, n_boot=b, seed=seed,
                                    label=stream, patient_ids=pids)
         return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))

@@ -154,10 +154,9 @@ about):
 def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str, str]], title: str,
                   source: str) -> Path:
     """summary.md: what was examined, the findings as sentences, and each file mapped to what it documents."""
-    task = doc.get("kind", "").split("-", 1)[-1]
-    task = task if task in ("classification", "segmentation", "multiclass") else "classification"
     result = doc["result"]
     meta = result.get("meta", {})
+    task = meta["kind"]  # the metric engine's kind: the task whose metrics the result holds (schema-required)
     unit = (result.get("resampling") or meta.get("resampling") or {}).get("unit")
     rows = "\n".join(f"| `{name}` | {what} | {req} |" for name, what, req in files)
     text = SUMMARY.format(

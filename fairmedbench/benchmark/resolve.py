@@ -207,7 +207,8 @@ def check_eval_datasets(spec: RunSpec, dcard: DatasetCard, task: Task, attribute
     if requests and spec.prevalence is not None and spec.prevalence_on == "test":
         raise InputError("--eval-dataset with --prevalence-on test: the internal test set would be resampled and the "
                          "external ones not, so their shift would mix the two; use --prevalence-on train")
-    aligned = tuple(check_alignment(dcard, dataset_card(r.name), task.name, attributes, label_columns, r.text)
+    aligned = tuple(check_alignment(dcard, dataset_card(r.name), task.name, attributes, label_columns, r.text,
+                                    task.sample_labels)
                     for r in requests)
     return requests, aligned
 
@@ -230,7 +231,7 @@ def _check_dimensions(mcard: ModelCard, dcard: DatasetCard, usage: Usage, task: 
         if dcard.dim != 3:
             raise InputError(f"model {mcard.name!r} segments 3D volumes; dataset {dcard.name!r} is {dcard.dim}D. Use "
                              "a 3D dataset (e.g. synth3d-contrast) or a 2D model (e.g. litemedsam)")
-    elif dcard.dim == 3 and task.name != "segmentation" and not usage.volumes:
+    elif dcard.dim == 3 and task.sample_labels and not usage.volumes:
         raise InputError(f"usage {usage.name!r} does not run on 3D volumes; dataset {dcard.name!r} is 3D: use a "
                          "classification usage that encodes slices (benchmark list usages)")
 

@@ -384,9 +384,9 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         store.write_parquet(out_dir / external_file(seed, k), frame)
         shifts = [shift_block("classification", a,
-                              group_draws("classification", internal[0][:, 0], sr.test_scores[:, 0], internal[1][a],
+                              group_draws(internal[0][:, 0], sr.test_scores[:, 0], internal[1][a],
                                           spec.n_boot, seed, "internal", internal[2]),
-                              group_draws("classification", ye[:, 0], scores[:, 0], attrs[a], spec.n_boot, seed,
+                              group_draws(ye[:, 0], scores[:, 0], attrs[a], spec.n_boot, seed,
                                           f"external:{ext.label}", patient_ids(ext.dataset, test)), spec.n_boot,
                               min_group_size(res))
                   for a in spec.attributes]

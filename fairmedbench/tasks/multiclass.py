@@ -273,9 +273,9 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         store.write_parquet(out_dir / external_file(seed, k), frame)
         shifts = [shift_block("multiclass", a,
-                              group_draws("multiclass", internal[0], probs["test"], internal[1][a], spec.n_boot, seed,
+                              group_draws(internal[0], probs["test"], internal[1][a], spec.n_boot, seed,
                                           "internal", internal[2]),
-                              group_draws("multiclass", ye, p, attrs[a], spec.n_boot, seed, f"external:{ext.label}",
+                              group_draws(ye, p, attrs[a], spec.n_boot, seed, f"external:{ext.label}",
                                           ext_pids),
                               spec.n_boot, min_group_size(res))
                   for a in spec.attributes]

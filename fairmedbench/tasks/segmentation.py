@@ -522,9 +522,9 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
                                     n_boot=spec.n_boot, seed=seed, patient_ids=ext_pids, n_perm=spec.n_perm)
         store.write_parquet(out_dir / external_file(seed, k), _segmentation_frame(eds, spec, seed, out, ext.split.test))
         shifts = [shift_block("segmentation", a,
-                              group_draws("segmentation", None, np.asarray(internal.dsc), internal_attrs[a],
+                              group_draws(None, np.asarray(internal.dsc), internal_attrs[a],
                                           spec.n_boot, seed, "internal", internal_pids),
-                              group_draws("segmentation", None, np.asarray(out.dsc), attrs[a], spec.n_boot, seed,
+                              group_draws(None, np.asarray(out.dsc), attrs[a], spec.n_boot, seed,
                                           f"external:{ext.label}", ext_pids), spec.n_boot, min_group_size(res))
                   for a in spec.attributes]
         res_out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))

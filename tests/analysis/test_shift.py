@@ -57,8 +57,8 @@ def test_shift_of_group_dsc_by_hand() -> None:
     d_int = np.array([0.5, 0.6, 0.7, 0.9, 0.8, 1.0])
     g_ext = np.array(["female"] * 2 + ["male"] * 2 + [None], dtype=object)  # a missing group is left out
     d_ext = np.array([0.9, 0.7, 0.4, 0.6, 0.0])
-    a = group_draws("segmentation", None, d_int, g_int, 200, 7, "internal")
-    b = group_draws("segmentation", None, d_ext, g_ext, 200, 7, "external:x")
+    a = group_draws(None, d_int, g_int, 200, 7, "internal")
+    b = group_draws(None, d_ext, g_ext, 200, 7, "external:x")
     sh = shift_block("segmentation", "sex", a, b, 200)
     assert sh["per_group"]["female"]["internal"] == pytest.approx(0.6)
     assert sh["per_group"]["female"]["external"] == pytest.approx(0.8)
@@ -91,14 +91,14 @@ def test_shift_of_group_auc_matches_sklearn_and_a_same_distribution_set_shows_no
     y2 = (rng.random(n) < 0.5).astype(int)
     g2 = np.where(rng.random(n) < 0.5, "female", "male").astype(object)
     s2 = y2 + rng.normal(0, np.where(g2 == "female", 1.5, 0.5))  # same distribution, other samples
-    a = group_draws("classification", y, s, g, 500, 0, "internal")
-    b = group_draws("classification", y2, s2, g2, 500, 0, "external:twin")
+    a = group_draws(y, s, g, 500, 0, "internal")
+    b = group_draws(y2, s2, g2, 500, 0, "external:twin")
     for k, grp in enumerate(a.groups):
         assert a.point[k] == pytest.approx(roc_auc_score(y[g == grp], s[g == grp]))
     sh = shift_block("classification", "sex", a, b, 500)
     assert sh["diff"]["ci_low"] < 0 < sh["diff"]["ci_high"]  # no shift: the interval includes 0
     s3 = y2 + rng.normal(0, np.where(g2 == "female", 0.5, 1.5))  # the bias flipped
-    c = group_draws("classification", y2, s3, g2, 500, 0, "external:flip")
+    c = group_draws(y2, s3, g2, 500, 0, "external:flip")
     flipped = shift_block("classification", "sex", a, c, 500)
     assert flipped["diff"]["shift"] < 0 and flipped["diff"]["ci_high"] < 0 and flipped["diff"]["excludes_0"]
 
@@ -107,8 +107,8 @@ def test_no_shift_interval_for_a_group_below_the_minimum_size() -> None:
     """As the metric engine: a group below min_group_size in either test set gets a point shift, no interval."""
     g = np.array(["female"] * 3 + ["male"] * 40, dtype=object)
     d = np.linspace(0.2, 0.9, 43)
-    a = group_draws("segmentation", None, d, g, 100, 0, "internal")
-    b = group_draws("segmentation", None, d[::-1].copy(), g, 100, 0, "external:x")
+    a = group_draws(None, d, g, 100, 0, "internal")
+    b = group_draws(None, d[::-1].copy(), g, 100, 0, "external:x")
     assert a.counts == (3, 40)
     sh = shift_block("segmentation", "sex", a, b, 100, min_group_size=30)
     assert sh["per_group"]["female"]["ci_low"] is None and "female" in sh["per_group"]["female"]["no_ci"]
