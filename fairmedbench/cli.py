@@ -565,8 +565,9 @@ def _add_controls(sub: Any) -> None:
         parents=[_compute_parent()],
         description="Run a model (default LiteMedSAM, real weights) with a linear probe and box-prompted "
                     "segmentation on the built-in biased synthetic dataset and on its control twin, and check "
-                    "that the injected disparity is found (signed difference's CI excludes 0) while the "
-                    "control shows none. Exits 1 when a control does not behave as declared.")
+                    "that the injected disparity is found (the signed difference's permutation test gives p < 0.05, in "
+                    "the declared direction) while the control shows none (p >= 0.05). Exits 1 when a control does not "
+                    "behave as declared.")
     p.add_argument("--model", default="litemedsam")
     p.add_argument("--weights")
     p.add_argument("--datasets", default="synth-contrast,synth-control", type=_csv_list)
