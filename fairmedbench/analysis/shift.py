@@ -13,6 +13,8 @@ the gap between groups (max - min) and, for two groups, of the signed difference
 group order, the metric engine's `_diff`). The two test sets are different samples, so the interval of a shift
 comes from independent bootstrap draws of each set (stratified by group x class, the same number of resamples,
 seeded by the run seed on two named streams): the percentile interval of the B differences of independent draws.
+`seeds_shift_block` gives the same for the mean over training seeds tested on the same two sets (a board's row):
+each quantity is computed per seed on shared draws, then averaged; `shift_block` is its one-seed case.
 """
 
 from __future__ import annotations
@@ -245,8 +247,21 @@ def shift_block(task: str, attribute: str, internal: GroupDraws, external: Group
                 min_group_size: int = 0) -> dict[str, Any]:
     """External minus internal per group, of the gap and (two groups) of the signed difference, with intervals
     from independent draws of the two test sets (none where a group is below `min_group_size` in either)."""
-    groups = [g for g in internal.groups if g in external.groups]
-    size = {g: min(d.counts[d.groups.index(g)] if d.counts else min_group_size for d in (internal, external))
+    return seeds_shift_block(task, attribute, [internal], [external], n_boot, min_group_size)
+
+
+def seeds_shift_block(task: str, attribute: str, internal: Sequence[GroupDraws], external: Sequence[GroupDraws],
+                      n_boot: int, min_group_size: int = 0) -> dict[str, Any]:
+    """`shift_block` of the mean over training seeds evaluated on the same two test sets: each quantity (a group's
+    value, the gap, the difference) is computed per seed, on every row of the draws, then averaged over seeds, so
+    the interval is the two test sets' sampling error of the seed mean. The seeds' draws must share their resamples
+    (`group_draws` with one seed and the same stream names for every training seed); one seed is `shift_block`."""
+    first_i, first_e = internal[0], external[0]
+    if any(d.groups != first_i.groups for d in internal) or any(d.groups != first_e.groups for d in external):
+        raise InputError(f"shift of {attribute}: the seeds' test sets hold different groups; a seed mean needs the "
+                         "same two test sets in every seed")
+    groups = [g for g in first_i.groups if g in first_e.groups]
+    size = {g: min(d.counts[d.groups.index(g)] if d.counts else min_group_size for d in (first_i, first_e))
             for g in groups}
     small = [g for g in groups if size[g] < min_group_size]
 
@@ -254,18 +269,21 @@ def shift_block(task: str, attribute: str, internal: GroupDraws, external: Group
         cols = [d.groups.index(g) for g in groups]
         return np.vstack([d.point[None, cols], d.resampled[:, cols]])
 
-    ti, te = table(internal), table(external)
+    def mean(quantity: Any) -> tuple[np.ndarray, np.ndarray]:  # (internal, external) of a quantity, seed mean
+        return (np.mean([quantity(table(d)) for d in internal], axis=0),
+                np.mean([quantity(table(d)) for d in external], axis=0))
+
     out: dict[str, Any] = {
         "attribute": attribute, "metric": SHIFT_METRIC[task], "groups": groups,
-        "only_internal": [g for g in internal.groups if g not in groups],
-        "only_external": [g for g in external.groups if g not in groups],
-        "per_group": {g: _entry(ti[:, k], te[:, k], n_boot, [g] if g in small else [])
+        "only_internal": [g for g in first_i.groups if g not in groups],
+        "only_external": [g for g in first_e.groups if g not in groups],
+        "per_group": {g: _entry(*mean(lambda t, k=k: t[:, k]), n_boot, [g] if g in small else [])
                       for k, g in enumerate(groups)},
-        "gap": _entry(_gap(ti), _gap(te), n_boot, small),
+        "gap": _entry(*mean(_gap), n_boot, small),
         "min_group_size": min_group_size,
     }
     if len(groups) == 2:
-        out["diff"] = {"of": f"{groups[1]} - {groups[0]}", **_entry(ti[:, 1] - ti[:, 0], te[:, 1] - te[:, 0], n_boot,
+        out["diff"] = {"of": f"{groups[1]} - {groups[0]}", **_entry(*mean(lambda t: t[:, 1] - t[:, 0]), n_boot,
                                                                      small)}
     return out
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from fairmedbench.analysis.shift import (check_alignment, group_draws, parse_eval_dataset, shift_block,
-                                         split_eval_list)
+from fairmedbench.analysis.shift import (GroupDraws, check_alignment, group_draws, parse_eval_dataset,
+                                         seeds_shift_block, shift_block, split_eval_list)
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.registry.datasets import get_card
@@ -114,3 +114,36 @@ def test_no_shift_interval_for_a_group_below_the_minimum_size() -> None:
     assert sh["per_group"]["female"]["ci_low"] is None and "female" in sh["per_group"]["female"]["no_ci"]
     assert sh["per_group"]["male"]["ci_low"] is not None
     assert sh["diff"]["ci_low"] is None and sh["gap"]["ci_low"] is None and sh["diff"]["shift"] is not None
+
+
+def test_seed_mean_shift_averages_each_quantity_over_seeds_on_shared_resamples() -> None:
+    """Two training seeds scored on the same two test sets, drawn with one seed and stream names: every quantity
+    (a group's AUC, the gap, the difference) is averaged over seeds row by row, so the points are the means of the
+    seeds' own shifts (the gap too: a mean of gaps, not the gap of mean AUCs) and the interval is the percentile
+    interval of the averaged draws; one seed is `shift_block`."""
+    rng = np.random.default_rng(1)
+    n = 300
+    g_int = np.where(rng.random(n) < 0.5, "female", "male").astype(object)
+    g_ext = np.where(rng.random(n) < 0.5, "female", "male").astype(object)
+    y_int, y_ext = (rng.random(n) < 0.5).astype(int), (rng.random(n) < 0.5).astype(int)
+    seeds = [(y_int + rng.normal(0, np.where(g_int == "female", 1.5, 0.6)),
+              y_ext + rng.normal(0, np.where(g_ext == "female", 0.6, 1.5 + 0.3 * k))) for k in range(2)]
+    draws = [(group_draws(y_int, si, g_int, 300, 0, "internal"), group_draws(y_ext, se, g_ext, 300, 0, "external:x"))
+             for si, se in seeds]
+    one = shift_block("classification", "sex", *draws[0], 300)
+    assert seeds_shift_block("classification", "sex", [draws[0][0]], [draws[0][1]], 300) == one
+    both = seeds_shift_block("classification", "sex", [d[0] for d in draws], [d[1] for d in draws], 300)
+    own = [shift_block("classification", "sex", *d, 300) for d in draws]
+    for key in ("gap", "diff"):
+        for field in ("internal", "external", "shift"):
+            assert both[key][field] == pytest.approx(np.mean([o[key][field] for o in own]))
+    assert both["per_group"]["male"]["shift"] == pytest.approx(np.mean([o["per_group"]["male"]["shift"] for o in own]))
+
+    def diff_rows(d: GroupDraws) -> np.ndarray:  # (B,) difference male - female of each resample
+        return d.resampled[:, 1] - d.resampled[:, 0]
+    averaged = np.mean([diff_rows(e) - diff_rows(i) for i, e in draws], axis=0)
+    lo, hi = np.percentile(averaged, [2.5, 97.5])
+    assert (both["diff"]["ci_low"], both["diff"]["ci_high"]) == pytest.approx((lo, hi))
+    other = group_draws(y_int, seeds[0][0], np.where(g_int == "female", "F", "M").astype(object), 300, 0, "internal")
+    with pytest.raises(InputError, match="different groups"):
+        seeds_shift_block("classification", "sex", [draws[0][0], other], [d[1] for d in draws], 300)
