@@ -47,8 +47,9 @@ def board_split_file(entry: Entry, opts: RunOptions, suite: Suite) -> str | None
 
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,
               n_boot: int = 2000, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
-    """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs) and write
-    the bundle; returns its path. Entries on a real test set run on the board's split (`board_split_file`)."""
+    """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs), evaluating
+    the entry's external datasets (--eval-dataset), and write the bundle; returns its path. Entries on a real test
+    set run on the board's split (`board_split_file`)."""
     suite = get_suite(suite_name)
     for key in entries:
         suite.entry(key)  # unknown keys fail here, listing the suite's entries
@@ -58,7 +59,8 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
     for entry in chosen:
         spec = RunSpec(model=model, dataset=entry.dataset, attributes=entry.attributes, usage=entry.usage,
                        seeds=entry.seeds, weights=weights, profile=entry.profile, n_boot=n_boot,
-                       dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite))
+                       dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite),
+                       eval_datasets=tuple(x.dataset for x in entry.externals))
         outcome = run(spec, replace(opts))
         if outcome.reused and any(_predates_empty_rows(d) for d in outcome.seed_docs):
             opts.say(f"{entry.key}: the stored run predates one predictions row per test sample; recomputing it")
@@ -69,7 +71,8 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
                 write_header(bundle, header, suite)
             doc = _for_bundle(doc, header)
             frame = pd.read_parquet(outcome.out_dir / f"seed{seed}.predictions.parquet")
-            write_result(bundle, entry, seed, doc, frame)
+            externals = [pd.read_parquet(outcome.out_dir / e["predictions"]) for e in doc.get("external", [])]
+            write_result(bundle, entry, seed, doc, frame, externals)
     return bundle
 
 

@@ -9,7 +9,8 @@ usages (sam-prompt on LiteMedSAM, clip-zs) score the sampled items directly. A l
 re-trained with the declared seed on the declared train and validation splits, so the training items are encoded
 again; we chose re-training over shipping the head's weights because it also proves the head was fit on the
 train split (a head fit to the test labels would otherwise verify). Every validation score (free: re-training
-computes them) and every sampled test score must match.
+computes them) and every sampled test score must match; so must every score of an entry's external datasets
+(`--eval-dataset`), whose test splits the re-run scores whole.
 
 The re-run is in fp32 on the chosen device. Tolerance (absolute, on probabilities or per-sample DSC): by default
 `leaderboards.tiers.TOLERANCE[the precision the run recorded]`: 1e-4 for an fp32 run (what remains is summation
@@ -88,6 +89,8 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file
                                                                "hparams", "split_file"}
     kw = {k: doc_spec[k] for k in names if k in doc_spec and doc_spec[k] is not None}
     kw["attributes"] = tuple(kw.get("attributes", ()))
+    # external datasets by their labels (name and reader options, as --eval-dataset takes them)
+    kw["eval_datasets"] = tuple(e["label"] for e in doc_spec.get("eval_datasets", ()))
     # val_youden is what a run without --threshold resolves to (the only value of a segmentation, multi-class or
     # group_thresholds run, which refuse --threshold)
     profile = get_profile(doc_spec.get("profile", "default"))
@@ -124,9 +127,10 @@ def _declared_weights(bundle: Path, model: dict[str, Any]) -> str:
 
 
 def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
-           split_file: str | None = None, declared: str | None = None) -> tuple[Any, list[str]]:
-    """Re-run one result document's config on the sampled test ids; (predictions frame, problems). The weights
-    read for the re-run must hash to the `declared` identity (model.json's sha256, or the seeded random init)."""
+           split_file: str | None = None, declared: str | None = None) -> tuple[Any, list[Any], list[str]]:
+    """Re-run one result document's config on the sampled test ids; (predictions frame, the predictions frame of
+    each external dataset, whose whole test split is re-run, problems). The weights read for the re-run must hash to
+    the `declared` identity (model.json's sha256, or the seeded random init)."""
     import pandas as pd
 
     from fairmedbench.adapters import RunContext
@@ -139,17 +143,17 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=True)
     mine, theirs = resolved.config.identity(), doc["spec"]
     if declared is not None and mine.get("weights") != declared:
-        return None, [f"the weights read for the re-run are {str(mine.get('weights'))[:24]}, not the declared "
+        return None, [], [f"the weights read for the re-run are {str(mine.get('weights'))[:24]}, not the declared "
                       f"{declared[:24]} (give the declared file with --weights)"]
     differ = sorted(k for k in set(mine) | set(theirs) if k not in OWN_FIELDS and mine.get(k) != theirs.get(k))
     if differ:
-        return None, [f"the re-run resolves differently from the submitted run in {', '.join(differ)} (submitted "
+        return None, [], [f"the re-run resolves differently from the submitted run in {', '.join(differ)} (submitted "
                       + "; ".join(f"{k}={str(theirs.get(k))[:40]}" for k in differ[:3]) + ")"]
     split, ds = resolved.split, resolved.dataset
     test_ids = set(split.ids["test"])
     absent = [i for i in ids if i not in test_ids]
     if absent:
-        return None, [f"{len(absent)} sampled id(s) are not in the resolved test split, e.g. {absent[0]!r}"]
+        return None, [], [f"{len(absent)} sampled id(s) are not in the resolved test split, e.g. {absent[0]!r}"]
     index = {str(s): i for i, s in enumerate(ds.samples["sample_id"].astype(str))}
     sample = Split({**split.ids, "test": tuple(ids)}, split.policy, split.seed, split.dataset,
                    split.dataset_fingerprint, {**split.positions,
@@ -167,10 +171,12 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
                      hparams=config.hparams, progress=opts.progress)
     with tempfile.TemporaryDirectory(prefix="fmb-verify-") as tmp:
         runner = checked.task.run()
+        ext = {"externals": resolved.externals} if resolved.externals else {}  # as benchmark.run passes them
         runner(config, checked.usage, model, ds, sample, ctx, dataclasses.replace(opts, force=True), Path(tmp),
-               info, 0.0)
+               info, 0.0, **ext)
         frame = pd.read_parquet(Path(tmp) / f"seed{config.seeds[0]}.predictions.parquet")
-    return frame, []
+        externals = [pd.read_parquet(Path(tmp) / e["predictions"]) for e in doc.get("external", [])]
+    return frame, externals, []
 
 
 def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tuple[int, float | None, list[str]]:
@@ -262,8 +268,13 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
                 problems, n, diff = [f"seed {k}: the run's weights {str(doc['spec'].get('weights'))[:24]} are not "
                                      f"the declared {declared[:24]}"], 0, None
             else:
-                frame, problems = _rerun(doc, ids, weights, opts, split_file, declared)
+                frame, externals, problems = _rerun(doc, ids, weights, opts, split_file, declared)
                 n, diff, more = (0, None, []) if frame is None else _compare(sub, frame, ids, block)
+                for ext, again in zip(doc.get("external", []), externals):  # every external test row
+                    theirs = pd.read_parquet(folder / ext["predictions"])
+                    m, d, p = _compare(theirs, again, theirs[block["columns"]["id"]].astype(str).tolist(), block)
+                    n, diff = n + m, d if diff is None else max(diff, d if d is not None else diff)
+                    more += [f"external {ext['label']}: {x}" for x in p]
                 problems = [f"seed {k}: {p}" for p in problems + more]
             if diff is not None and diff > tol:
                 problems.append(f"seed {k}: scores differ by up to {diff:.3g} (tolerance {tol:g})")

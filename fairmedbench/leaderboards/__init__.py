@@ -13,6 +13,8 @@ usage, task, metric profile, seeds and the pinned test set). A submission is a b
       suite.json   {"name", "version"}                      the suite (= board) the bundle answers
       results/<entry_key>/seed<k>.json                      a result document (engine.store.result_document)
       results/<entry_key>/seed<k>.predictions.parquet       its predictions (engine.store module docstring)
+      results/<entry_key>/seed<k>.external<j>.predictions.parquet   the test predictions on the entry's j-th
+                   external dataset (an entry that declares `suites.External` datasets; leaderboards/external.py)
 
 entry_key = f"{dataset}__{usage}__{'+'.join(attributes)}"; k runs over the entry's seeds. A bundle may
 answer a subset of the suite's entries, but every seed of each entry it answers. In each result document:
@@ -47,7 +49,8 @@ and partial rows are ranked separately); and
 `metrics.evaluate_classification` / `evaluate_segmentation` / `evaluate_multiclass`, run on the test rows with the
 settings in result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count
-and threshold within 1e-9. Recomputation proves the arithmetic, not where the predictions came from: every row
+and threshold within 1e-9; for an entry with external datasets, so does each external result and every shift
+(external − internal, `analysis.shift`), from the two predictions files (`external.check_seed`). Recomputation proves the arithmetic, not where the predictions came from: every row
 carries the flags of `flags.FLAGS` (one fact and one check each: no weights hash, weights not public, data seen
 in pretraining, near-perfect or duplicate predictions, implausible group scores, test set not pinned,
 verification failed) and a tier (`tiers`): `self-reported`, or `verified` once `benchmark verify` re-ran the

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from fairmedbench.engine import store
 from fairmedbench.leaderboards.suites import Entry, Suite
+from fairmedbench.tasks.common import external_file
 
 MODEL_FIELDS = ("name", "revision", "weights_sha256", "license", "family", "kind", "pretraining_data",
                 "training_datasets")
@@ -30,10 +31,18 @@ def result_paths(bundle: Path | str, entry: Entry, seed: int) -> tuple[Path, Pat
     return folder / f"seed{seed}.json", folder / f"seed{seed}.predictions.parquet"
 
 
-def write_result(bundle: Path | str, entry: Entry, seed: int, doc: dict[str, Any], frame: Any) -> Path:
-    """Write one result document and its predictions (pandas DataFrame) into the bundle; returns the JSON path."""
+def write_result(bundle: Path | str, entry: Entry, seed: int, doc: dict[str, Any], frame: Any,
+                 externals: Sequence[Any] = ()) -> Path:
+    """Write one result document, its predictions (pandas DataFrame) and the predictions of each of its external
+    datasets (`externals`, in the document's `external` order) into the bundle; returns the JSON path."""
     doc_path, pred_path = result_paths(bundle, entry, seed)
     if doc.get("predictions", {}).get("file") != pred_path.name:
         raise ValueError(f"predictions.file must be {pred_path.name!r} (the Parquet beside the result)")
+    named = [e.get("predictions") for e in doc.get("external", [])]
+    if named != [external_file(seed, k) for k in range(len(externals))]:
+        raise ValueError(f"the document's external predictions {named} do not match the {len(externals)} frame(s) "
+                         "given")
     store.write_parquet(pred_path, frame)
+    for name, ext_frame in zip(named, externals):
+        store.write_parquet(pred_path.parent / name, ext_frame)
     return store.write_json(doc_path, doc)

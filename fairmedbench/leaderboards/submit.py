@@ -726,6 +726,8 @@ def _card_lines(model: dict[str, Any], files: dict[str, bytes]) -> tuple[list[st
 
 def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
               ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
+    from fairmedbench.leaderboards import external  # it reads this module's checks
+
     lines: list[str] = []
     heads = {}
     for name, schema in (("model.json", MODEL_SCHEMA), ("suite.json", SUITE_SCHEMA)):
@@ -755,10 +757,11 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
             if m:
                 layout.setdefault(parts[1], {})[int(m.group(1))] = rel
                 continue
-            if re.match(r"^seed\d{1,6}\.predictions\.parquet$", parts[2]):
+            if re.match(r"^seed\d{1,6}\.predictions\.parquet$", parts[2]) or external.FILE_RE.match(parts[2]):
                 continue
         lines.append(f"{rel}: unexpected file (layout: model.json, suite.json, optional {CARD_FILE}, "
-                     "results/<entry>/seed<k>.json and seed<k>.predictions.parquet)")
+                     "results/<entry>/seed<k>.json and seed<k>.predictions.parquet, with "
+                     "seed<k>.external<j>.predictions.parquet for an entry's external datasets)")
     for key in sorted(layout):
         if key not in suite.keys():
             lines.append(f"results/{key}: not an entry of suite {suite.name!r} (entries: {', '.join(suite.keys())})")
@@ -778,7 +781,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                 lines.append(f"results/{entry.key}: seed {k} is missing (the suite asks for seeds {list(entry.seeds)})")
         for k in sorted(set(seeds) - set(entry.seeds)):
             lines.append(f"{seeds[k]}: seed {k} is not one of the suite's seeds {list(entry.seeds)}")
-        per_seed, test_fps, run_meta, preds, weights = [], set(), [], [], set()
+        per_seed, test_fps, run_meta, preds, weights, ext_seeds = [], set(), [], [], set(), []
         for k in entry.seeds:
             if k not in seeds:
                 continue
@@ -812,6 +815,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                     raise _Stop([f"{rel}: reported number differs from recomputation: {d}"
                                  for d in diffs[:MAX_LINES_PER_FILE]]
                                 + ([f"{rel}: ... and {more} more differences"] if more > 0 else []))
+                ext_seeds.append(external.check_seed(rel, doc, entry, k, files, cols, limits))
                 per_seed.append(_headline(doc, entry.task))
                 preds.append(from_columns(cols.test, doc["predictions"], k))
                 weights.add(str(doc["spec"].get("weights")))
@@ -835,7 +839,8 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
             rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
                          "attribute": attr, "profile": entry.profile, "seeds": [m["seed"] for m in run_meta],
                          "metrics": metrics, "flags": row_flags, "runs": run_meta,
-                         "coverage": _coverage(entry, run_meta[0]["n_test"])})
+                         "coverage": _coverage(entry, run_meta[0]["n_test"]),
+                         **external.row_fields(entry, attr, ext_seeds)})
     if lines:
         raise _Stop(lines)
     identity = weights_identity(model.get("weights_sha256"),

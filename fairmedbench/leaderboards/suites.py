@@ -7,7 +7,9 @@ consistency only (their predictions must match the fingerprints they report) and
 Entries on real data carry a `TestSet` (testsets.py): the rule that picks the test samples from any copy
 of the data (the provider's official split, or a documented patient-hash rule), its pins, and whether a
 submitter holding part of the images may answer part of it (coverage, ranked separately). Each entry names
-its headline metric from the MetricSpec registry (default: the task's headline metric).
+its headline metric from the MetricSpec registry (default: the task's headline metric). An entry may declare
+external datasets (`External`): the trained model is also evaluated on their test splits (`--eval-dataset`), and
+the board shows each one's results and the shift from the internal test set (leaderboards/external.py).
 """
 
 from __future__ import annotations
@@ -15,12 +17,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fairmedbench.analysis.shift import EvalRequest, parse_eval_dataset
 from fairmedbench.engine.splits import test_fingerprint  # noqa: F401  (part of this module's API)
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.testsets import TestSet
 from fairmedbench.metrics.specs import headline_metric, metric_spec
 from fairmedbench.registry.base import Registry
 from fairmedbench.tasks.base import TASKS
+
+
+@dataclass(frozen=True)
+class External:
+    """An external dataset of an entry: its `--eval-dataset` text (NAME or NAME:KEY=VALUE..., no `root=`: where the
+    data lives is the runner's business) and the pins of its test split (None: pending, checked for consistency)."""
+
+    dataset: str
+    test_fingerprint: str | None = None
+    n_test: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            request = parse_eval_dataset(self.dataset)
+        except InputError as err:
+            raise ValueError(str(err)) from None
+        if request.root is not None:
+            raise ValueError(f"external {self.dataset!r}: a suite names what is evaluated, not where its data lives "
+                             "(drop root=; run-suite reads --data-root)")
+
+    @property
+    def label(self) -> str:
+        """How results name it (the run's `eval_datasets[k].label`), e.g. 'synth-flip:n=200'."""
+        return parse_eval_dataset(self.dataset).label
+
+    @property
+    def name(self) -> str:
+        """Its dataset card's name."""
+        return parse_eval_dataset(self.dataset).name
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready: label, card name, and the pins of its test split."""
+        return {"label": self.label, "dataset": self.name, "test_fingerprint": self.test_fingerprint,
+                "n_test": self.n_test}
 
 
 @dataclass(frozen=True)
@@ -39,6 +76,7 @@ class Entry:
     options: tuple[tuple[str, Any], ...] = ()
     test_set: TestSet | None = None
     headline: str = ""
+    externals: tuple[External, ...] = ()
 
     @property
     def dataset_options(self) -> dict[str, Any]:
@@ -60,6 +98,9 @@ class Entry:
             raise ValueError(f"entry {self.key}: headline metric {spec.name!r} is a {spec.task} metric, "
                              f"not {self.task}")
         object.__setattr__(self, "headline", spec.name)
+        labels = [x.label for x in self.externals]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"entry {self.key}: an external dataset is listed twice ({', '.join(labels)})")
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -104,7 +145,8 @@ class Entry:
         return {"key": self.key, "dataset": self.dataset, "usage": self.usage, "task": self.task,
                 "attributes": list(self.attributes), "seeds": list(self.seeds), "profile": self.profile,
                 "headline_metric": {"name": spec.name, "label": spec.header, "definition": spec.definition},
-                "split_fingerprint": self.split_fingerprint, "options": self.dataset_options, "test_set": test}
+                "split_fingerprint": self.split_fingerprint, "options": self.dataset_options, "test_set": test,
+                "externals": [x.describe() for x in self.externals]}
 
 
 @dataclass(frozen=True)
@@ -185,6 +227,33 @@ register_suite(Suite(
     "female group's grade signal is 0.35x the male group's); linear probe with a softmax head, ranked by macro "
     "one-vs-rest AUC.",
     (_synth("synth-ordinal", "lp", "multiclass", (0, 1, 2)),),
+))
+# Fairness under shift: trained on synth-contrast (female lesions at 0.35x contrast), tested on its own test split and
+# on the test splits of synth-flip (the bias reversed: male lesions at 0.35x) and synth-control (no bias). A small, easy
+# version of the lesions (64 px, brighter lesions) that a random-weight ResNet-18 separates; 300 images each, so each
+# test split holds 90 (45 per sex, above the minimum group size of an interval). Pins: (split, test fingerprint, n).
+SHIFT_OPTIONS = (("n", 300), ("config", {"size": 64, "lesion_amplitude": 0.4}))
+SHIFT_PINS = {
+    "synth-contrast": ("74ce71f6359853f45130338a3b62510b84c22b552df3a3b73d75613aa14a5693",
+                       "275f9152ad5eca798cfcd25d1ee2e3e5f672c4db34827b332f788d1d9132ae3e", 90),
+    "synth-flip": (None, "3de90d6fa9effde536d502d36dd844c8a0519224e1f10cfef8cfe8d12f18eb1b", 90),
+    "synth-control": (None, "1841450c8b293f0ca22cb98d7aa9ebc43c619842badb97249567bfa42cadd7c8", 90),
+}
+
+
+def _shift_external(dataset: str) -> External:
+    _, test_fp, n_test = SHIFT_PINS[dataset]
+    return External(EvalRequest(dataset, dataset, dict(SHIFT_OPTIONS)).label, test_fp, n_test)
+
+
+register_suite(Suite(
+    "synthetic-shift", "1.0",
+    "Fairness under dataset shift, runnable offline: a linear probe trained on synth-contrast (lower lesion contrast "
+    "for females) is tested on its own test split and, unchanged, on a site where the bias is reversed (synth-flip) "
+    "and one without it (synth-control); the board shows each site's utility, gap and the shift per group.",
+    (Entry("synth-contrast", SEX_AGE, "lp", seeds=(0, 1, 2), split_fingerprint=SHIFT_PINS["synth-contrast"][0],
+           test_fingerprint=SHIFT_PINS["synth-contrast"][1], n_test=SHIFT_PINS["synth-contrast"][2],
+           options=SHIFT_OPTIONS, externals=(_shift_external("synth-flip"), _shift_external("synth-control"))),),
 ))
 # Real test sets. NIH ChestX-ray14's official test_list.txt is not part of its metadata and is not available
 # offline, so the board's test set is a documented patient-level rule over the official metadata
