@@ -17,8 +17,8 @@ from typing import Any
 from fairmedbench import __version__
 from fairmedbench.leaderboards.flags import UNRANKED_FLAGS, legend
 from fairmedbench.leaderboards.tiers import TIERS
-from fairmedbench.report.html import TEMPLATES, Figure, Shape
-from fairmedbench.report.verdicts import board_headline
+from fairmedbench.report.html import TEMPLATES, Cell, Figure, Shape, Table, interval_text, verdict_cell
+from fairmedbench.report.verdicts import board_headline, board_shift_headline, shift_quantity, site_shift
 
 SCRIPT = """
 (function () {
@@ -185,6 +185,61 @@ def scatter(rows: list[dict[str, Any]], width: int = 620, height: int = 380, uti
                    "aria-label": "utility against gap"}, shapes)
 
 
+def external_sections(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per entry and external dataset: a heading and, per attribute, a table of the entry's rows in board order: the
+    utility and the gap on the internal and the external test set (means over seeds, as the board columns), then
+    the shift of the seed mean per group, of the gap and of the two groups' difference, with its verdict
+    (`report.verdicts.site_shift`)."""
+    columns = [c for c in board["columns"] if c["key"] in ("utility", "gap")]
+    out = []
+    for e in board.get("entries", []):
+        for x in e.get("externals", []):
+            found = [(r, ext) for r in board["rows"] if r["entry"] == e["key"]
+                     for ext in r.get("external") or [] if ext["label"] == x["label"]]
+            if not found:
+                continue
+            tables = []
+            for attribute in dict.fromkeys(r["attribute"] for r, _ in found):
+                items = [(r, ext) for r, ext in found if r["attribute"] == attribute]
+                tables.append(_shift_table(attribute, items, columns))
+            out.append({"entry": e["key"], "dataset": e["dataset"], "usage": e["usage"], "label": x["label"],
+                        "n_test": found[0][1]["n_test"], "method": found[0][1]["shift_method"], "tables": tables})
+    return out
+
+
+def _shift_table(attribute: str, items: list[tuple[dict[str, Any], dict[str, Any]]],
+                 columns: list[dict[str, Any]]) -> Table:
+    shift = next((ext["shift"] for _, ext in items if ext.get("shift")), None)
+    head = ["Rank", "Model", "Revision", "Tier"]
+    head += [f"{c['header']} {side}" for c in columns for side in ("internal", "external")]
+    what = ""
+    if shift:
+        from fairmedbench.metrics.specs import metric_spec
+
+        label = metric_spec(shift["metric"]).header
+        what = shift_quantity(shift)[0]
+        head += [f"shift of {label}: {g}" for g in shift["groups"]] + ["shift of the gap"]
+        head += ([f"shift of the {what}"] if "diff" in shift else []) + [f"{what}: beyond sampling error?"]
+    body = []
+    for r, ext in items:
+        row = [Cell("—" if r.get("rank") is None else str(r["rank"]), "num", r.get("unranked") or ""),
+               Cell(str(r["model"])), Cell(str(r["revision"])), Cell(str(r.get("tier", "self-reported")))]
+        row += [Cell(fmt(m.get(c["key"])), "num") for c in columns for m in (r["metrics"], ext["metrics"])]
+        sh = ext.get("shift")
+        if shift and sh:
+            cells = [sh["per_group"].get(g) for g in shift["groups"]] + [sh["gap"]]
+            cells += [sh["diff"]] if "diff" in shift else []
+            row += [Cell(interval_text(None if c is None else {"value": c["shift"], "ci_low": c["ci_low"],
+                                                                "ci_high": c["ci_high"]}, signed=True), "num",
+                         "" if c is None else c.get("no_ci", "")) for c in cells]
+            row.append(verdict_cell(site_shift(shift_quantity(sh)[1], f"the shift of the {what}")))
+        body.append(row)
+    caption = (f"by {attribute}: board columns on each test set (means over seeds); shift = external − internal "
+               "of the seed mean [95% interval, resampling both test sets]" if shift else
+               f"by {attribute}: board columns on each test set (means over seeds; no shift for a crossed attribute)")
+    return Table(head, body, caption, css="wide")
+
+
 def html_page(board: dict[str, Any]) -> str:
     """The board's static page (leaderboards/templates/board.html.j2): filters, sortable table with provenance
     and flags, scatter, models, ranking rule; every value escaped by the template."""
@@ -198,6 +253,7 @@ def html_page(board: dict[str, Any]) -> str:
         generated_at=board["generated_at"], ranking_rule=board["ranking_rule"], columns=board["columns"],
         rows=shown, ranked_rows=[r for r in shown if r.get("tier") == "verified"],
         self_rows=[r for r in shown if r.get("tier") != "verified"], headline=board_headline(rows),
+        shift_headline=board_shift_headline(rows), externals=external_sections(board),
         models=board["models"],
         options={k: sorted({r[k] for r in rows}) for k in ("dataset", "attribute", "usage")},
         scatter=scatter(rows, utility=utility_label(board["columns"]) or "AUC / DSC"), fmt=fmt,
@@ -206,7 +262,7 @@ def html_page(board: dict[str, Any]) -> str:
         coverage=coverage_text,
         flag_legend=board.get("flag_legend") or legend(), tiers=board.get("tiers") or list(TIERS),
         unranked_flags=UNRANKED_FLAGS,
-        provenance=provenance, provenance_heading="board provenance")
+        external_test=external_test_text, provenance=provenance, provenance_heading="board provenance")
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -222,7 +278,9 @@ def markdown(board: dict[str, Any]) -> str:
     """README tables: models by mean rank, then every row by (dataset, usage, attribute) and rank."""
     suite, columns = board["suite"], board["columns"]
     es = any(c["key"] == "es" for c in columns)  # a multi-class-only board has no ES column
+    shift = board_shift_headline(board["rows"])
     out = [f"### Leaderboard: {md_cell(suite['name'])} v{md_cell(suite['version'])}", "",
+           *([md_cell(shift), ""] if shift else []),
            md_cell(board_headline(board["rows"])), "", f"Ranking rule: {board['ranking_rule']}", "",
            "| Model | Revision | Mean rank | Rows | Mean utility |" + (" Mean ES |" if es else "")
            + " Mean gap | Tiers | Flags |", "|---|---|---:|---:|---:|" + ("---:|" if es else "") + "---:|---|---|"]
@@ -246,19 +304,37 @@ def markdown(board: dict[str, Any]) -> str:
             "", "| Flag | Rule |", "|---|---|"]
     out += [f"| {md_cell(f['label'])} | {md_cell(f['rule'])} |" for f in board.get("flag_legend") or legend()]
     out += test_sets_markdown(board.get("entries", []))
+    sections = external_sections(board)
+    if sections:
+        out += ["", "#### External evaluation (not ranked)", "", md_cell(sections[0]["method"])]
+    for sec in sections:
+        out += ["", f"**{md_cell(sec['dataset'])} ({md_cell(sec['usage'])}) → {md_cell(sec['label'])}** "
+                    f"({sec['n_test']} test samples)"]
+        for tbl in sec["tables"]:
+            out += ["", md_cell(tbl.caption), "", "| " + " | ".join(md_cell(h) for h in tbl.header) + " |",
+                    "|" + "---|" * len(tbl.header)]
+            out += ["| " + " | ".join(md_cell(c.text) for c in row) + " |" for row in tbl.rows]
     return "\n".join(out) + "\n"
+
+
+def external_test_text(x: dict[str, Any]) -> str:
+    """An external test set as the Test sets table shows it: 'synth-flip:n=200: 60 pinned ids (3567a47ce3c1...)'."""
+    if x["test_fingerprint"] is None:
+        return f"{x['label']}: pending (checked for consistency only)"
+    return f"{x['label']}: {x['n_test']:,} pinned ids ({x['test_fingerprint'][:12]}...)"
 
 
 def test_sets_markdown(entries: list[dict[str, Any]]) -> list[str]:
     """Lines of the 'Test sets' table: per entry, its test set, pins, coverage rule, attributes, headline."""
     if not entries:
         return []
-    out = ["", "| Entry | Test set | Pinned ids | Test fingerprint | Coverage rule | Attributes | Headline |",
-           "|---|---|---:|---|---|---|---|"]
+    out = ["", "| Entry | Test set | Pinned ids | Test fingerprint | Coverage rule | Attributes | Headline | External "
+                "test sets |", "|---|---|---:|---|---|---|---|---|"]
     for e in entries:
         t = e["test_set"]
         n = "pending" if t["n"] is None else f"{t['n']:,}"
         out.append(f"| {md_cell(e['key'])} | {md_cell(t['name'])} | {n} | "
                    f"{md_cell(t['fingerprint'] or 'pending')} | {md_cell(t['coverage_rule'])} | "
-                   f"{md_cell(', '.join(e['attributes']))} | {md_cell(e['headline_metric']['label'])} |")
+                   f"{md_cell(', '.join(e['attributes']))} | {md_cell(e['headline_metric']['label'])} | "
+                   f"{md_cell('; '.join(external_test_text(x) for x in e.get('externals', [])) or 'none')} |")
     return out

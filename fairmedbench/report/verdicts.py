@@ -12,7 +12,9 @@ Questions:
       disagree) and, where compare ran the paired test-set bootstrap for X, that interval must exclude 0 as well
       (both the seed-to-seed and the test set's sampling error count). One seed, or values undefined in a seed,
       is "undefined: one seed" (or the reason), never "no clear difference".
-  (c) `compare_headline`, `board_headline`, `study_headline`: the one or two sentences a page opens with.
+  (c) `compare_headline`, `board_headline`, `study_headline`: the one or two sentences a page opens with;
+      `board_shift_headline` answers a board's external evaluation (does fairness hold on another site?) from
+      `site_shift`.
 Pure Python (plus the MetricSpec registry): no torch, no numpy.
 """
 
@@ -30,7 +32,8 @@ GAP_KEY = "__gap__"  # metrics.result.GAP, repeated to keep this module free of 
 class Verdict:
     """One answer: a machine-readable `key`, the sentence shown, the evidence it rests on, its p-value (if any)."""
 
-    key: str  # disparity | no-evidence | not-tested | undefined | better | worse | changed | no-difference
+    key: str  # disparity | no-evidence | not-tested | undefined | better | worse | changed | no-difference | shifted |
+    # not-shifted
     sentence: str
     evidence: str
     p: float | None = None
@@ -48,7 +51,8 @@ class Verdict:
 
 _SHORT = {"disparity": "larger than chance", "no-evidence": "within chance", "not-tested": "not tested",
           "undefined": "undefined", "better": "better than ERM", "worse": "worse than ERM",
-          "changed": "differs from ERM", "no-difference": "no difference beyond chance"}
+          "changed": "differs from ERM", "no-difference": "no difference beyond chance",
+          "shifted": "beyond sampling error", "not-shifted": "within sampling error"}
 
 
 def fmt_p(p: float) -> str:
@@ -278,8 +282,50 @@ def site_shift(entry: dict[str, Any] | None, what: str = "the shift") -> Verdict
     if not (_finite(lo) and _finite(hi)):
         return Verdict("undefined", f"{what} has no interval (a group below the minimum size).", evidence)
     if lo > 0 or hi < 0:
-        return Verdict("changed", f"{what} is beyond the two test sets' sampling error.", evidence)
-    return Verdict("no-difference", f"{what} is within the two test sets' sampling error.", evidence)
+        return Verdict("shifted", f"{what} is beyond the two test sets' sampling error.", evidence)
+    return Verdict("not-shifted", f"{what} is within the two test sets' sampling error.", evidence)
+
+
+def shift_quantity(shift: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What a shift answer reads: the signed difference of two groups ('difference male - female'), else the gap."""
+    if "diff" in shift:
+        return f"difference {shift['diff']['of']}", shift["diff"]
+    return "gap (max - min)", shift["gap"]
+
+
+def board_shift_headline(rows: Sequence[dict[str, Any]]) -> str:
+    """A board's answer to 'does the fairness measured on the internal test set hold on another site?': per (internal
+    dataset, external dataset) and attribute, in how many rows the shift of the group difference (or gap) is beyond
+    the two test sets' sampling error (`site_shift`), with the largest such shift; '' when no row has one."""
+    found: dict[tuple[str, str], dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]] = {}
+    for r in rows:
+        for ext in r.get("external") or []:
+            if ext.get("shift"):
+                found.setdefault((r["dataset"], ext["label"]), {}).setdefault(r["attribute"], []).append(
+                    (r, ext["shift"]))
+    parts = []
+    for (dataset, label), by_attr in found.items():  # in the order of the rows and of each entry's externals
+        said = []
+        for attribute, items in by_attr.items():
+            what, _ = shift_quantity(items[0][1])
+            cells = [shift_quantity(sh)[1] for _, sh in items]
+            keys = [site_shift(c).key for c in cells]
+            moved = [(r, c) for (r, _), c, k in zip(items, cells, keys) if k == "shifted"]
+            text = (f"{attribute} ({_header(items[0][1]['metric'])} {what}): {len(moved)} of "
+                    f"{len(items) - keys.count('undefined')} row(s)")
+            if moved:
+                r, c = max(moved, key=lambda m: abs(m[1]["shift"]))
+                text += (f", largest {r['model']} {r['revision']}: {c['internal']:+.3f} → {c['external']:+.3f}, "
+                         f"shift {c['shift']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]")
+            if "undefined" in keys:
+                text += f" ({keys.count('undefined')} more without an interval)"
+            said.append(text)
+        parts.append(f"trained on {dataset} and tested on {label}, the shift is beyond the two test sets' sampling "
+                     f"error for " + "; ".join(said))
+    if not parts:
+        return ""
+    joined = "; ".join(parts[:3]) + ("; ..." if len(parts) > 3 else "")
+    return f"Does fairness hold on another site? {joined[0].upper()}{joined[1:]}."
 
 
 def resampling_sentence(rep: dict[str, Any]) -> str:
