@@ -9,8 +9,10 @@ directions and bounds of metrics come from the MetricSpec registry only.
 Sections: Figs 2/3 (ΔAUC / ΔDSC per FM x dataset), Fig 4 (equity-scaled score against utility by usage, FM
 category and prompt), Fig 5 (per-group utility of each FM on one dataset against the equal-utility diagonal,
 with a sign test of which group is favoured), Table 2 (mitigations against ERM, paired over seeds), Friedman
-test with Nemenyi ranks across datasets, the fairness-law sweep (train_group_share) and the imbalance sweep
-(prevalence). A section without data is left out with a one-line note.
+test with Nemenyi ranks across datasets, the fairness-law sweep (train_group_share), the imbalance sweep
+(prevalence), repeated splits (split_seeds: the t interval across split seeds beside each split's test-set
+bootstrap interval; also the table's across_splits_* columns) and external evaluation. A section without data is
+left out with a one-line note.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ STATUSES = ("planned", "done", "failed", "skipped")
 #: what one configuration is, apart from its mitigation (the pairing key against ERM)
 CONFIG = ("task_kind", "model", "dataset", "usage", "prompt", "attributes", "hparams", "train_group_share",
           "share_group", "train_size", "prevalence", "prevalence_on", "split_seed", "task", "attribute")
+#: what one configuration is across split seeds: every field but the split seed, and the row's metric and scope
+SPLIT_KEY = ("mitigation", *(c for c in CONFIG if c != "split_seed"), "seeds", "eval_dataset", "metric", "scope",
+             "group")
+#: the tidy table's across-split columns (NaN on rows of a configuration run on fewer than two split seeds)
+ACROSS_SPLITS = ("across_splits_mean", "across_splits_std", "across_splits_ci_low", "across_splits_ci_high",
+                 "n_splits")
 LAW_METRICS = ("auc", "sauroc")
 IMBALANCE_METRICS = ("auc", "ap", "balanced_brier", "ece", "calibration_loss", "balanced_calibration_loss")
 
@@ -250,7 +258,27 @@ def tidy_table(plan: dict[str, Any], out_root: Path) -> Any:
         facts.setdefault(cols["model"], _model_facts(cols["model"]))
         run_rows = _run_rows({**cols, **facts[cols["model"]]}, str(c.get("run_id")), Path(out_root) / c["run_dir"])
         rows.extend(run_rows)
-    return pd.DataFrame(rows)
+    return with_across_splits(pd.DataFrame(rows))
+
+
+def with_across_splits(table: Any) -> Any:
+    """The tidy table with the summary across split seeds on every row of a configuration (`SPLIT_KEY`) run on two or
+    more split seeds (the `split_seeds` axis: test split fixed, train/val re-drawn): the mean, std (ddof 1) and
+    Student-t 95% interval over split seeds of each split's `mean` (its mean over training seeds), clipped to the
+    metric's bounds, and n_splits; NaN elsewhere. Each row keeps its own per-seed test-set bootstrap intervals."""
+    out = table.copy()
+    for c in ACROSS_SPLITS:
+        out[c] = np.nan
+    if not len(out) or out["split_seed"].isna().all():
+        return out
+    swept = out[out["split_seed"].notna()]
+    for _, g in swept.groupby(list(SPLIT_KEY), dropna=False, sort=False):
+        values = g["mean"].to_numpy(dtype=float)
+        if g["split_seed"].nunique() < 2 or not np.isfinite(values).all():
+            continue
+        s = seed_summary(values, bounds=_bounds(str(g["metric"].iloc[0])))
+        out.loc[g.index, list(ACROSS_SPLITS)] = [s.mean, s.std, s.ci_low, s.ci_high, s.n]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -727,6 +755,58 @@ class _Builder:
         return sec
 
 
+    # -- repeated splits
+    def splits(self) -> _Section:
+        sec = _Section("splits", "Repeated splits: the interval across split seeds beside each split's bootstrap")
+        swept = self.first[self.first["n_splits"].notna() & self.first["eval_dataset"].isna()]
+        if not len(swept):
+            sec.note = "no configuration was run on two or more split seeds (split_seeds)"
+            return sec
+        import pandas as pd
+
+        sec.text.append(
+            "Each configuration ran once per split seed: the test split is fixed and train/val are re-drawn "
+            "(patient level). Per split seed: its value (mean over training seeds) and the 95% bootstrap interval of "
+            "its first training seed, which resamples the fixed test set (whole patients where ids are known): the "
+            "test set's sampling error. Across split seeds: mean ± std and the Student-t 95% interval over the split "
+            "seeds' values, which resamples nothing and carries the train/val draw (not the test set's sampling "
+            "error, the same in every split).")
+        for kind in self.kinds(swept):
+            names = _names(kind)
+            wanted = [(names["util"], "overall"), (names["gap"], "between")]
+            wanted += [(names["diff"], "between")] if "diff" in names else []
+            sub = swept[swept["task_kind"] == kind]
+            seeds = sorted({int(x) for x in sub["split_seed"]})
+            keys = [c for c in SPLIT_KEY if c not in ("metric", "scope", "group")]
+            out = []
+            for spec, scope in wanted:
+                m = sub[(sub["metric"] == spec.name) & (sub["scope"] == scope)]
+                for _, g in m.groupby(keys, dropna=False, sort=True):
+                    first = g.iloc[0]
+                    boot = {int(r["split_seed"]): (r["mean"], r["seed_ci_low"][0], r["seed_ci_high"][0])
+                            for _, r in g.iterrows()}
+                    across = (f"{_num(first['across_splits_mean'])} ± {_num(first['across_splits_std'])} "
+                              f"{_ci(first['across_splits_ci_low'], first['across_splits_ci_high'])}")
+                    out.append({"model": first["model"], "dataset": first["dataset"], "usage": first["usage"],
+                                "mitigation": first["mitigation"], "attribute": first["attribute"],
+                                "metric": spec.header,
+                                **{f"split {sd}: mean [1st seed's bootstrap 95% CI]": "" if sd not in boot else
+                                   f"{_num(boot[sd][0])} {_ci(*boot[sd][1:])}" for sd in seeds},
+                                "across splits: mean ± std [t 95% CI]": across, "split seeds": int(first["n_splits"])})
+                    if spec.name == names["gap"].name:
+                        widths = [hi - lo for _, lo, hi in boot.values() if _finite_pair(lo, hi)]
+                        self.answers.append(
+                            f"Repeated splits ({first['model']} · {first['dataset']} · {first['usage']} · "
+                            f"{first['mitigation']} · {first['attribute']}): {spec.header} "
+                            f"{_num(first['across_splits_mean'])} ± {_num(first['across_splits_std'])} (mean ± std "
+                            f"over {int(first['n_splits'])} split seeds, train/val re-drawn, test fixed; t 95% CI "
+                            f"{_ci(first['across_splits_ci_low'], first['across_splits_ci_high'])}); one split's "
+                            "test-set bootstrap interval is "
+                            f"{_num(float(np.mean(widths)) if widths else math.nan)} wide on average.")
+            sec.tables.append(_table(f"across split seeds ({kind}): each split's value with its test-set bootstrap "
+                                     "interval, and the interval across split seeds", pd.DataFrame(out)))
+        return sec
+
     def external(self) -> _Section:
         sec = _Section("external", "Fairness under dataset shift: external evaluation")
         shift = self.first[self.first["scope"] == "shift"]
@@ -770,6 +850,15 @@ class _Builder:
 
 def _num(v: float) -> str:
     return f"{v:.3f}" if v is not None and math.isfinite(v) else "undefined"
+
+
+def _finite_pair(lo: Any, hi: Any) -> bool:
+    return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+
+
+def _ci(lo: Any, hi: Any) -> str:
+    """'[0.812, 0.904]', or '[no interval]' when either end is undefined."""
+    return f"[{lo:.3f}, {hi:.3f}]" if _finite_pair(lo, hi) else "[no interval]"
 
 
 def _p(v: float) -> str:
@@ -846,7 +935,7 @@ def write_study_report(plan_path: Path, out_root: Path, dest: Path) -> StudyRepo
     csv = store.write_table(dest / "study.csv", flat)
     b = _Builder(table, dest / "figures")
     builders: list[Callable[[], _Section]] = [b.gaps, b.tradeoff, b.consistency, b.mitigations, b.ranks,
-                                              b.fairness_laws, b.imbalance, b.external]
+                                              b.fairness_laws, b.imbalance, b.splits, b.external]
     sections = [f() for f in builders]
     notes = [f"{s.title}: {s.note}" for s in sections if s.note]
     if not b.answers:

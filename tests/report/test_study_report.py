@@ -144,9 +144,12 @@ def test_figures_and_page_exist(study: dict[str, Any]) -> None:
     assert any(a.startswith("Fairness law (c2l · synth-underrep") and "interpolation MAE" in a for a in rep.answers)
     assert any(a.startswith("Imbalance (c2l · synth-underrep") and "flat across prevalences" in a for a in rep.answers)
     assert "balanced_calibration_loss" in page and "calibration_loss" in page  # Mosquera's PAV loss, fitted too
-    # every section has data but the external-evaluation one (this study evaluates on no external dataset)
+    # every section has data but the repeated-splits and external-evaluation ones (this study sweeps no split seeds
+    # and evaluates on no external dataset)
     assert "clip usages need a vision-language model" in page
-    assert rep.notes == ["Fairness under dataset shift: external evaluation: the study evaluates on no external "
+    assert rep.notes == ["Repeated splits: the interval across split seeds beside each split's bootstrap: no "
+                         "configuration was run on two or more split seeds (split_seeds)",
+                         "Fairness under dataset shift: external evaluation: the study evaluates on no external "
                          "dataset (eval_datasets)"]
     # sections without data are left out with a note
     notes = study["base"].notes
