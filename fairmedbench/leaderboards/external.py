@@ -182,7 +182,7 @@ def _check_one(rel: str, doc: dict[str, Any], entry: Entry, seed: int, k: int, f
     if len(ecols.val["sample_id"]):
         raise _Stop([f"{prel}: {len(ecols.val['sample_id'])} validation row(s); an external dataset is only tested "
                      "(the threshold comes from the internal validation rows)"])
-    ids = ecols.test["sample_id"]
+    ids = [str(i) for i in ecols.test["sample_id"]]
     fp, n = test_fingerprint(ids), len(ids)
     if meta.get("test_fingerprint") != fp or block["n_test"] != n:
         lines.append(f"{where}: spec.eval_datasets[{k}].test_fingerprint / n_test do not describe the {n} test rows "
@@ -226,7 +226,7 @@ def row_fields(entry: Entry, attribute: str, per_seed: list[list[SeedExternal]])
     for k, declared in enumerate(entry.externals):
         seeds = [s[k] for s in per_seed]
         heads = [_headline({"result": s.result}, entry.task).get(attribute, {}) for s in seeds]
-        metrics = {c: _mean([math.nan if h.get(c) is None else h[c] for h in heads]) for c in heads[0]}
+        metrics = {c: _mean([math.nan if (v := h.get(c)) is None else v for h in heads]) for c in heads[0]}
         shift = None
         if attribute in seeds[0].draws:  # a crossed attribute (a|b) has metrics but no shift
             shift = seeds_shift_block(entry.task, attribute, [s.draws[attribute][0] for s in seeds],

@@ -5,7 +5,6 @@ bootstrap interval, and the page shows both and answers how much the numbers mov
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
