@@ -212,3 +212,40 @@ def test_verify_reruns_the_external_scores(shift_bundle: dict[str, Any]) -> None
               .query("split == 'val'"))
     # per seed: 4 sampled internal test scores, every val score and all 60 external test scores
     assert entry["seeds"]["0"]["n_compared"] == 4 + val + 60
+
+
+@pytest.mark.parametrize("dataset, usage, task, external, model", [
+    ("synth-ordinal", "lp", "multiclass", 'synth-ordinal:n=60:config={"size":64}:data_seed=1', "moco-cxr"),
+    pytest.param("synth-contrast", "sam-prompt", "segmentation", 'synth-flip:n=60:config={"size":64}', "litemedsam",
+                 marks=pytest.mark.slow),  # LiteMedSAM prompted on 120 images: minutes on a loaded CPU
+])
+def test_multiclass_and_segmentation_entries_take_external_datasets(tmp_path: Path, dataset: str, usage: str,
+                                                                    task: str, external: str, model: str) -> None:
+    """The shift is the task's own headline (macro AUC of the class probabilities; mean per-sample DSC of the
+    prompted samples), recomputed from the predictions as the runs compute it."""
+    from fairmedbench.analysis.shift import parse_eval_dataset
+
+    name = f"shift-{task}"
+    if name not in SUITES:
+        options = {"n": 60, "config": {"size": 64}}
+        _, split = load_with_split(dataset, None, seed=0, **options)
+        request = parse_eval_dataset(external)
+        _, ext_split = load_with_split(request.name, None, seed=0, **request.options)
+        register_suite(Suite(name, "1.0", f"test suite: {task} with an external dataset", (
+            Entry(dataset, ("sex",), usage, task=task, seeds=(0,), split_fingerprint=split.fingerprint,
+                  test_fingerprint=suites.test_fingerprint(split.ids["test"]), n_test=len(split.ids["test"]),
+                  options=tuple(options.items()), externals=(External(external, suites.test_fingerprint(
+                      ext_split.ids["test"]), len(ext_split.ids["test"])),)),)))
+    opts = RunOptions(out_root=str(tmp_path / "results"), cache_dir=str(tmp_path / "cache"), device="cpu")
+    bundle = run_suite(name, model, tmp_path / "bundle", opts, weights="random", n_boot=50)
+    out = submit_bundle(bundle, name, tmp_path / "boards")
+    assert out.accepted, out.lines()
+    [row] = json.loads((out.path / "submission.json").read_text())["rows"]
+    assert row["external"][0]["shift"]["metric"] == {"multiclass": "macro_auc", "segmentation": "dsc"}[task]
+    [key] = get_suite(name).keys()
+    path = bundle / "results" / key / "seed0.json"
+    doc = json.loads(path.read_text())
+    doc["external"][0]["shift"][0]["gap"]["external"] += 0.01
+    path.write_text(json.dumps(doc))
+    reasons, _, _ = validate_bundle(bundle, get_suite(name))
+    assert any("external[0]/shift[0]/gap/external" in r for r in reasons), reasons
