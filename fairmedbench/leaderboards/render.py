@@ -201,17 +201,18 @@ def external_sections(board: dict[str, Any]) -> list[dict[str, Any]]:
             tables = []
             for attribute in dict.fromkeys(r["attribute"] for r, _ in found):
                 items = [(r, ext) for r, ext in found if r["attribute"] == attribute]
-                tables.append(_shift_table(attribute, items, columns))
+                tables.append(_shift_table(attribute, items, columns, e["task"]))
             out.append({"entry": e["key"], "dataset": e["dataset"], "usage": e["usage"], "label": x["label"],
                         "n_test": found[0][1]["n_test"], "method": found[0][1]["shift_method"], "tables": tables})
     return out
 
 
-def _shift_table(attribute: str, items: list[tuple[dict[str, Any], dict[str, Any]]],
-                 columns: list[dict[str, Any]]) -> Table:
+def _shift_table(attribute: str, items: list[tuple[dict[str, Any], dict[str, Any]]], columns: list[dict[str, Any]],
+                 task: str) -> Table:
     shift = next((ext["shift"] for _, ext in items if ext.get("shift")), None)
     head = ["Rank", "Model", "Revision", "Tier"]
-    head += [f"{c['header']} {side}" for c in columns for side in ("internal", "external")]
+    labels = {c["key"]: next((m["label"] for m in c["metrics"] if m["task"] == task), c["header"]) for c in columns}
+    head += [f"{labels[c['key']]} {side}" for c in columns for side in ("internal", "external")]
     what = ""
     if shift:
         from fairmedbench.metrics.specs import metric_spec
