@@ -134,6 +134,7 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
     from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.models import load_model
+    from fairmedbench.tasks.common import RunInputs
 
     spec = spec_from_document(doc["spec"], _weights_arg(doc["spec"], weights), split_file)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=True)
@@ -166,9 +167,8 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
                      dataset_card=checked.dataset_card,
                      hparams=config.hparams, progress=opts.progress)
     with tempfile.TemporaryDirectory(prefix="fmb-verify-") as tmp:
-        runner = checked.task.run()
-        runner(config, checked.usage, model, ds, sample, ctx, dataclasses.replace(opts, force=True), Path(tmp),
-               info, 0.0)
+        forced = dataclasses.replace(opts, force=True)
+        checked.task.run()(RunInputs(config, checked.usage, model, ds, sample, ctx, forced, Path(tmp), info, 0.0))
         frame = pd.read_parquet(Path(tmp) / f"seed{config.seeds[0]}.predictions.parquet")
     return frame, []
 
