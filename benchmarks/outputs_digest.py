@@ -26,7 +26,10 @@ import pandas as pd
 VOLATILE = {"timings", "timing", "elapsed_s", "seconds", "created", "created_at", "started", "finished", "host",
             "wall_s", "cpu_s", "path", "out_dir", "cache_dir", "results_dir", "engine_version", "python",
             "torch", "platform", "cpu", "device", "written_at", "date", "time_s", "load_s", "encode_s", "fit_s",
-            "score_s", "total_s", "source", "file_path", "root", "bundle", "stored_at", "submitted_at"}
+            "score_s", "total_s", "source", "file_path", "root", "bundle", "stored_at", "submitted_at",
+            # provenance: the checkout's commit, when a submission was accepted, and submission.json's sha256 of each
+            # bundle file (whose bytes hold the run's created_at; the stored files are digested one by one)
+            "git_commit", "accepted_at", "files"}
 
 REAL = Path(os.environ.get("FMB_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "real"))
 
@@ -126,6 +129,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the digest JSON here")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--only", help="comma-separated command names")
+    ap.add_argument("--keep", help="write the outputs into this folder and keep them (default: a temporary folder)")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -141,7 +145,7 @@ def main() -> int:
     only = set(args.only.split(",")) if args.only else None
     digest: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="fmb-digest-") as tmp:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
         for name, argv in _commands(work):
             if only and name not in only:
                 continue
