@@ -11,6 +11,9 @@ from typing import Any, Mapping, Sequence
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_PERM
 
+#: the mitigation every other is compared against: plain ERM (mitigation.base.Mitigation)
+BASELINE_MITIGATION = "erm"
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -21,7 +24,7 @@ class RunSpec:
     dataset: str
     attributes: tuple[str, ...] = ()
     usage: str = ""
-    mitigation: str = "erm"
+    mitigation: str = BASELINE_MITIGATION
     seeds: tuple[int, ...] = (0,)
     split_seed: int = 0
     split_file: str | None = None

@@ -36,6 +36,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
+from fairmedbench.spec import BASELINE_MITIGATION
 
 if TYPE_CHECKING:
     from fairmedbench.tasks.base import Task
@@ -60,7 +61,7 @@ class Batch:
 class Mitigation:
     """Base plugin = ERM: uniform sampling, mean loss, no extra modules, scores unchanged."""
 
-    name: str = "erm"
+    name: str = BASELINE_MITIGATION
     needs_attribute_at_training: bool = False
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
@@ -126,4 +127,4 @@ class Mitigation:
                 "needs_attribute_at_inference": self.needs_attribute_at_inference}
 
 
-MITIGATIONS.add("erm", Mitigation)
+MITIGATIONS.add(BASELINE_MITIGATION, Mitigation)
