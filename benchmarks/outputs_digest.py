@@ -146,6 +146,7 @@ def main() -> int:
     digest: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="fmb-digest-") as tmp:
         work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name, argv in _commands(work):
             if only and name not in only:
                 continue
