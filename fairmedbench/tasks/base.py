@@ -73,6 +73,8 @@ class Task:
     label_column: str  # per-sample label column of each task column ("" when samples carry no class label)
     score_column: str  # per-sample score column of each task column ({task} is replaced by its name)
     decision: str  # how a prediction is decided, in words (a thresholded task's: by its threshold policy)
+    head: str  # what a run trains and a mitigation's hooks see: 'classifier' (per-sample logits (b, K) on
+    # features) or 'mask_decoder' (a prompted mask decoder's mask logits (b, L, L))
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
     samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
     class_index_labels: bool = False  # a sample's label is one class index (softmax head), not 0/1 per task column
@@ -156,7 +158,7 @@ class MulticlassTask(Task):
         return block
 
 
-TASKS: Registry[Task] = Registry("task")
+TASKS: Registry[Task] = Registry("task", plugins=True)
 
 TASKS.add("classification", Task(
     name="classification", runner="fairmedbench.tasks.classification:run",
@@ -166,7 +168,7 @@ TASKS.add("classification", Task(
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
     thresholded=True,
     run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
-    decision="a threshold on each score, chosen by the threshold policy",
+    decision="a threshold on each score, chosen by the threshold policy", head="classifier",
     extra_hparams=(("tasks", "main"),)))
 
 TASKS.add("segmentation", Task(
@@ -175,14 +177,15 @@ TASKS.add("segmentation", Task(
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
     prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"),
     select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation",
-    label_column="", score_column="dsc", decision="the predicted mask (logit > 0 per pixel)"))
+    label_column="", score_column="dsc", decision="the predicted mask (logit > 0 per pixel)",
+    head="mask_decoder"))
 
 TASKS.add("multiclass", MulticlassTask(
     name="multiclass", runner="fairmedbench.tasks.multiclass:run", scorer="fairmedbench.tasks.scoring:score_multiclass",
     config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
     prediction_columns=("sample_id", "split", "seed"), select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
     sample_labels=True, class_index_labels=True, run_kind="run-multiclass", label_column="label",
-    score_column="score:{task}", decision="the argmax of the class probabilities"))
+    score_column="score:{task}", decision="the argmax of the class probabilities", head="classifier"))
 
 
 def get_task(name: str) -> Task:
