@@ -35,7 +35,7 @@ def attributes(table: PredictionTable, settings: ScoreSettings) -> dict[str, np.
 def _encode(name: str, values: np.ndarray, groups: tuple[str, ...]) -> Attribute:
     """Group names as codes into `groups` (None = missing, -1)."""
     index = {g: i for i, g in enumerate(groups)}
-    unknown = sorted({v for v in values if v is not None and v not in index})
+    unknown = sorted({str(v) for v in values if v is not None and v not in index})
     if unknown:
         raise InputError(f"attribute {name!r} has group(s) {unknown[:5]} outside the groups given for it "
                          f"{list(groups)}")
