@@ -25,7 +25,7 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
-from fairmedbench.leaderboards.flags import SCORED_COLUMNS, Facts, class_indices, from_columns, scored_rows
+from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns, scored_rows
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE
@@ -298,17 +298,16 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     except (pa.ArrowException, OSError) as err:
         raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
     cols = block["columns"]
+    task = get_task(entry.task)
     # multi-class: the card's classes, decided by the entry's task (never by a key the submitter writes)
-    classes = list(entry.classes) if get_task(entry.task).class_index_labels else []
+    classes = list(entry.classes) if task.class_index_labels else []
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
-    if get_task(entry.task).sample_labels:  # labels and scores per sample; else per-sample DSC/IoU
-        want.update({c: "class" if classes else "label" for c in cols["labels"]})
-        want.update({c: "score" for c in cols["scores"]})
-    else:  # empty_gt first: it says which rows were not prompted (they carry null scores)
-        want.update({"empty_gt": "label", "dsc": "score", "iou": "score"})
-        if "hd95" in table.column_names:
-            want["hd95"] = "distance"
+    # the task's own per-sample columns first: an 'unscored' flag says which rows carry null values
+    want.update({v.name: v.role for v in task.value_columns if not v.optional or v.name in table.column_names})
+    want.update({c: "class" if classes else "label" for c in cols["labels"]})
+    want.update({c: "score" for c in cols["scores"]})
     want.update({c: "attr" for c in cols["attributes"]})
+    flag = next((v.name for v in task.value_columns if v.role == "unscored"), None)
     if PATIENT_COLUMN in table.column_names:  # optional: the recomputation then resamples whole patients
         want[PATIENT_COLUMN] = "id"
     problems = [f"{rel}: missing column {c!r}" for c in want if c not in table.column_names]
@@ -324,7 +323,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if problems:
         raise _Stop(problems)
     arrays: dict[str, np.ndarray] = {}
-    unscored: np.ndarray | None = None  # segmentation: rows with an empty ground truth (no prompt, no score)
+    unscored: np.ndarray | None = None  # rows the flag marks (segmentation: an empty ground truth, no prompt)
     for name, role in want.items():
         col = table.column(name)
         t = col.type
@@ -334,6 +333,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
               "text": pa.types.is_string(t) or pa.types.is_large_string(t),
               "int": pa.types.is_integer(t),
               "label": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
+              "unscored": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
               "class": pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
               or pa.types.is_large_string(t),
               "score": pa.types.is_floating(t) or pa.types.is_integer(t),
@@ -343,20 +343,21 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if not ok:
             problems.append(f"{rel}: column {name!r} has type {t}, not usable as {role}")
             continue
-        nullable = unscored is not None and name in SCORED_COLUMNS
+        maybe_null = flag is not None and role in ("score", "distance")  # null where the flag marks the row
+        nullable = unscored is not None and maybe_null
         if role != "attr" and col.null_count and not nullable:
             problems.append(f"{rel}: column {name!r} has {col.null_count} missing or NaN value(s); every sample "
-                            "needs a finite value" + (" (null only where empty_gt is true)" if name in
-                                                      SCORED_COLUMNS else ""))
+                            "needs a finite value" + (f" (null only where {flag} is true)" if maybe_null else ""))
             continue
-        if role in ("score", "label", "distance", "int"):
+        if role in ("score", "label", "unscored", "distance", "int"):
             full = np.asarray(col.to_numpy(), dtype=np.float64)
             arr = full
             if nullable:
                 given = int((~np.isnan(full) & unscored).sum())
                 if given:
-                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with empty_gt true; an "
-                                    "empty ground truth is not prompted or scored, so leave it null there")
+                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with {flag} true; such "
+                                    "a row is not scored (segmentation: an empty ground truth is not prompted), so "
+                                    "leave it null there")
                 arr = full[~unscored]
             if role == "distance" and (arr < 0).any():
                 problems.append(f"{rel}: column {name!r} has {int((arr < 0).sum())} negative value(s); a distance "
@@ -371,9 +372,9 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
             outside = int(((arr < 0) | (arr > 1)).sum()) if role == "score" else 0
             if outside:
                 problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({outside} outside)")
-            if role == "label" and not np.isin(arr, (0.0, 1.0)).all():
+            if role in ("label", "unscored") and not np.isin(arr, (0.0, 1.0)).all():
                 problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
-            elif name == "empty_gt" and not get_task(entry.task).sample_labels:
+            elif role == "unscored":
                 unscored = arr == 1.0
             arrays[name] = full
         elif role == "class":  # a class index 0..C-1 or a class name of the card, stored as the index
@@ -405,7 +406,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if problems:
         raise _Stop(problems)
     split = arrays.pop(cols["split"])
-    allowed = set(get_task(entry.task).prediction_splits)
+    allowed = set(task.prediction_splits)
     extra = sorted(set(split) - allowed)
     if extra:
         problems.append(f"{rel}: split values {extra} are not allowed here (only {sorted(allowed)})")

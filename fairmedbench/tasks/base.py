@@ -58,6 +58,18 @@ def _load(ref: str) -> Any:
 
 
 @dataclass(frozen=True)
+class ValueColumn:
+    """A per-sample column of a task's predictions besides ids, labels, scores and attributes: its name, the role a
+    submitted file gives it ('unscored': 0/1, marking test rows that are covered but not scored, whose other value
+    columns are null there; 'score': in [0, 1]; 'distance': >= 0, null where undefined), and whether a file may
+    leave it out."""
+
+    name: str
+    role: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
 class Task:
     """One task: its runner and config, predictions layout, metrics and selection rules."""
 
@@ -66,7 +78,6 @@ class Task:
     scorer: str  # "module:function" (PredictionTable, ScoreSettings, on_step) -> FairnessResult; imports no torch
     config: str  # "module:Class", a dataclass of training hyperparameters with their defaults
     prediction_splits: tuple[str, ...]  # splits the predictions Parquet holds
-    prediction_columns: tuple[str, ...]  # fixed columns besides attr:<attribute> (and per-task label/score)
     select_rules: tuple[str, ...]  # checkpoint selection on validation; the first is the default
     sample_labels: bool  # whether a sample has a class label (a mitigation may weigh group x class cells)
     run_kind: str  # the result document's kind
@@ -79,6 +90,7 @@ class Task:
     samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
     class_index_labels: bool = False  # a sample's label is one class index (softmax head), not 0/1 per task column
     thresholded: bool = False  # whether a decision threshold policy (--threshold) applies to its scores
+    value_columns: tuple[ValueColumn, ...] = ()  # per-sample columns besides ids, labels, scores, attributes
 
     @property
     def headline(self) -> str:
@@ -164,7 +176,6 @@ TASKS.add("classification", Task(
     name="classification", runner="fairmedbench.tasks.classification:run",
     scorer="fairmedbench.tasks.scoring:score_classification",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
-    prediction_columns=("sample_id", "split", "seed"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
     thresholded=True,
     run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
@@ -175,15 +186,16 @@ TASKS.add("segmentation", Task(
     name="segmentation", runner="fairmedbench.tasks.segmentation:run",
     scorer="fairmedbench.tasks.scoring:score_segmentation",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
-    prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"),
     select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation",
+    value_columns=(ValueColumn("empty_gt", "unscored"), ValueColumn("dsc", "score"), ValueColumn("iou", "score"),
+                   ValueColumn("hd95", "distance", optional=True)),
     label_column="", score_column="dsc", decision="the predicted mask (logit > 0 per pixel)",
     head="mask_decoder"))
 
 TASKS.add("multiclass", MulticlassTask(
     name="multiclass", runner="fairmedbench.tasks.multiclass:run", scorer="fairmedbench.tasks.scoring:score_multiclass",
     config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
-    prediction_columns=("sample_id", "split", "seed"), select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
+    select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
     sample_labels=True, class_index_labels=True, run_kind="run-multiclass", label_column="label",
     score_column="score:{task}", decision="the argmax of the class probabilities", head="classifier"))
 
