@@ -118,7 +118,7 @@ def check_spec(spec: RunSpec) -> Checked:
         raise InputError(f"mitigation {spec.mitigation!r} needs a usage that learns from the train split: "
                          f"{usage.name!r} learns nothing; use --usage {' or '.join(learning)}, or --mitigation erm")
     profile = get_profile(spec.profile)
-    if task.name not in profile.tasks:
+    if profile.tasks and task.name not in profile.tasks:
         raise InputError(f"metric profile {profile.name!r} applies to {' and '.join(profile.tasks)} runs; this run is "
                          f"{task.name} (its numbers would be the default profile's): use --profile default")
     check_threshold(profile, spec.threshold)
