@@ -32,6 +32,7 @@ VOLATILE = {"timings", "timing", "elapsed_s", "seconds", "created", "created_at"
             "git_commit", "accepted_at", "files"}
 
 REAL = Path(os.environ.get("FMB_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "real"))
+NIH_FILE = Path(tempfile.gettempdir()) / "fmb-digest-nih.csv"  # the NIH predictions joined to their labels
 
 
 def _strip(value: object) -> object:
@@ -75,8 +76,9 @@ def _commands(work: Path) -> list[tuple[str, list[str]]]:
                            "--out-table", str(work / "eval" / "demo.parquet")]),
     ]
     if (REAL / "nih-cxr14" / "preds.csv").exists():
-        findings = _nih_file(work / "nih.csv")
-        cmds.append(("evaluate-nih", ["evaluate", "--predictions", str(work / "nih.csv"), "--label", ",".join(findings),
+        nih = NIH_FILE  # one path in every digest: an evaluation's run id hashes the predictions file's path
+        findings = _nih_file(nih)
+        cmds.append(("evaluate-nih", ["evaluate", "--predictions", str(nih), "--label", ",".join(findings),
                                       "--score", ",".join(f"prob_{f}" for f in findings),
                                       "--attribute", "Patient Gender,Patient Age", "--bins", "Patient Age=0,40,60,200",
                                       "--n-boot", "100", "--n-perm", "100", "--out", str(work / "eval" / "nih.json"),
