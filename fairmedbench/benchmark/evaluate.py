@@ -284,6 +284,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     if opts.masks:
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on classification predictions, not on --masks")
+        get_task("segmentation").check(settings)  # before any mask is read
         result, per_sample = _segmentation(df.to_pandas(), test, opts, source, settings, patient)
         kind = "evaluate-segmentation"
     elif multiclass_scores(df, opts, source):

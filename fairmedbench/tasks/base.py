@@ -84,7 +84,7 @@ class Task:
     label_column: str  # per-sample label column of each task column ("" when samples carry no class label)
     score_column: str  # per-sample score column of each task column ({task} is replaced by its name)
     decision: str  # how a prediction is decided, in words (a thresholded task's: by its threshold policy)
-    head: str  # what a run trains and a mitigation's hooks see: 'classifier' (per-sample logits (b, K) on
+    head: str  # what a run trains and a mitigation's hooks see, e.g. 'classifier' (per-sample logits (b, K) on
     # features) or 'mask_decoder' (a prompted mask decoder's mask logits (b, L, L))
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
     samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
@@ -132,12 +132,16 @@ class Task:
         """The runner function (imported on first use)."""
         return _load(self.runner)
 
-    def score(self, table: PredictionTable, settings: ScoreSettings,
-              on_step: Callable[[int, int, str], None] | None = None) -> FairnessResult:
-        """The result of a predictions table under `settings`, by the task's scorer (imported on first use)."""
+    def check(self, settings: ScoreSettings) -> None:
+        """InputError for settings this task cannot score by: a threshold policy when it is not thresholded."""
         if settings.threshold is not None and not self.thresholded:
             raise InputError(f"the {self.name} task decides by {self.decision}: a threshold policy "
                              f"({settings.threshold}) does not apply; drop --threshold")
+
+    def score(self, table: PredictionTable, settings: ScoreSettings,
+              on_step: Callable[[int, int, str], None] | None = None) -> FairnessResult:
+        """The result of a predictions table under `settings`, by the task's scorer (imported on first use)."""
+        self.check(settings)
         result: FairnessResult = _load(self.scorer)(table, settings, on_step)
         return result
 
