@@ -26,9 +26,13 @@ import pandas as pd
 VOLATILE = {"timings", "timing", "elapsed_s", "seconds", "created", "created_at", "started", "finished", "host",
             "wall_s", "cpu_s", "path", "out_dir", "cache_dir", "results_dir", "engine_version", "python",
             "torch", "platform", "cpu", "device", "written_at", "date", "time_s", "load_s", "encode_s", "fit_s",
-            "score_s", "total_s", "source", "file_path", "root", "bundle", "stored_at", "submitted_at"}
+            "score_s", "total_s", "source", "file_path", "root", "bundle", "stored_at", "submitted_at",
+            # provenance: the checkout's commit, when a submission was accepted, and submission.json's sha256 of each
+            # bundle file (whose bytes hold the run's created_at; the stored files are digested one by one)
+            "git_commit", "accepted_at", "files"}
 
 REAL = Path(os.environ.get("FMB_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "real"))
+NIH_FILE = Path(tempfile.gettempdir()) / "fmb-digest-nih.csv"  # the NIH predictions joined to their labels
 
 
 def _strip(value: object) -> object:
@@ -65,17 +69,37 @@ def _commands(work: Path) -> list[tuple[str, list[str]]]:
                         "--usage", "lp"]),
         ("sam-prompt", [*base, "--model", "litemedsam", "--dataset", "synth-contrast", "--dataset-option", "n=16",
                         "--usage", "sam-prompt"]),
-        ("sam-decoder", [*base, "--model", "litemedsam", "--dataset", "synth-contrast", "--dataset-option", "n=16",
+        # n=24: the smallest synth-contrast whose validation split holds a non-empty mask (decoder selection needs one)
+        ("sam-decoder", [*base, "--model", "litemedsam", "--dataset", "synth-contrast", "--dataset-option", "n=24",
                          "--usage", "sam-decoder", "--hparam", "epochs=1"]),
         ("evaluate-demo", ["evaluate", "--demo", "--out", str(work / "eval" / "demo.json"), "--n-boot", "200",
                            "--out-table", str(work / "eval" / "demo.parquet")]),
     ]
-    preds = REAL / "nih-cxr14" / "preds.csv"
-    if preds.exists():
-        cmds.append(("evaluate-nih", ["evaluate", str(preds), "--n-boot", "100", "--n-perm", "100",
-                                      "--out", str(work / "eval" / "nih.json"),
+    if (REAL / "nih-cxr14" / "preds.csv").exists():
+        nih = NIH_FILE  # one path in every digest: an evaluation's run id hashes the predictions file's path
+        findings = _nih_file(nih)
+        cmds.append(("evaluate-nih", ["evaluate", "--predictions", str(nih), "--label", ",".join(findings),
+                                      "--score", ",".join(f"prob_{f}" for f in findings),
+                                      "--attribute", "Patient Gender,Patient Age", "--bins", "Patient Age=0,40,60,200",
+                                      "--n-boot", "100", "--n-perm", "100", "--out", str(work / "eval" / "nih.json"),
                                       "--out-table", str(work / "eval" / "nih.parquet")]))
     return cmds
+
+
+def _nih_file(path: Path) -> list[str]:
+    """The CheXNet NIH test predictions joined to the official metadata (labels from `Finding Labels`), as
+    tests/test_real_nih.py builds them; returns the findings."""
+    root = REAL / "nih-cxr14"
+    meta = pd.read_csv(root / "Data_Entry_2017_v2020.csv.gz")
+    df = pd.read_csv(root / "preds.csv").merge(
+        meta[["Image Index", "Finding Labels", "Patient Age", "Patient Gender", "Patient ID"]], on="Image Index",
+        how="left", validate="one_to_one")
+    findings = pd.read_csv(root / "aucs.csv")["label"].tolist()
+    labels = df["Finding Labels"].str.split("|")
+    for f in findings:
+        df[f] = labels.apply(lambda items, f=f: int(f in items))
+    df.to_csv(path, index=False)
+    return findings
 
 
 def _submit_bundles(work: Path) -> dict[str, str]:
@@ -107,6 +131,7 @@ def main() -> int:
     ap.add_argument("--out", help="write the digest JSON here")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     ap.add_argument("--only", help="comma-separated command names")
+    ap.add_argument("--keep", help="write the outputs into this folder and keep them (default: a temporary folder)")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -122,12 +147,16 @@ def main() -> int:
     only = set(args.only.split(",")) if args.only else None
     digest: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="fmb-digest-") as tmp:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name, argv in _commands(work):
             if only and name not in only:
                 continue
             print(f"== {name}", flush=True)
-            digest[f"{name}/exit"] = str(cli(argv))
+            try:
+                digest[f"{name}/exit"] = str(cli(argv))
+            except SystemExit as exc:  # an argparse error: recorded, and the other commands still run
+                digest[f"{name}/exit"] = str(exc.code)
         for f in sorted((work / "results").rglob("*")) + sorted((work / "eval").rglob("*")):
             if f.suffix in (".json", ".parquet"):
                 key = "/".join(p for p in f.relative_to(work).parts if not p.startswith("run-"))

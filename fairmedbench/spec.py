@@ -6,7 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
+
+from fairmedbench.errors import InputError
+from fairmedbench.metrics.bootstrap import N_PERM
+
+#: the mitigation every other is compared against: plain ERM (mitigation.base.Mitigation)
+BASELINE_MITIGATION = "erm"
 
 
 @dataclass(frozen=True)
@@ -18,7 +24,7 @@ class RunSpec:
     dataset: str
     attributes: tuple[str, ...] = ()
     usage: str = ""
-    mitigation: str = "erm"
+    mitigation: str = BASELINE_MITIGATION
     seeds: tuple[int, ...] = (0,)
     split_seed: int = 0
     split_file: str | None = None
@@ -116,3 +122,35 @@ class RunConfig:
     def hparams(self) -> dict[str, Any]:
         """All hyperparameters in one mapping (train, usage, mitigation)."""
         return {**self.train_hparams, **self.usage_hparams, **self.mitigation_hparams}
+
+
+#: how a ScoreSettings resamples: whole patients (a table's patient_id column; rows when it has none), or rows
+RESAMPLING_UNITS = ("patient", "row")
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """Everything besides the predictions that changes a task's scores (Task.score): the metric profile and the
+    threshold policy, the resampling unit, resamples, permutations and their seed, the interval rules, how
+    attributes become groups, and the classification engine's operating points and ECE bins."""
+
+    profile: str = "default"
+    threshold: str | None = None  # a policy (metrics.thresholds); None: the profile's, else val_youden with
+    # validation rows and fixed:0.5 without; a task that is not thresholded takes none
+    resampling_unit: str = "patient"
+    n_boot: int = 2000
+    n_perm: int = N_PERM  # permutations per gap / two-group difference test (0 = no tests)
+    seed: int = 0
+    ci_level: float = 0.95
+    min_group_size: int = 30  # the smallest group that gets an interval
+    bins: Mapping[str, Sequence[float]] = field(default_factory=dict)  # attribute -> bin edges (metrics.groups.Bins)
+    intersect: bool = False  # add the crossing of the attributes
+    groups: Mapping[str, Sequence[str]] = field(default_factory=dict)  # attribute -> its groups, in this order
+    logits: bool = False  # the scores are logits (the engine applies the sigmoid or softmax)
+    fpr_at_tpr: float = 0.95
+    rates_at_fpr: float = 0.2
+    ece_bins: int = 15
+
+    def __post_init__(self) -> None:
+        if self.resampling_unit not in RESAMPLING_UNITS:
+            raise InputError(f"resampling unit {self.resampling_unit!r}: choose one of {', '.join(RESAMPLING_UNITS)}")

@@ -186,6 +186,16 @@ def test_mask_shape_mismatch_is_a_clear_error(tmp_path: Path, capsys: pytest.Cap
     assert rc == 2 and "a.npy" in err and "b.npy" in err
 
 
+def test_masks_refuse_a_threshold_policy_before_reading_a_mask(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A segmentation is decided by the predicted mask: --threshold is refused (not ignored) before any mask is
+    read (the mask files here do not exist)."""
+    pd.DataFrame([{"pred_mask": "absent.npy", "gt_mask": "absent.npy", "g": "x"}]).to_csv(tmp_path / "m.csv",
+                                                                                        index=False)
+    rc, _, err = _run(capsys, "evaluate", "--predictions", str(tmp_path / "m.csv"), "--masks", "--attribute", "g",
+                      "--threshold", "fixed:0.3")
+    assert rc == 2 and "segmentation task decides by the predicted mask" in err and "absent.npy" not in err
+
+
 def test_list_and_default_routing(capsys: pytest.CaptureFixture) -> None:
     rc, out, _ = _run(capsys, "list", "profiles", "--json")
     assert rc == 0 and {r["name"] for r in json.loads(out)} == {"default", "fairmedfm", "fairseg"}

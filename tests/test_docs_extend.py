@@ -1,4 +1,4 @@
-"""The "add a model / dataset / usage / mitigation" guides, followed step by step in an empty folder.
+"""The "add a model / dataset / usage / mitigation / task" guides, followed step by step in an empty folder.
 
 Each guide's fenced blocks ARE the steps: a block with a `title="FILE"` is written to FILE; an untitled `bash`
 block is run, in order, in one bash session (as a user types them; exports carry over). So a guide that
@@ -79,7 +79,7 @@ def check_auc_recomputes(doc: dict, pred: pd.DataFrame) -> None:
 
 
 def test_every_guide_step_is_a_file_or_a_command() -> None:
-    for guide in ("add-model.md", "add-dataset.md", "add-usage.md", "add-mitigation.md"):
+    for guide in ("add-model.md", "add-dataset.md", "add-usage.md", "add-mitigation.md", "add-task.md"):
         blocks = guide_blocks(guide)
         assert any(t.endswith(".py") for _, t, _ in blocks) and any(lang == "bash" and not t for lang, t, _ in blocks)
         assert all(t or lang == "bash" for lang, t, _ in blocks), f"{guide}: an untitled non-bash block is no step"
@@ -136,3 +136,27 @@ def test_add_a_mitigation_guide(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == pytest.approx(np.sqrt(10.0))
+
+
+def test_add_a_task_guide(tmp_path: Path) -> None:
+    listed, _ = follow("add-task.md", tmp_path)
+    assert "lp-regression" in listed
+    summary = json.loads((tmp_path / "regression-run.json").read_text())
+    assert summary["spec"]["task"] == "regression" and summary["spec"]["usage"] == "lp-regression"
+    doc, pred = one_result(tmp_path, "c2l", "synth-age", "lp-regression")
+    assert doc["kind"] == "run-regression" and doc["training"]["alpha"] in doc["training"]["alphas"]
+    assert doc["predictions"]["columns"]["labels"] == ["target:age"]
+    assert len(pred) == doc["inputs"]["dataset"]["n_test"] > 0 and set(pred["split"]) == {"test"}
+    # the reported MAE per group and overall is the mean |prediction - target| of the stored test rows
+    report = next(r for r in doc["result"]["reports"] if r["attribute"] == "sex")
+    err = (pred["prediction:age"] - pred["target:age"]).abs()
+    mae = report["metrics"]["mae"]
+    assert mae["__overall__"]["value"] == pytest.approx(err.mean())
+    assert mae["__overall__"]["ci_low"] <= err.mean() <= mae["__overall__"]["ci_high"]
+    by_group = err.groupby(pred["attr:sex"]).mean()
+    for group, value in by_group.items():
+        assert mae[group]["value"] == pytest.approx(value)
+    assert report["metrics"]["mae_gap"]["__gap__"]["value"] == pytest.approx(by_group.max() - by_group.min())
+    assert report["worst_group"]["mae"] == by_group.idxmax()
+    assert report["resampling"]["unit"] == "patient"
+    assert "mae" in summary["across_seeds"]["age/sex"]

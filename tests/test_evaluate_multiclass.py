@@ -117,3 +117,17 @@ def test_bad_multiclass_input_is_one_clear_error(tmp_path: Path, capsys) -> None
     rc, _, text = _evaluate(capsys, tmp_path, "--predictions", str(tmp_path / "r.csv"), "--attribute", "sex",
                             "--label", "y", "--score", "probs")
     assert rc == 2 and "same number of class probabilities" in text
+
+
+def test_batch_of_multiclass_files_prints_the_macro_auc(tmp_path: Path, capsys) -> None:
+    """The batch table reads each file's task headline and its gap (macro AUC here), not the binary AUC."""
+    for seed in (0, 1):
+        _frame(seed=seed).to_csv(tmp_path / f"p{seed}.csv", index=False)
+    rc = main(["evaluate", "--predictions", str(tmp_path / "p0.csv"), str(tmp_path / "p1.csv"), "--label", "y",
+               "--score", "score:*", "--attribute", "sex", "--n-boot", "0", "--n-perm", "0",
+               "--out", str(tmp_path / "batch")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = [line for line in out.splitlines() if "p0.csv" in line or "p1.csv" in line]
+    assert len(rows) == 2 and all("macro_auc 0." in r and "macro_auc_gap 0." in r for r in rows), out
+    assert "auc —" not in out

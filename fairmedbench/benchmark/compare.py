@@ -30,6 +30,7 @@ from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
+from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
 from fairmedbench.spec import RunSpec
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
@@ -83,8 +84,9 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
 
     if len(seeds) < 2:
         raise InputError("compare needs at least two seeds for across-seed intervals, e.g. --seeds 0-4")
-    methods = ["erm", *[m for m in methods if m != "erm"]]
+    methods = [BASELINE, *[m for m in methods if m != BASELINE]]
     specs = {}
+    task_of: dict[str, str] = {}
     for ds in datasets:
         for m in methods:
             spec = RunSpec(model=model, dataset=ds, attributes=(attribute,), usage=usage, mitigation=m, seeds=seeds,
@@ -97,7 +99,12 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
             rule = select or checked.task.select_rules[0]
             specs[(ds, m)] = dataclasses.replace(spec, hparams={**spec.hparams, "select": rule})
             check_spec(specs[(ds, m)])
-    task = get_task(checked.task.name)
+            task_of[ds] = checked.task.name
+    if len(set(task_of.values())) > 1:
+        raise InputError("compare ranks methods on one task across datasets, but these datasets are of different "
+                         f"tasks: {', '.join(f'{d} ({t})' for d, t in task_of.items())}; compare each task's datasets "
+                         "in a call of its own")
+    task = get_task(task_of[datasets[0]])
     t0 = time.perf_counter()
     out = CompareOutcome(attribute, methods, list(datasets), task.name, task.summary_metrics)
     for ds in datasets:
@@ -114,7 +121,7 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                 for k, v in s.items()}})
         for m in methods[1:]:
             for metric in task.versus_erm:
-                a, b = np.array(out.values[(ds, m, metric)]), np.array(out.values[(ds, "erm", metric)])
+                a, b = np.array(out.values[(ds, m, metric)]), np.array(out.values[(ds, BASELINE, metric)])
                 if not (np.isfinite(a).all() and np.isfinite(b).all()):
                     continue
                 paired = seed_summary(a - b, bounds=metric_spec(metric).diff_bounds)
@@ -202,7 +209,7 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     task = get_task(out.task)
     worst, diff = task.rank_metric, f"{task.headline}_diff"
     frames = {m: _test_predictions(out.runs[(ds, m)], attribute) for m in out.methods}
-    ref = frames["erm"][0]
+    ref = frames[BASELINE][0]
     for m, fs in frames.items():
         for f in fs:
             if not f["id"].equals(ref["id"]) or not f["y"].equals(ref["y"]):
@@ -215,7 +222,7 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
         scores = scores[:, :, 0]
     res = BOOTSTRAPPED[task.headline](y, scores, g, n_boot=n_boot, label=f"{ds}|{attribute}",
                                       patient_ids=ref["patient"].to_numpy()[keep])
-    n_seeds = len(frames["erm"])
+    n_seeds = len(frames[BASELINE])
     shape = (len(out.methods), n_seeds, len(res.groups))
     point = res.point.reshape(shape)
     boot = res.resampled.reshape((-1, *shape))
@@ -230,7 +237,7 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
         if len(res.groups) == 2:
             diff_p = float((point[i, :, 1] - point[i, :, 0]).mean())
             entry[diff] = _interval((boot[:, i, :, 1] - boot[:, i, :, 0]).mean(axis=-1), diff_p)
-        if m != "erm":
+        if m != BASELINE:
             entry[f"{worst}_vs_erm"] = _interval(worst_b[:, i] - worst_b[:, 0], float(worst_p[i] - worst_p[0]))
         doc["methods"][m] = entry
     return doc

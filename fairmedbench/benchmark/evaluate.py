@@ -13,12 +13,14 @@ import numpy as np
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
-from fairmedbench.metrics import FairnessResult, evaluate_classification
+from fairmedbench.metrics import FairnessResult
 from fairmedbench.metrics.bootstrap import N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
+from fairmedbench.metrics.groups import Bins
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS
-from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+from fairmedbench.spec import ScoreSettings
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
 SPLIT_VAL = ("val", "valid", "validation")
 SPLIT_TEST = ("test",)
@@ -73,12 +75,13 @@ def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
     """Seconds that `n_boot` resamples and `n_perm` permutations of one attribute's classification metrics take on
     `n_samples` rows here: 100 of each timed on generated scores (less the same call without them), scaled."""
     n = max(n_samples, 4)
-    y, score = np.arange(n) % 2, np.random.default_rng(0).uniform(size=n)
-    groups = {"g": np.where(np.arange(n) % 4 < 2, "a", "b")}
+    table = PredictionTable({"label:t": np.arange(n) % 2, "score:t": np.random.default_rng(0).uniform(size=n),
+                             "attr:g": np.where(np.arange(n) % 4 < 2, "a", "b")}, ("t",), ("g",))
+    task = get_task("classification")
     took = []
     for b, p in ((0, 0), (100, 0), (0, 100 if n_perm else 0)):
         t0 = time.perf_counter()
-        evaluate_classification(y, score, groups, n_boot=b, n_perm=p, min_group_size=1)
+        task.score(table, ScoreSettings(n_boot=b, n_perm=p, min_group_size=1))
         took.append(time.perf_counter() - t0)
     return (max(took[1] - took[0], 0.0) * n_boot + max(took[2] - took[0], 0.0) * n_perm) / 100
 
@@ -272,28 +275,29 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                           f"rows x {per} task-attribute pair(s), timed here)", lambda m: print(m, file=sys.stderr))
     patient = resolve_patient_column(df.columns, opts, source, notes)
     pids = None if patient is None else np.asarray(df[patient], dtype=object)[test]
-    from fairmedbench.metrics.groups import Bins
-
-    bins = {k: Bins(v, opts.bins_closed) for k, v in opts.bins.items()}
+    settings = score_settings(opts, patient)
     t_read = time.perf_counter() - t0
     resampled: Resampling | None = None
     audit = None
+    # which task a file holds is read from its columns; each reader lays the rows out as that task's table and
+    # scores it through the task's scorer
     if opts.masks:
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on classification predictions, not on --masks")
-        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, bins, patient)
+        get_task("segmentation").check(settings)  # before any mask is read
+        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, settings, patient)
         kind = "evaluate-segmentation"
     elif multiclass_scores(df, opts, source):
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on binary classification predictions, not on "
                              "multi-class ones")
-        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, bins, pids)
+        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, settings, pids)
         kind = "evaluate-multiclass"
     else:
         if pack is not None and not opts.report:  # the audit page (binary classification only)
             opts = replace(opts, report=str(pack / "audit.html"))
-        result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress, bins,
-                                                               pids)
+        result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress,
+                                                               settings, pids)
         kind = "evaluate-classification"
     t_metrics = time.perf_counter() - t0 - t_read
     spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}}
@@ -332,6 +336,20 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     return outcome
 
 
+def score_settings(opts: EvaluateOptions, patient: str | None) -> ScoreSettings:
+    """What of the options changes a number, as a task's scorer takes it (whole patients resampled when a patient
+    column is used, rows otherwise)."""
+    return ScoreSettings(profile=opts.profile, threshold=opts.threshold, resampling_unit="row" if patient is None
+                         else "patient", n_boot=opts.n_boot, n_perm=opts.n_perm, seed=opts.seed,
+                         min_group_size=opts.min_group_size, bins={k: Bins(v, opts.bins_closed)
+                                                                  for k, v in opts.bins.items()},
+                         intersect=opts.intersect, logits=opts.logits)
+
+
+def _with_patients(columns: dict[str, np.ndarray], pids: np.ndarray | None) -> dict[str, np.ndarray]:
+    return columns if pids is None else {**columns, PATIENT_COLUMN: pids}
+
+
 def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[str, Any]) -> Any:
     """The tidy table; with a resampled test set, both sets' rows and a `test_set` column."""
     if resampled is None:
@@ -353,7 +371,7 @@ class Resampling:
 
 def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                     notes: list[str], progress: Callable[[int, int, str], None] | None,
-                    bins: dict[str, Any], pids: np.ndarray | None = None
+                    settings: ScoreSettings, pids: np.ndarray | None = None
                     ) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, Any]:
     spec = None
     if opts.test_resample:
@@ -370,6 +388,8 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
     if len(opts.labels) != len(opts.scores):
         raise InputError(f"{len(opts.labels)} label column(s) but {len(opts.scores)} score column(s); "
                          "give one score column per label column, in the same order")
+    if len(set(opts.labels)) != len(opts.labels):
+        raise InputError(f"label columns {opts.labels} repeat: give each label column once")
     _columns(df, opts.labels, "label", source)
     _columns(df, opts.scores, "score", source)
     y = np.column_stack([as_labels(df[c], f"label column {c!r} in {source}") for c in opts.labels])
@@ -382,16 +402,24 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
             notes.append("no validation rows: operating threshold fixed:0.5 (give split=val rows to use val_youden)")
     task_names = list(opts.labels)
     attrs = {a: df[a][test] for a in opts.attributes}
-    common = dict(task_names=task_names, bins=bins, intersect=opts.intersect, threshold=policy,
-                  val_y_true=y[val] if val.any() else None, val_y_score=s[val] if val.any() else None,
-                  profile=opts.profile, n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
-                  logits=False, n_perm=opts.n_perm)
-    result = evaluate_classification(y[test], s[test], attrs, on_step=progress, patient_ids=pids, **common)
+
+    def columns(rows: np.ndarray) -> dict[str, np.ndarray]:
+        out = {}
+        for k, t in enumerate(task_names):
+            out[f"label:{t}"], out[f"score:{t}"] = y[rows, k], s[rows, k]
+        return out
+
+    table = PredictionTable(_with_patients({**columns(test), **{f"attr:{a}": v for a, v in attrs.items()}}, pids),
+                            tuple(task_names), tuple(opts.attributes), columns(val) if val.any() else {})
+    # the scores are probabilities already (as_scores applied the sigmoid to logits)
+    settings = replace(settings, threshold=policy, logits=False)
+    task = get_task("classification")
+    result = task.score(table, settings, progress)
     resampling = audit = None
     if spec is not None or opts.report:
         from fairmedbench.metrics.classification import resolve_attributes
 
-        resolved = resolve_attributes(attrs, int(test.sum()), bins, opts.intersect)
+        resolved = resolve_attributes(attrs, int(test.sum()), settings.bins, opts.intersect)
     if opts.report:
         from fairmedbench.report.audit import AuditData
 
@@ -401,9 +429,7 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
         pos = sample.positions
         if len(opts.labels) > 1:
             notes.append(f"test set resampled on the first label column {opts.labels[0]!r}")
-        resampling = Resampling(sample, evaluate_classification(
-            y[test][pos], s[test][pos], {a: v[pos] for a, v in attrs.items()},
-            patient_ids=None if pids is None else pids[pos], **common))
+        resampling = Resampling(sample, task.score(table.take(pos), settings))
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
                                       *opts.labels, *opts.scores, *opts.attributes]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
@@ -499,10 +525,9 @@ def _class_index(values: np.ndarray, classes: list[str], what: str) -> np.ndarra
 
 def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                 notes: list[str], progress: Callable[[int, int, str], None] | None,
-                bins: dict[str, Any], pids: np.ndarray | None = None) -> tuple[FairnessResult, dict[str, np.ndarray]]:
+                settings: ScoreSettings, pids: np.ndarray | None = None
+                ) -> tuple[FairnessResult, dict[str, np.ndarray]]:
     """One label column (class index or name) and the class probabilities: per-group multi-class metrics."""
-    from fairmedbench.metrics.multiclass import evaluate_multiclass
-
     _columns(df, opts.labels + opts.scores, "label/score", source)
     if len(opts.scores) == 1:
         s = _list_scores(df[opts.scores[0]], f"score column {opts.scores[0]!r} in {source}")
@@ -515,19 +540,15 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
         prefix = "score:" if all(c.startswith("score:") for c in opts.scores) else ""
         classes = [c[len(prefix):] for c in opts.scores]
     y = _class_index(df[opts.labels[0]], classes, f"label column {opts.labels[0]!r} in {source}")
-    if opts.threshold is not None:
-        raise InputError("--threshold does not apply to multi-class predictions: the decision is the argmax")
-    if opts.profile != "default":
-        raise InputError(f"metric profile {opts.profile!r} defines binary conventions; multi-class predictions "
-                         "use the default profile (drop --profile)")
     if val.any():
         notes.append(f"{int(val.sum())} validation row(s) not used: a multi-class prediction is the argmax, "
                      "no threshold is chosen")
-    attrs = {a: df[a][test] for a in opts.attributes}
-    result = evaluate_multiclass(y[test], s[test], attrs, classes=classes, task_name=opts.labels[0], bins=bins,
-                                 intersect=opts.intersect, n_boot=opts.n_boot, seed=opts.seed,
-                                 min_group_size=opts.min_group_size, logits=opts.logits, on_step=progress,
-                                 patient_ids=pids, n_perm=opts.n_perm)
+    task = get_task("multiclass")
+    st = s[test]
+    table = {task.label_column: y[test], **{task.score_column.format(task=c): st[:, k] for k, c in enumerate(classes)},
+             **{f"attr:{a}": df[a][test] for a in opts.attributes}}
+    result = task.score(PredictionTable(_with_patients(table, pids), (opts.labels[0],), tuple(opts.attributes),
+                                        classes=tuple(classes)), settings, progress)
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
                                       *opts.labels, *opts.attributes]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
@@ -537,11 +558,14 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
 
 
 def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
-                  bins: dict[str, Any], patient: str | None = None) -> tuple[FairnessResult, Any]:
+                  settings: ScoreSettings, patient: str | None = None) -> tuple[FairnessResult, Any]:
+    """Predicted and ground-truth masks per row: DSC (IoU, HD95) per sample, or per volume with --volume, scored
+    by the segmentation task."""
     from fairmedbench.engine.masks import read_mask_pairs
     from fairmedbench.metrics.segmentation import dice_batch, dice_per_volume, hd95_batch
 
     _columns(df, [opts.pred_mask, opts.gt_mask] + ([opts.volume] if opts.volume else []), "mask", source)
+    task = get_task("segmentation")
     rows = df.loc[test].reset_index(drop=True)
     base = Path(opts.predictions).parent if opts.predictions else Path.cwd()
     pairs = read_mask_pairs(rows[opts.pred_mask].astype(str).tolist(), rows[opts.gt_mask].astype(str).tolist(),
@@ -561,22 +585,18 @@ def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
             raise InputError(f"attribute(s) {varying} change within a volume ({opts.volume!r}); "
                              "a volume must belong to one group")
         attrs = {a: first.loc[list(vol.volume_ids), a].to_numpy() for a in opts.attributes}
-        result = evaluate_segmentation(vol.dsc, attrs, empty_gt=vol.empty_gt, bins=bins,
-                                       intersect=opts.intersect, profile=opts.profile, n_boot=opts.n_boot,
-                                       seed=opts.seed, min_group_size=opts.min_group_size, n_perm=opts.n_perm,
-                                       patient_ids=None if patient is None else
-                                       first.loc[list(vol.volume_ids), patient].to_numpy())
+        table = {"dsc": vol.dsc, "empty_gt": vol.empty_gt, **{f"attr:{a}": v for a, v in attrs.items()}}
+        result = task.score(PredictionTable(_with_patients(table, None if patient is None else first.loc[
+            list(vol.volume_ids), patient].to_numpy()), ("segmentation",), tuple(opts.attributes)), settings)
         import pandas as pd
 
         per = pd.DataFrame({opts.volume: list(vol.volume_ids), "dsc": vol.dsc, "n_slices": vol.n_slices,
                             "empty_gt": vol.empty_gt, **attrs})
         return result, per
-    attrs = {a: rows[a].to_numpy() for a in opts.attributes}
-    result = evaluate_segmentation(batch.dsc, attrs, iou=batch.iou, hd95=hd, empty_gt=batch.empty_gt,
-                                   bins=bins, intersect=opts.intersect, profile=opts.profile,
-                                   n_boot=opts.n_boot, seed=opts.seed, min_group_size=opts.min_group_size,
-                                   patient_ids=None if patient is None else rows[patient].to_numpy(),
-                                   n_perm=opts.n_perm)
+    table = {"dsc": batch.dsc, "iou": batch.iou, **({"hd95": hd} if hd is not None else {}),
+             "empty_gt": batch.empty_gt, **{f"attr:{a}": rows[a].to_numpy() for a in opts.attributes}}
+    result = task.score(PredictionTable(_with_patients(table, None if patient is None else rows[patient].to_numpy()),
+                                        ("segmentation",), tuple(opts.attributes)), settings)
     return result, per
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine.hparams import split_by_owner
 from fairmedbench.errors import InputError, MissingResourceError
-from fairmedbench.spec import RunConfig, RunSpec
+from fairmedbench.spec import BASELINE_MITIGATION, RunConfig, RunSpec
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import Usage
@@ -113,12 +113,12 @@ def check_spec(spec: RunSpec) -> Checked:
     if len(set(attributes)) != len(attributes):
         raise InputError(f"--attribute lists {', '.join(attributes)}: give each attribute once")
     MITIGATIONS.get(spec.mitigation)
-    if spec.mitigation != "erm" and not usage.learns:
+    if spec.mitigation != BASELINE_MITIGATION and not usage.learns:
         learning = [n for n in USAGES.names() if task.name in USAGES.get(n).tasks and USAGES.get(n).learns]
         raise InputError(f"mitigation {spec.mitigation!r} needs a usage that learns from the train split: "
                          f"{usage.name!r} learns nothing; use --usage {' or '.join(learning)}, or --mitigation erm")
     profile = get_profile(spec.profile)
-    if task.name not in profile.tasks:
+    if profile.tasks and task.name not in profile.tasks:
         raise InputError(f"metric profile {profile.name!r} applies to {' and '.join(profile.tasks)} runs; this run is "
                          f"{task.name} (its numbers would be the default profile's): use --profile default")
     check_threshold(profile, spec.threshold)

@@ -277,6 +277,7 @@ def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
     from fairmedbench.adapters import RunContext
     from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.registry.models import load_model, seen_in_pretraining
+    from fairmedbench.tasks.common import RunInputs
 
     config, checked, ds, split = resolved.config, resolved.checked, resolved.dataset, resolved.split
     t0 = time.perf_counter()
@@ -297,9 +298,8 @@ def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
                      batch_size=encoder_batch_size(opts.batch_size, resolved.device),
                      num_workers=opts.num_workers, channels_last=opts.channels_last,
                      dataset_card=checked.dataset_card, hparams=config.hparams, progress=opts.progress)
-    runner = checked.task.run()
-    ext = {"externals": resolved.externals} if resolved.externals else {}  # a task without external evaluation
-    docs, results, reused = runner(config, checked.usage, model, ds, split, ctx, opts, out_dir, info, t_load, **ext)
+    docs, results, reused = checked.task.run()(RunInputs(config, checked.usage, model, ds, split, ctx, opts, out_dir,
+                                                         info, t_load, resolved.externals))
     for s in reused:
         opts.say(f"seed {s}: reused its finished result from an earlier, interrupted run")
     summary = _summary(config, checked.task, docs, info, time.perf_counter() - t0)

@@ -138,6 +138,7 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
     from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.models import load_model
+    from fairmedbench.tasks.common import RunInputs
 
     spec = spec_from_document(doc["spec"], _weights_arg(doc["spec"], weights), split_file)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=True)
@@ -170,10 +171,9 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
                      dataset_card=checked.dataset_card,
                      hparams=config.hparams, progress=opts.progress)
     with tempfile.TemporaryDirectory(prefix="fmb-verify-") as tmp:
-        runner = checked.task.run()
-        ext = {"externals": resolved.externals} if resolved.externals else {}  # as benchmark.run passes them
-        runner(config, checked.usage, model, ds, sample, ctx, dataclasses.replace(opts, force=True), Path(tmp),
-               info, 0.0, **ext)
+        forced = dataclasses.replace(opts, force=True)
+        checked.task.run()(RunInputs(config, checked.usage, model, ds, sample, ctx, forced, Path(tmp), info, 0.0,
+                                     resolved.externals))  # as benchmark.run passes them
         frame = pd.read_parquet(Path(tmp) / f"seed{config.seeds[0]}.predictions.parquet")
         externals = [pd.read_parquet(Path(tmp) / e["predictions"]) for e in doc.get("external", [])]
     return frame, externals, []

@@ -35,8 +35,8 @@ be null where the predicted mask is empty, as HD95 is undefined there: submit ac
 group names (null = missing). A multi-class result (predictions.classes = the dataset
 card's classes, in order) has one `label` column, a class index 0..C-1 or a class name, and one probability
 column score:<class> per class, each in [0, 1], every row summing to 1 within
-`metrics.multiclass.PROB_SUM_TOLERANCE` (1e-3, the engine's own check); it is recomputed with
-`metrics.evaluate_multiclass` (argmax decision, no threshold) and ranked by its headline, macro AUC.
+`metrics.multiclass.PROB_SUM_TOLERANCE` (1e-3, the engine's own check); it is recomputed by the multiclass
+task's scorer (argmax decision, no threshold) and ranked by its headline, macro AUC.
 
 `submit` accepts a bundle only when: every file is a regular .json or .parquet file (no symlinks, no
 pickles or zip archives, Parquet magic present, strict JSON without NaN), within the size limits
@@ -46,8 +46,8 @@ beside it (no absolute path, no '..'); predictions have finite scores and the te
 board's pinned test set (when pinned; else the result's own test_fingerprint and n_test; on a board whose
 test set ships its id list, `testsets.TestSet.ids_file`, any non-empty subset of it: coverage is recorded
 and partial rows are ranked separately); and
-`metrics.evaluate_classification` / `evaluate_segmentation` / `evaluate_multiclass`, run on the test rows with the
-settings in result.meta (profile, threshold policy on the val rows, n_boot, seed, ci_level, min_group_size,
+the entry's task's scorer (`Task.score`, the one runs use), run on the test rows with the settings in result.meta
+as a `ScoreSettings` (profile, threshold policy on the val rows, n_boot, n_perm, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count
 and threshold within 1e-9; for an entry with external datasets, so does each external result and every shift
 (external − internal, `analysis.shift`), from the two predictions files (`external.check_seed`). Recomputation proves the arithmetic, not where the predictions came from: every row

@@ -59,10 +59,6 @@ class Facts:
     verification: dict[str, Any] | None = None  # this entry's verification record, if any
 
 
-# segmentation columns that are null on a row with an empty ground truth (no prompt, so no score)
-SCORED_COLUMNS = ("dsc", "iou", "hd95")
-
-
 def scored_rows(test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Segmentation test columns without the empty-ground-truth rows (covered test ids, but never scored: every
     metric and flag is computed on prompted samples only); classification columns unchanged."""

@@ -25,17 +25,15 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
-from fairmedbench.leaderboards.flags import SCORED_COLUMNS, Facts, class_indices, from_columns, scored_rows
+from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns, scored_rows
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
-from fairmedbench.metrics import evaluate_classification
-from fairmedbench.metrics.groups import Attribute
-from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE, evaluate_multiclass
+from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE
 from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
-from fairmedbench.metrics.seg_fairness import evaluate_segmentation
-from fairmedbench.tasks.base import get_task
+from fairmedbench.spec import ScoreSettings
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
 TOLERANCE = 1e-9
 MAX_LINES_PER_FILE = 6
@@ -290,10 +288,6 @@ def _label(v: Any) -> str:
     return str(v).strip()
 
 
-#: the optional per-row patient id column of a predictions file (every runner writes it)
-PATIENT_COLUMN = "patient_id"
-
-
 def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any], seed: int) -> _Columns:
     """Parquet bytes -> checked columns; raises _Stop listing what is wrong."""
     import pyarrow as pa
@@ -304,17 +298,16 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     except (pa.ArrowException, OSError) as err:
         raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
     cols = block["columns"]
+    task = get_task(entry.task)
     # multi-class: the card's classes, decided by the entry's task (never by a key the submitter writes)
-    classes = list(entry.classes) if get_task(entry.task).class_index_labels else []
+    classes = list(entry.classes) if task.class_index_labels else []
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
-    if get_task(entry.task).sample_labels:  # labels and scores per sample; else per-sample DSC/IoU
-        want.update({c: "class" if classes else "label" for c in cols["labels"]})
-        want.update({c: "score" for c in cols["scores"]})
-    else:  # empty_gt first: it says which rows were not prompted (they carry null scores)
-        want.update({"empty_gt": "label", "dsc": "score", "iou": "score"})
-        if "hd95" in table.column_names:
-            want["hd95"] = "distance"
+    # the task's own per-sample columns first: an 'unscored' flag says which rows carry null values
+    want.update({v.name: v.role for v in task.value_columns if not v.optional or v.name in table.column_names})
+    want.update({c: "class" if classes else "label" for c in cols["labels"]})
+    want.update({c: "score" for c in cols["scores"]})
     want.update({c: "attr" for c in cols["attributes"]})
+    flag = next((v.name for v in task.value_columns if v.role == "unscored"), None)
     if PATIENT_COLUMN in table.column_names:  # optional: the recomputation then resamples whole patients
         want[PATIENT_COLUMN] = "id"
     problems = [f"{rel}: missing column {c!r}" for c in want if c not in table.column_names]
@@ -330,7 +323,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if problems:
         raise _Stop(problems)
     arrays: dict[str, np.ndarray] = {}
-    unscored: np.ndarray | None = None  # segmentation: rows with an empty ground truth (no prompt, no score)
+    unscored: np.ndarray | None = None  # rows the flag marks (segmentation: an empty ground truth, no prompt)
     for name, role in want.items():
         col = table.column(name)
         t = col.type
@@ -340,6 +333,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
               "text": pa.types.is_string(t) or pa.types.is_large_string(t),
               "int": pa.types.is_integer(t),
               "label": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
+              "unscored": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
               "class": pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
               or pa.types.is_large_string(t),
               "score": pa.types.is_floating(t) or pa.types.is_integer(t),
@@ -349,20 +343,21 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if not ok:
             problems.append(f"{rel}: column {name!r} has type {t}, not usable as {role}")
             continue
-        nullable = unscored is not None and name in SCORED_COLUMNS
+        maybe_null = flag is not None and role in ("score", "distance")  # null where the flag marks the row
+        nullable = unscored is not None and maybe_null
         if role != "attr" and col.null_count and not nullable:
             problems.append(f"{rel}: column {name!r} has {col.null_count} missing or NaN value(s); every sample "
-                            "needs a finite value" + (" (null only where empty_gt is true)" if name in
-                                                      SCORED_COLUMNS else ""))
+                            "needs a finite value" + (f" (null only where {flag} is true)" if maybe_null else ""))
             continue
-        if role in ("score", "label", "distance", "int"):
+        if role in ("score", "label", "unscored", "distance", "int"):
             full = np.asarray(col.to_numpy(), dtype=np.float64)
             arr = full
             if nullable:
                 given = int((~np.isnan(full) & unscored).sum())
                 if given:
-                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with empty_gt true; an "
-                                    "empty ground truth is not prompted or scored, so leave it null there")
+                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with {flag} true; such "
+                                    "a row is not scored (segmentation: an empty ground truth is not prompted), so "
+                                    "leave it null there")
                 arr = full[~unscored]
             if role == "distance" and (arr < 0).any():
                 problems.append(f"{rel}: column {name!r} has {int((arr < 0).sum())} negative value(s); a distance "
@@ -377,9 +372,9 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
             outside = int(((arr < 0) | (arr > 1)).sum()) if role == "score" else 0
             if outside:
                 problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({outside} outside)")
-            if role == "label" and not np.isin(arr, (0.0, 1.0)).all():
+            if role in ("label", "unscored") and not np.isin(arr, (0.0, 1.0)).all():
                 problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
-            elif name == "empty_gt" and not get_task(entry.task).sample_labels:
+            elif role == "unscored":
                 unscored = arr == 1.0
             arrays[name] = full
         elif role == "class":  # a class index 0..C-1 or a class name of the card, stored as the index
@@ -411,7 +406,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     if problems:
         raise _Stop(problems)
     split = arrays.pop(cols["split"])
-    allowed = set(get_task(entry.task).prediction_splits)
+    allowed = set(task.prediction_splits)
     extra = sorted(set(split) - allowed)
     if extra:
         problems.append(f"{rel}: split values {extra} are not allowed here (only {sorted(allowed)})")
@@ -435,16 +430,6 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                     {k: v[split == "val"] for k, v in arrays.items()})
 
 
-def _attribute(name: str, values: np.ndarray, groups: list[str], rel: str) -> Attribute:
-    """Encode group names in the reported group order (the bootstrap draws groups in this order)."""
-    index = {g: i for i, g in enumerate(groups)}
-    unknown = sorted({v for v in values if v is not None and v not in index})
-    if unknown:
-        raise _Stop([f"{rel}: attribute {name!r} has group(s) {unknown[:5]} that the result does not report"])
-    codes = np.array([-1 if v is None else index[v] for v in values], dtype=np.int64)
-    return Attribute(name, codes, tuple(groups))
-
-
 def _setting(meta: dict[str, Any], path: tuple[str, ...], rel: str) -> Any:
     cur: Any = meta
     for k in path:
@@ -455,63 +440,58 @@ def _setting(meta: dict[str, Any], path: tuple[str, ...], rel: str) -> Any:
 
 
 def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limits: Limits) -> dict[str, Any]:
-    """The result the metric engine gives on these predictions with the document's own settings."""
-    res, block = doc["result"], doc["predictions"]
-    meta, reports = res["meta"], res["reports"]
+    """The result the entry's task scores on these predictions with the document's own settings."""
+    task = get_task(entry.task)
+    block = doc["predictions"]
+    settings = _score_settings(rel, doc["result"], list(block["attributes"]), list(block["tasks"]),
+                               task.thresholded, limits)
     test = scored_rows(cols.test)  # segmentation: prompted samples only, as the run computed them
-    attrs_named = list(block["attributes"])
+    val = cols.val if len(cols.val[block["columns"]["id"]]) else {}
+    table = PredictionTable(test, tuple(block["tasks"]), tuple(block["attributes"]), val, tuple(entry.classes))
+    try:
+        out = task.score(table, settings)
+    except (InputError, TypeError, ValueError) as err:
+        raise _Stop([f"{rel}: recomputation failed: {err}"]) from None
+    return json.loads(json.dumps(out.to_dict()))
+
+
+def _score_settings(rel: str, res: dict[str, Any], attrs_named: list[str], tasks: list[str], thresholded: bool,
+                    limits: Limits) -> ScoreSettings:
+    """The settings a result records in its meta (groups in the order its reports give them, so the bootstrap
+    draws them alike; the threshold policy of a thresholded task under a profile that takes one), within limits."""
+    meta, reports = res["meta"], res["reports"]
     first = {}
     for r in reports:
         first.setdefault(r.get("attribute"), r)
     missing = [a for a in attrs_named if a not in first]
     if missing:
         raise _Stop([f"{rel}: no report for attribute(s) {missing}"])
-    attributes = {a: _attribute(a, test[f"attr:{a}"], list(first[a]["groups"]), rel) for a in attrs_named}
-    crossed = "|".join(attrs_named)
-    intersect = len(attrs_named) > 1 and crossed in first
     n_boot = _setting(meta, ("n_boot",), rel)
     if not isinstance(n_boot, int) or n_boot > limits.n_boot:
         raise _Stop([f"{rel}: result.meta.n_boot must be a whole number <= {limits.n_boot}, got {n_boot!r}"])
     n_perm = meta.get("n_perm", 0)  # results written before the permutation tests carry none
     if not isinstance(n_perm, int) or not 0 <= n_perm <= limits.n_perm:
         raise _Stop([f"{rel}: result.meta.n_perm must be a whole number in [0, {limits.n_perm}], got {n_perm!r}"])
-    common = dict(profile=_setting(meta, ("profile",), rel), n_boot=n_boot, seed=_setting(meta, ("seed",), rel),
-                  ci_level=_setting(meta, ("ci_level",), rel),
-                  min_group_size=_setting(meta, ("min_group_size",), rel), intersect=intersect, n_perm=n_perm,
-                  patient_ids=test.get(PATIENT_COLUMN))
-    try:
-        if not get_task(entry.task).sample_labels:
-            out = evaluate_segmentation(test["dsc"], attributes, iou=test["iou"],
-                                        hd95=test.get("hd95"), empty_gt=test["empty_gt"] > 0.5, **common)
-        elif get_task(entry.task).class_index_labels:  # the argmax decides, no threshold; the default profile only
-            common.pop("profile")
-            tasks = list(block["tasks"])
-            out = evaluate_multiclass(test[block["columns"]["labels"][0]],
-                                      np.column_stack([test[c] for c in block["columns"]["scores"]]), attributes,
-                                      classes=list(entry.classes), task_name=tasks[0], **common)
-        else:
-            tasks = list(block["tasks"])
-            y = np.column_stack([test[f"label:{t}"] for t in tasks])
-            s = np.column_stack([test[f"score:{t}"] for t in tasks])
-            val = len(cols.val[block["columns"]["id"]]) > 0
-            vy = np.column_stack([cols.val[f"label:{t}"] for t in tasks]) if val else None
-            vs = np.column_stack([cols.val[f"score:{t}"] for t in tasks]) if val else None
-            policy = None
-            profile = get_profile(common["profile"])
-            if profile.accepts_threshold:
-                policies = {(_setting(meta, ("thresholds", t), rel) or {}).get("policy") for t in tasks}
-                if len(policies) != 1 or None in policies:
-                    raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
-                policy = policies.pop()
-            out = evaluate_classification(
-                y, s, attributes, task_names=tasks, threshold=policy, val_y_true=vy, val_y_score=vs,
-                fpr_at_tpr=_setting(meta, ("operating_points", "fpr_at_tpr"), rel),
-                rates_at_fpr=_setting(meta, ("operating_points", "rates_at_fpr"), rel),
-                ece_bins=_setting(meta, ("ece", "bins"), rel) if profile.ece_bins is None else profile.ece_bins,
-                **common)
-    except (InputError, TypeError, ValueError) as err:
-        raise _Stop([f"{rel}: recomputation failed: {err}"]) from None
-    return json.loads(json.dumps(out.to_dict()))
+    profile = _setting(meta, ("profile",), rel)
+    policy = None
+    if thresholded and get_profile(profile).accepts_threshold:
+        policies = {(_setting(meta, ("thresholds", t), rel) or {}).get("policy") for t in tasks}
+        if len(policies) != 1 or None in policies:
+            raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
+        policy = policies.pop()
+    default = ScoreSettings()
+
+    def recorded(path: tuple[str, ...], value: Any) -> Any:  # operating points, ECE bins: where the engine records them
+        return _setting(meta, path, rel) if path[0] in meta else value
+
+    return ScoreSettings(
+        profile=profile, threshold=policy, n_boot=n_boot, n_perm=n_perm, seed=_setting(meta, ("seed",), rel),
+        ci_level=_setting(meta, ("ci_level",), rel), min_group_size=_setting(meta, ("min_group_size",), rel),
+        intersect=len(attrs_named) > 1 and "|".join(attrs_named) in first,
+        groups={a: tuple(first[a]["groups"]) for a in attrs_named},
+        fpr_at_tpr=recorded(("operating_points", "fpr_at_tpr"), default.fpr_at_tpr),
+        rates_at_fpr=recorded(("operating_points", "rates_at_fpr"), default.rates_at_fpr),
+        ece_bins=recorded(("ece", "bins"), default.ece_bins))
 
 
 def weights_identity(sha: str | None, run_weights: Any) -> str | None:

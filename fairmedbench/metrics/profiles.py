@@ -24,7 +24,8 @@ class Profile:
     of group means) is reported for segmentation (None = not reported). exclude_one_class_groups: groups
     holding one label are left out of every gap, difference, worst group and ES sum (not only of those whose
     metric is undefined there). accepts_threshold: whether a user-given threshold policy is allowed. tasks: the
-    run tasks it applies to (a run of another task refuses it: its numbers would be the default profile's).
+    run tasks it applies to, empty for every task (a run of another task refuses it: its numbers would be the
+    default profile's).
     """
 
     name: str
@@ -38,7 +39,7 @@ class Profile:
     es_std_name: str | None = None
     exclude_one_class_groups: bool = False
     accepts_threshold: bool = True
-    tasks: tuple[str, ...] = ("classification", "multiclass", "segmentation")
+    tasks: tuple[str, ...] = ()
 
     def ece_description(self, ece_bins: int) -> dict[str, object]:
         """The ECE setting recorded in a result's meta."""

@@ -14,7 +14,7 @@ logits, and for `eo` also the class one-hot; cells are group x class.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
@@ -54,7 +54,7 @@ class Adversarial(Mitigation):
 
     name: str = "adversarial"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "multiclass")
+    needs: ClassVar[Mapping[str, object]] = {"head": "classifier"}
     other_tasks: ClassVar[str] = (
         "its adversary reads a classification head's per-sample logits or representation vector, "
         "which a mask decoder does not have; use groupdro, resampling or fairness_loss")

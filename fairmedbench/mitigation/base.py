@@ -10,9 +10,10 @@ Hooks, in the order a runner calls them:
   `threshold_policy`                 set by a plugin that fixes the operating point itself (per-group
                                      thresholds mapped to 0.5): it replaces the runner's policy.
 
-A plugin declares the tasks it applies to (`tasks`, with `other_tasks` saying why the rest are refused) and,
-through `label_need`, whether its hyperparameters need a class label per sample; `check_task` reads the
-registered Task (its name and `sample_labels`) and refuses what the plugin cannot serve.
+A plugin declares what it needs of a task as Task traits and their values (`needs`, e.g. {"head": "classifier"}:
+it reads a classifier head's logits; {"thresholded": True}: it moves a decision threshold), with `other_tasks` saying
+why a task without them is refused, and, through `label_need`, whether its hyperparameters need a class label per
+sample; `check_task` reads the registered Task's traits and refuses what the plugin cannot serve.
 
 The segmentation loop (a SAM mask decoder, with or without a LoRA image encoder)
 calls `wrap_head(mask_decoder, n_groups)`, `extra_parameters`, `epoch_indices(zeros, groups, rng)` (a
@@ -29,13 +30,14 @@ cross-entropy in `loss`, and softmax probabilities (n, K) in `fit_postprocess` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
+from fairmedbench.spec import BASELINE_MITIGATION
 
 if TYPE_CHECKING:
     from fairmedbench.tasks.base import Task
@@ -60,23 +62,39 @@ class Batch:
 class Mitigation:
     """Base plugin = ERM: uniform sampling, mean loss, no extra modules, scores unchanged."""
 
-    name: str = "erm"
+    name: str = BASELINE_MITIGATION
     needs_attribute_at_training: bool = False
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
     threshold_policy: str | None = None
     n_classes: int = 0  # 0: sigmoid outputs with 0/1 labels per column; K >= 2: one softmax head, y = class index
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
-    other_tasks: ClassVar[str] = ""  # why a task not in `tasks` is refused (default: names the ones it serves)
+    needs: ClassVar[Mapping[str, object]] = {}  # Task traits (fields of tasks.base.Task) and the values it needs
+    other_tasks: ClassVar[str] = ""  # why a task without them is refused (default: names the tasks it serves)
 
     def label_need(self) -> str | None:
         """Why this method, with its hyperparameters, needs a class label per sample; None when it does not."""
         return None
 
+    def serves(self, task: Task) -> bool:
+        """Whether `task` has every trait value this method needs (its hyperparameters aside)."""
+        for trait, value in self.needs.items():
+            if not hasattr(task, trait):
+                raise InputError(f"mitigation {self.name!r} needs the task trait {trait!r}, which a Task does not have "
+                                 f"(its fields: {', '.join(f.name for f in fields(task))})")
+            if getattr(task, trait) != value:
+                return False
+        return True
+
+    def served_tasks(self) -> list[str]:
+        """The registered tasks it serves, in registration order (recorded in results and the catalogue)."""
+        from fairmedbench.tasks.base import TASKS  # the task registry (torch-free), read for its tasks' traits
+
+        return [t.name for t in TASKS.values() if self.serves(t)]
+
     def unsupported(self, task: Task) -> str | None:
         """Why this method, with its hyperparameters, cannot train a model of `task`; None when it can."""
-        if task.name not in self.tasks:
-            return self.other_tasks or f"it applies to {' and '.join(self.tasks)} only"
+        if not self.serves(task):
+            return self.other_tasks or f"it applies to {' and '.join(self.served_tasks())} only"
         if task.class_index_labels and self.hparams.get("label_column", 0) != 0:  # one label: the class index
             return (f"label_column={self.hparams['label_column']} but a multi-class label is one column (the class "
                     "index); leave label_column at 0")
@@ -121,9 +139,9 @@ class Mitigation:
     def describe(self) -> dict[str, Any]:
         """Name, hyperparameters, tasks and attribute needs, recorded in every result."""
         return {"name": self.name, "hparams": dict(self.hparams),
-                "tasks": list(self.tasks), "needs_class_labels": self.label_need(),
+                "tasks": self.served_tasks(), "needs_class_labels": self.label_need(),
                 "needs_attribute_at_training": self.needs_attribute_at_training,
                 "needs_attribute_at_inference": self.needs_attribute_at_inference}
 
 
-MITIGATIONS.add("erm", Mitigation)
+MITIGATIONS.add(BASELINE_MITIGATION, Mitigation)

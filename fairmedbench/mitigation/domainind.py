@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
@@ -28,7 +28,7 @@ class DomainInd(Mitigation):
 
     name: str = "domainind"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "multiclass")
+    needs: ClassVar[Mapping[str, object]] = {"head": "classifier"}
     other_tasks: ClassVar[str] = (
         "it gives each group its own copy of a classification head's output layer, which a mask "
         "decoder does not have; use groupdro, resampling or fairness_loss")

@@ -46,7 +46,6 @@ class FairnessLoss(Mitigation):
 
     name: str = "fairness_loss"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     DEFAULTS: ClassVar[dict[str, Any]] = {"weight": 1.0, "target": "loss", "penalty": "var"}
     REFERENCE: ClassVar[str] = ("V-REx variance of group risks (Krueger et al. 2021); soft-rate constraints "
                                 "(Padala & Gujar 2020). No paper fixes the weight: default 1.0, sweep it")

@@ -18,7 +18,7 @@ gradient for the worst group's logits (its predictions are scaled down), see tes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
@@ -39,7 +39,7 @@ class FEBS(Mitigation):
 
     name: str = "febs"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
+    needs: ClassVar[Mapping[str, object]] = {"head": "mask_decoder"}
     other_tasks: ClassVar[str] = ("it scales predicted pixel probabilities inside a Dice loss, which a classifier "
                                   "does not have")
     last_weights: Any = field(default=None, repr=False)

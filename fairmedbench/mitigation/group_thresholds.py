@@ -8,7 +8,7 @@ validation by a policy (Youden's J by default). A monotone per-group map sends t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class GroupThresholds(Mitigation):
     needs_attribute_at_training: bool = True
     needs_attribute_at_inference: bool = True
     threshold_policy: str | None = "fixed:0.5"
-    tasks: ClassVar[tuple[str, ...]] = ("classification",)
+    needs: ClassVar[Mapping[str, object]] = {"thresholded": True}
     other_tasks: ClassVar[str] = (
         "it chooses a per-group threshold on a binary score; a segmentation mask is thresholded per pixel at "
         "logit 0 and has no score to threshold per sample, and a multi-class decision is the argmax over the "

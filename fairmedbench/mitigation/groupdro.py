@@ -20,7 +20,6 @@ class GroupDRO(Mitigation):
 
     name: str = "groupdro"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     q: Any = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"eta": 0.01, "by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = "Sagawa, Koh, Hashimoto, Liang. ICLR 2020, Algorithm 1 (robust_step_size 0.01)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
@@ -30,7 +30,7 @@ class InD(Mitigation):
 
     name: str = "ind"
     needs_attribute_at_training: bool = True
-    tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
+    needs: ClassVar[Mapping[str, object]] = {"head": "mask_decoder"}
     other_tasks: ClassVar[str] = "it copies a mask decoder once per group; for a classification head use domainind"
     DEFAULTS: ClassVar[dict[str, Any]] = {"combine": "sum_logits"}
     REFERENCE: ClassVar[str] = ("Wang et al. CVPR 2020, domain-independent training, sum-of-outputs inference; "

@@ -20,7 +20,6 @@ class Resampling(Mitigation):
     """Sample with replacement, weight 1 / (number of units x size of the sample's unit)."""
 
     name: str = "resampling"
-    tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     DEFAULTS: ClassVar[dict[str, Any]] = {"by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = ("Idrissi et al. 2022 (SUBG/RWG data balancing); MEDFAIR resampling baseline "
                                 "(Zong et al. 2023)")

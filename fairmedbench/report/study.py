@@ -33,6 +33,7 @@ from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import MetricSpec, board_metrics, headline_metric, metric_spec, task_metrics
 from fairmedbench.metrics.stats import seed_summary
 from fairmedbench.report.verdicts import ALPHA, study_mitigation
+from fairmedbench.spec import BASELINE_MITIGATION
 
 CELL_FIELDS = ("model", "dataset", "usage", "mitigation", "prompt", "attributes", "seeds", "hparams",
                "train_group_share", "share_group", "train_size", "prevalence", "prevalence_on")
@@ -362,7 +363,7 @@ class _Builder:
         self.answers: list[str] = []
         self.first = table[table["task_index"] == 0]  # figures and answers use each run's first task column
         self.base = self.first[self.first["train_group_share"].isna() & self.first["prevalence"].isna()]
-        self.erm = self.base[self.base["mitigation"] == "erm"]
+        self.erm = self.base[self.base["mitigation"] == BASELINE_MITIGATION]
 
     def _save(self, paths: list[Path], alt: str) -> Any:
         self.figures.extend(paths)
@@ -533,7 +534,7 @@ class _Builder:
     def mitigations(self) -> _Section:
         sec = _Section("mitigations", "Mitigations against ERM (FairMedFM Table 2)")
         base = self.base
-        others = sorted(m for m in base["mitigation"].unique() if m != "erm")
+        others = sorted(m for m in base["mitigation"].unique() if m != BASELINE_MITIGATION)
         if not others:
             sec.note = "the study has no mitigation besides ERM"
             return sec
@@ -549,13 +550,13 @@ class _Builder:
                 spec = names[key]
                 scope = "overall" if key == "util" else "between"
                 m = sub[(sub["metric"] == spec.name) & (sub["scope"] == scope)]
-                erm = m[m["mitigation"] == "erm"]
+                erm = m[m["mitigation"] == BASELINE_MITIGATION]
                 for _, r in m.iterrows():
                     row = {"dataset": r["dataset"], "usage": r["usage"], "model": r["model"],
                            "attribute": r["attribute"], "mitigation": r["mitigation"], "metric": spec.header,
                            "mean [95% CI]": _fmt(r["mean"], r["ci_low"], r["ci_high"]), "vs ERM (paired)": "",
                            "verdict": ""}
-                    ref = _erm_match(erm, r) if r["mitigation"] != "erm" else None
+                    ref = _erm_match(erm, r) if r["mitigation"] != BASELINE_MITIGATION else None
                     if ref is not None:
                         d = _paired(r, ref, spec)
                         if d is not None:
@@ -564,8 +565,9 @@ class _Builder:
                             row["verdict"] = verdict
                             verdicts.setdefault((r["mitigation"], key), []).append(verdict)
                     rows.append(row)
-        table = pd.DataFrame(rows).sort_values(["dataset", "usage", "model", "attribute", "metric", "mitigation"],
-                                               key=lambda s: s.map(lambda v: "" if v == "erm" else str(v)))
+        table = pd.DataFrame(rows).sort_values(  # ERM first among the mitigations
+            ["dataset", "usage", "model", "attribute", "metric", "mitigation"],
+            key=lambda s: s.map(lambda v: "" if v == BASELINE_MITIGATION else str(v)))
         sec.tables.append(_table("utility, gap and equity-scaled score per mitigation (mean over seeds, 95% CI); "
                                  "vs ERM: the mean of per-seed differences (method − ERM, same seeds) with its "
                                  "t interval", table))

@@ -346,9 +346,11 @@ def render_batch(batch: Any, console: Any) -> None:
     table = Table(title=f"{len(batch.outcomes)} prediction files (95% CI)", title_justify="left")
     for h in ("source", "task", "attribute", "n", "headline", "gap", "worst group"):
         table.add_column(h, justify="right" if h == "n" else "left")
+    from fairmedbench.tasks.base import get_task
+
     for o in batch.outcomes:
-        seg = o.result.meta.get("kind") == "segmentation"
-        head, gap = ("dsc", "dsc_gap") if seg else ("auc", "auc_gap")
+        task = get_task(o.result.meta.get("kind", "classification"))  # the engine's kind names the task
+        head, gap = task.headline, task.headline_gap
         for r in o.result.reports:
             table.add_row(o.document["inputs"]["predictions"]["path"], r.task, r.attribute,
                           str(r.counts.get(OVERALL, {}).get("n", 0)), f"{head} {_cell(r, head, OVERALL)}",

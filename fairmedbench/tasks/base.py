@@ -1,20 +1,55 @@
 """Tasks as registered nouns: what a task predicts, how a run of it is executed and judged.
 
-A task owns its runner (imported lazily as "module:function", so this module stays torch-free and the
-leaderboards can read it), its training-config class, the columns of its predictions Parquet, the splits
-those hold, its checkpoint-selection rules and whether a sample carries a class label. Its metrics (headline,
-summary, what compare tests against ERM and ranks) are read from the MetricSpec registry, never listed here.
+A task owns its runner and its scorer (each imported lazily as "module:function", so this module stays torch-free
+and the leaderboards can read it), its training-config class, the columns of its predictions Parquet, the splits
+those hold, its checkpoint-selection rules and whether a sample carries a class label. Its scorer turns a
+predictions table into the typed result: runs, `evaluate`, `submit` and `verify` all score through `Task.score`.
+Its metrics (headline, summary, what compare tests against ERM and ranks) are read from the MetricSpec registry,
+never listed here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import numpy as np
+
+from fairmedbench.errors import InputError
 from fairmedbench.metrics.specs import board_metrics, headline_metric, summary_metrics
 from fairmedbench.registry.base import Registry
+
+if TYPE_CHECKING:
+    from fairmedbench.metrics.result import FairnessResult
+    from fairmedbench.spec import ScoreSettings
+
+#: the optional per-row patient column of a predictions table (every runner writes it): the resampling unit
+PATIENT_COLUMN = "patient_id"
+
+
+@dataclass(frozen=True)
+class PredictionTable:
+    """Predictions laid out as a task declares its columns (its label and score columns per task column, or per
+    class; attr:<name> per attribute; optionally patient_id): the test rows it scores and the validation rows a
+    threshold policy may read (none: empty), each column a numpy array. `tasks` names the task columns (a
+    multi-class table: its one label), `classes` a multi-class task's classes in index order."""
+
+    test: Mapping[str, np.ndarray]
+    tasks: tuple[str, ...]
+    attributes: tuple[str, ...]
+    val: Mapping[str, np.ndarray] = field(default_factory=dict)
+    classes: tuple[str, ...] = ()
+
+    @property
+    def n_val(self) -> int:
+        """Validation rows (0 without any)."""
+        return len(next(iter(self.val.values()))) if self.val else 0
+
+    def take(self, rows: np.ndarray) -> PredictionTable:
+        """The same table with only the test rows at `rows` (a resampled test set); validation rows unchanged."""
+        return dataclasses.replace(self, test={k: v[rows] for k, v in self.test.items()})
 
 
 def _load(ref: str) -> Any:
@@ -23,28 +58,49 @@ def _load(ref: str) -> Any:
 
 
 @dataclass(frozen=True)
+class ValueColumn:
+    """A per-sample column of a task's predictions besides ids, labels, scores and attributes: its name, the role a
+    submitted file gives it ('unscored': 0/1, marking test rows that are covered but not scored, whose other value
+    columns are null there; 'score': in [0, 1]; 'distance': >= 0, null where undefined), and whether a file may
+    leave it out."""
+
+    name: str
+    role: str
+    optional: bool = False
+
+
+@dataclass(frozen=True)
 class Task:
     """One task: its runner and config, predictions layout, metrics and selection rules."""
 
     name: str
-    runner: str  # "module:function" (spec, adapter, model, dataset, split, ctx, opts, out_dir, info, t_load)
+    runner: str  # "module:function" taking one tasks.common.RunInputs
+    scorer: str  # "module:function" (PredictionTable, ScoreSettings, on_step) -> FairnessResult; imports no torch
     config: str  # "module:Class", a dataclass of training hyperparameters with their defaults
     prediction_splits: tuple[str, ...]  # splits the predictions Parquet holds
-    prediction_columns: tuple[str, ...]  # fixed columns besides attr:<attribute> (and per-task label/score)
     select_rules: tuple[str, ...]  # checkpoint selection on validation; the first is the default
     sample_labels: bool  # whether a sample has a class label (a mitigation may weigh group x class cells)
     run_kind: str  # the result document's kind
     label_column: str  # per-sample label column of each task column ("" when samples carry no class label)
     score_column: str  # per-sample score column of each task column ({task} is replaced by its name)
+    decision: str  # how a prediction is decided, in words (a thresholded task's: by its threshold policy)
+    head: str  # what a run trains and a mitigation's hooks see, e.g. 'classifier' (per-sample logits (b, K) on
+    # features) or 'mask_decoder' (a prompted mask decoder's mask logits (b, L, L))
     extra_hparams: tuple[tuple[str, Any], ...] = ()  # task-level hparams beyond the config, with defaults
     samples_splits: bool = False  # whether its runner draws group shares, prevalences and test resamples
     class_index_labels: bool = False  # a sample's label is one class index (softmax head), not 0/1 per task column
     thresholded: bool = False  # whether a decision threshold policy (--threshold) applies to its scores
+    value_columns: tuple[ValueColumn, ...] = ()  # per-sample columns besides ids, labels, scores, attributes
 
     @property
     def headline(self) -> str:
         """The utility metric a board ranks by (MetricSpec registry)."""
         return headline_metric(self.name)
+
+    @property
+    def headline_gap(self) -> str:
+        """The between-group gap of the headline (the board's gap column)."""
+        return board_metrics(self.name)["gap"].name
 
     @property
     def summary_metrics(self) -> tuple[str, ...]:
@@ -76,6 +132,19 @@ class Task:
         """The runner function (imported on first use)."""
         return _load(self.runner)
 
+    def check(self, settings: ScoreSettings) -> None:
+        """InputError for settings this task cannot score by: a threshold policy when it is not thresholded."""
+        if settings.threshold is not None and not self.thresholded:
+            raise InputError(f"the {self.name} task decides by {self.decision}: a threshold policy "
+                             f"({settings.threshold}) does not apply; drop --threshold")
+
+    def score(self, table: PredictionTable, settings: ScoreSettings,
+              on_step: Callable[[int, int, str], None] | None = None) -> FairnessResult:
+        """The result of a predictions table under `settings`, by the task's scorer (imported on first use)."""
+        self.check(settings)
+        result: FairnessResult = _load(self.scorer)(table, settings, on_step)
+        return result
+
     def config_defaults(self) -> dict[str, Any]:
         """The training config's fields and defaults, plus the task-level hparams."""
         cls = _load(self.config)
@@ -105,30 +174,34 @@ class MulticlassTask(Task):
         return block
 
 
-TASKS: Registry[Task] = Registry("task")
+TASKS: Registry[Task] = Registry("task", plugins=True)
 
 TASKS.add("classification", Task(
     name="classification", runner="fairmedbench.tasks.classification:run",
+    scorer="fairmedbench.tasks.scoring:score_classification",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
-    prediction_columns=("sample_id", "split", "seed"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
     thresholded=True,
     run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
+    decision="a threshold on each score, chosen by the threshold policy", head="classifier",
     extra_hparams=(("tasks", "main"),)))
 
 TASKS.add("segmentation", Task(
     name="segmentation", runner="fairmedbench.tasks.segmentation:run",
+    scorer="fairmedbench.tasks.scoring:score_segmentation",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
-    prediction_columns=("sample_id", "split", "seed", "dsc", "iou", "empty_gt"),
     select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation",
-    label_column="", score_column="dsc"))
+    value_columns=(ValueColumn("empty_gt", "unscored"), ValueColumn("dsc", "score"), ValueColumn("iou", "score"),
+                   ValueColumn("hd95", "distance", optional=True)),
+    label_column="", score_column="dsc", decision="the predicted mask (logit > 0 per pixel)",
+    head="mask_decoder"))
 
 TASKS.add("multiclass", MulticlassTask(
-    name="multiclass", runner="fairmedbench.tasks.multiclass:run",
+    name="multiclass", runner="fairmedbench.tasks.multiclass:run", scorer="fairmedbench.tasks.scoring:score_multiclass",
     config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
-    prediction_columns=("sample_id", "split", "seed"), select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
+    select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
     sample_labels=True, class_index_labels=True, run_kind="run-multiclass", label_column="label",
-    score_column="score:{task}"))
+    score_column="score:{task}", decision="the argmax of the class probabilities", head="classifier"))
 
 
 def get_task(name: str) -> Task:

@@ -16,16 +16,13 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
-from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
-                                       min_group_size, patient_ids, prepare_inputs, reuse_seed, seed_document,
-                                       training_groups)
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.common import (ExternalSet, RunInputs, RunnerOutput, attr_columns, external_entry,
+                                       external_file, finite, fit_epochs, min_group_size, patient_ids, prepare_inputs,
+                                       reuse_seed, score_settings, seed_document, training_groups)
 
 if TYPE_CHECKING:
-    from fairmedbench.adapters.base import RunContext, Usage
-    from fairmedbench.engine.splits import Split
-    from fairmedbench.registry.datasets.dataset import Dataset
-    from fairmedbench.registry.models.runtime import FoundationModel
+    from fairmedbench.metrics.result import FairnessResult
 
 
 @dataclass
@@ -257,25 +254,42 @@ def describe_config(cfg: TrainConfig) -> dict[str, Any]:
     return asdict(cfg)
 
 
-def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
-        opts: Any, out_dir: Path, info: dict[str, Any], t_load: float,
-        externals: Sequence[ExternalSet] = ()) -> tuple[list[dict], list[Any], list[int]]:
+def score_table(label_cols: list[str], y: np.ndarray, scores: np.ndarray, attrs: dict[str, np.ndarray],
+                pids: np.ndarray, val: tuple[np.ndarray, np.ndarray]) -> PredictionTable:
+    """Test labels and scores (n, K) with their attributes and patients, and the validation (labels, scores) the
+    threshold is chosen on, as the classification task lays out its predictions."""
+    def columns(labels: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
+        out = {}
+        for j, t in enumerate(label_cols):
+            out[f"label:{t}"], out[f"score:{t}"] = labels[:, j], probs[:, j]
+        return out
+
+    test = {**columns(y, scores), **{f"attr:{a}": v for a, v in attrs.items()}, PATIENT_COLUMN: pids}
+    return PredictionTable(test, tuple(label_cols), tuple(attrs), columns(*val))
+
+
+def _score(spec: RunConfig, seed: int, policy: str | None, table: PredictionTable) -> FairnessResult:
+    return get_task(spec.task).score(table, score_settings(spec, seed, policy))
+
+
+def run(inputs: RunInputs) -> RunnerOutput:
     """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics;
     the same head, scores and threshold on each external dataset's test split, with its shift."""
     import pandas as pd
 
     from fairmedbench.analysis.sampling import Sampling, describe, draw
     from fairmedbench.analysis.uncertainty import mc_columns, run_uncertainty
-    from fairmedbench.metrics import evaluate_classification
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.mitigation import make_mitigation
 
+    spec, adapter, ds, split, out_dir, externals = (inputs.spec, inputs.usage, inputs.dataset, inputs.split,
+                                                    inputs.out_dir, inputs.externals)
     t0 = time.perf_counter()
     card = ds.card
     tasks = spec.train_hparams["tasks"]
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    prepared = prepare_inputs(adapter, model, ds, split, ctx, externals)  # 3D: per slice, one row per volume
+    prepared = prepare_inputs(adapter, inputs.model, ds, split, inputs.ctx, externals)  # 3D: one row per volume
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = training_groups(spec, ds)
@@ -289,7 +303,7 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
     docs, results, reused = [], [], []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
-        if reuse_seed(path, opts, docs, reused, seed):
+        if reuse_seed(path, inputs.opts, docs, reused, seed):
             continue
         keep = draw(sampling, pos, groups, y[:, 0], spec.split_seed, seed)  # all of each split unless sampled
         ps = {k: p[keep[k]] for k, p in pos.items()}
@@ -305,10 +319,9 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
-        res = evaluate_classification(
-            y[ps["test"]], sr.test_scores, attr_columns(ds, spec, ps["test"]), task_names=label_cols,
-            threshold=policy, val_y_true=y[ps["val"]], val_y_score=sr.val_scores, profile=spec.profile,
-            n_boot=spec.n_boot, seed=seed, patient_ids=patient_ids(ds, ps["test"]), n_perm=spec.n_perm)
+        res = _score(spec, seed, policy, score_table(label_cols, y[ps["test"]], sr.test_scores,
+                                                     attr_columns(ds, spec, ps["test"]), patient_ids(ds, ps["test"]),
+                                                     (y[ps["val"]], sr.val_scores)))
         rows = []
         for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores)):
             frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
@@ -343,9 +356,9 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         if sampling.test_resample:
             extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
                                                      (y[ps["val"]], sr.val_scores), seed)
-        doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, label_cols, extra,
-                            {"load": t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train}, ctx.device)
+        doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, label_cols, extra,
+                            {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
+                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
@@ -362,7 +375,6 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
     import pandas as pd
 
     from fairmedbench.analysis.shift import group_draws, shift_block
-    from fairmedbench.metrics import evaluate_classification
 
     out = []
     for k, ext in enumerate(externals):
@@ -372,9 +384,8 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
         ye = ext.dataset.samples[cols].to_numpy().astype(np.int64)[test]
         scores = sr.extra_scores[f"external{k}"]
         attrs = ext.attributes(spec)
-        res = evaluate_classification(ye, scores, attrs, task_names=label_cols, threshold=policy, val_y_true=val[0],
-                                      val_y_score=val[1], profile=spec.profile, n_boot=spec.n_boot, seed=seed,
-                                      patient_ids=patient_ids(ext.dataset, test), n_perm=spec.n_perm)
+        res = _score(spec, seed, policy, score_table(label_cols, ye, scores, attrs, patient_ids(ext.dataset, test),
+                                                     val))
         frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[test].astype(str),
                               "split": "test", "seed": seed, "patient_id": patient_ids(ext.dataset, test)})
         for j, t in enumerate(label_cols):
@@ -400,7 +411,6 @@ def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, s
     """The run's test set resampled as --test-resample asks (seeded by the run seed) and evaluated like the
     original: the drawn ids, their counts and the result, stored beside the original's."""
     from fairmedbench.analysis.resample import matched_age_column, parse_test_resample, resample_test_set
-    from fairmedbench.metrics import evaluate_classification
 
     rs = parse_test_resample(str(spec.sampling["test_resample"]))
     age_col = matched_age_column(rs, ds.card)
@@ -411,10 +421,9 @@ def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, s
                                columns={"group_col": group_col, "label_col": label_cols[0],
                                         **({"age_col": age_col} if age_col else {})})
     p = sample.positions
-    res = evaluate_classification(y[test][p], scores[p], {a: v[p] for a, v in attr_columns(ds, spec, test).items()},
-                                  task_names=label_cols, threshold=policy, val_y_true=val[0], val_y_score=val[1],
-                                  profile=spec.profile, n_boot=spec.n_boot, seed=seed,
-                                  patient_ids=patient_ids(ds, test)[p], n_perm=spec.n_perm)
+    res = _score(spec, seed, policy, score_table(label_cols, y[test][p], scores[p],
+                                                 {a: v[p] for a, v in attr_columns(ds, spec, test).items()},
+                                                 patient_ids(ds, test)[p], val))
     return {**sample.to_dict(), "result": res.to_dict()}
 
 

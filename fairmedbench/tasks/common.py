@@ -1,9 +1,9 @@
-"""What every task runner shares: the split views features are extracted from, a sample's attribute values,
-the group codes mitigations train with, resuming a finished seed, and the per-seed result document.
+"""What every task runner shares: its inputs, the split views features are extracted from, a sample's attribute
+values, the group codes mitigations train with, the scoring settings of a run, resuming a finished seed, and the
+per-seed result document.
 
-A runner is called by `benchmark.run` as `run(spec, adapter, model, dataset, split, ctx, opts, out_dir, info,
-t_load)` and returns (seed documents, metric results, reused seeds); `opts` is the run's options (runners
-read its `force` and `progress`).
+A runner is called by `benchmark.run` (and `benchmark verify`) as `run(inputs)` with one `RunInputs` and returns
+(seed documents, metric results, reused seeds); it scores every test set through its task's `Task.score`.
 """
 
 from __future__ import annotations
@@ -11,20 +11,29 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from fairmedbench.engine import store
 from fairmedbench.engine.device import describe_device
 from fairmedbench.mitigation.base import Batch, Mitigation
-from fairmedbench.spec import RunConfig
+from fairmedbench.spec import RunConfig, ScoreSettings
 from fairmedbench.tasks.base import get_task
 
 if TYPE_CHECKING:
+    from fairmedbench.adapters.base import RunContext, Usage
     from fairmedbench.engine.splits import Split
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.registry.models.runtime import FoundationModel
+
+
+class RunFlags(Protocol):
+    """What a runner reads of the run's options: whether finished seeds are recomputed, where progress goes."""
+
+    force: bool
+    progress: Callable[[str, int, int], None] | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,35 @@ class ExternalSet:
         names = sorted({v for v in internal.samples[col].to_numpy() if isinstance(v, str)})
         lookup = {n: i for i, n in enumerate(names)}
         return np.array([lookup.get(v, -1) for v in self.dataset.samples[col].to_numpy()[self.split.test]])
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What `benchmark.run` hands a task's runner: the resolved config, the usage and the loaded model, the dataset
+    and its split, the run context and options, the run folder, the run's inputs as every seed document records
+    them (`info`) with the seconds loading took, and the external datasets (external evaluation)."""
+
+    spec: RunConfig
+    usage: Usage
+    model: FoundationModel
+    dataset: Dataset
+    split: Split
+    ctx: RunContext
+    opts: RunFlags
+    out_dir: Path
+    info: dict[str, Any]
+    t_load: float
+    externals: Sequence[ExternalSet] = ()
+
+
+#: what a runner returns: the seed documents, the metric results of the seeds computed now, the reused seeds
+RunnerOutput = tuple[list[dict[str, Any]], list["FairnessResult"], list[int]]
+
+
+def score_settings(spec: RunConfig, seed: int, threshold: str | None = None) -> ScoreSettings:
+    """How a run scores a seed's test sets: its profile, resamples and permutations seeded by the training seed,
+    whole patients resampled, and the operating `threshold` policy (None: the profile's own, or no threshold)."""
+    return ScoreSettings(profile=spec.profile, threshold=threshold, n_boot=spec.n_boot, n_perm=spec.n_perm, seed=seed)
 
 
 def min_group_size(result: FairnessResult) -> int:
@@ -149,7 +187,7 @@ def training_groups(spec: RunConfig, ds: Dataset) -> tuple[np.ndarray | None, in
     return np.array([lookup.get(v, -1) for v in values]), len(names)
 
 
-def reuse_seed(path: Path, opts: Any, docs: list[dict[str, Any]], reused: list[int], seed: int) -> bool:
+def reuse_seed(path: Path, opts: RunFlags, docs: list[dict[str, Any]], reused: list[int], seed: int) -> bool:
     """Append a seed's finished result (from an interrupted earlier run of this config) unless forced."""
     if path.exists() and not opts.force:
         docs.append(store.read_json(path))

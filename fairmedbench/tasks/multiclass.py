@@ -18,18 +18,16 @@ import numpy as np
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
-from fairmedbench.tasks.base import get_task
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 from fairmedbench.tasks.classification import TrainConfig
-from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, finite, fit_epochs,
-                                       min_group_size, patient_ids, prepare_inputs, reuse_seed, seed_document,
-                                       training_groups)
+from fairmedbench.tasks.common import (ExternalSet, RunInputs, RunnerOutput, attr_columns, external_entry,
+                                       external_file, finite, fit_epochs, min_group_size, patient_ids, prepare_inputs,
+                                       reuse_seed, score_settings, seed_document, training_groups)
 
 if TYPE_CHECKING:
-    from fairmedbench.adapters.base import RunContext, Usage
-    from fairmedbench.engine.splits import Split
-    from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.mitigation.base import Mitigation
-    from fairmedbench.registry.models.runtime import FoundationModel
+    from fairmedbench.registry.datasets.dataset import Dataset
 
 
 class MulticlassConfig(TrainConfig):
@@ -145,19 +143,28 @@ def class_labels(ds: Dataset) -> tuple[np.ndarray, list[str]]:
     return yi, classes
 
 
-def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
-        opts: Any, out_dir: Path, info: dict[str, Any], t_load: float,
-        externals: Sequence[ExternalSet] = ()) -> tuple[list[dict], list[Any], list[int]]:
+def score(spec: RunConfig, seed: int, task_name: str, classes: list[str], y: np.ndarray, probs: np.ndarray,
+          attrs: dict[str, np.ndarray], pids: np.ndarray) -> FairnessResult:
+    """The multiclass task's result on test class indices and probabilities (n, C) with attributes and patients."""
+    task = get_task("multiclass")
+    test = {task.label_column: y, **{task.score_column.format(task=c): probs[:, k] for k, c in enumerate(classes)},
+            **{f"attr:{a}": v for a, v in attrs.items()}, PATIENT_COLUMN: pids}
+    return task.score(PredictionTable(test, (task_name,), tuple(attrs), classes=tuple(classes)),
+                      score_settings(spec, seed))
+
+
+def run(inputs: RunInputs) -> RunnerOutput:
     """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
     metrics by group; the same head on each external dataset's test split, with its shift."""
     import pandas as pd
     import torch
 
     from fairmedbench.analysis.uncertainty import mc_class_columns, uncertainty_block
-    from fairmedbench.metrics.multiclass import evaluate_multiclass
     from fairmedbench.mitigation import make_mitigation
     from fairmedbench.tasks.classification import mc_predict
 
+    spec, adapter, ds, split, out_dir, externals = (inputs.spec, inputs.usage, inputs.dataset, inputs.split,
+                                                    inputs.out_dir, inputs.externals)
     mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
     t0 = time.perf_counter()
     # checked before any feature is extracted
@@ -174,18 +181,18 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
         raise InputError(f"dataset {ds.card.name!r}: class(es) {[classes[c] for c in missing]} have no train "
                          "sample; the softmax head cannot learn them (use more data or another split)")
     ext_y = [class_labels(e.dataset)[0][e.split.test] for e in externals]
-    prepared = prepare_inputs(adapter, model, ds, split, ctx, externals)  # 3D: per slice, one row per volume
+    prepared = prepare_inputs(adapter, inputs.model, ds, split, inputs.ctx, externals)  # 3D: one row per volume
     t_prep = time.perf_counter() - t0
     codes, n_groups = training_groups(spec, ds)
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     label = task.label_column
     docs: list[dict] = []
-    results: list[Any] = []
+    results: list[FairnessResult] = []
     reused: list[int] = []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
-        if reuse_seed(path, opts, docs, reused, seed):
+        if reuse_seed(path, inputs.opts, docs, reused, seed):
             continue
         t1 = time.perf_counter()
         mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
@@ -209,9 +216,8 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
             mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
             probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
-        res = evaluate_multiclass(y[split.test], probs["test"], attr_columns(ds, spec, split.test), classes=classes,
-                                  task_name=ds.card.label_column, n_boot=spec.n_boot, seed=seed,
-                                  patient_ids=patient_ids(ds, split.test), n_perm=spec.n_perm)
+        res = score(spec, seed, ds.card.label_column, classes, y[split.test], probs["test"],
+                    attr_columns(ds, spec, split.test), patient_ids(ds, split.test))
         rows = []
         for name in ("val", "test"):
             p = pos[name]
@@ -239,9 +245,9 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
             extra["uncertainty"] = {ds.card.label_column: uncertainty_block(
                 y[split.test], mc["test"], attr_columns(ds, spec, split.test),
                 patient_ids=patient_ids(ds, split.test))}
-        doc = seed_document(task.run_kind, spec, seed, res, info, pred_name, [ds.card.label_column], extra,
-                            {"load": t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train}, ctx.device, classes)
+        doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, [ds.card.label_column], extra,
+                            {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
+                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device, classes)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
@@ -256,15 +262,13 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
     import pandas as pd
 
     from fairmedbench.analysis.shift import group_draws, shift_block
-    from fairmedbench.metrics.multiclass import evaluate_multiclass
 
     task = get_task(spec.task)
     out = []
     for k, ext in enumerate(externals):
         p, ye, attrs = probs[f"external{k}"], ext_y[k], ext.attributes(spec)
         ext_pids = patient_ids(ext.dataset, ext.split.test)
-        res = evaluate_multiclass(ye, p, attrs, classes=classes, task_name=externals[k].dataset.card.label_column,
-                                  n_boot=spec.n_boot, seed=seed, patient_ids=ext_pids, n_perm=spec.n_perm)
+        res = score(spec, seed, ext.dataset.card.label_column, classes, ye, p, attrs, ext_pids)
         frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[ext.split.test].astype(str),
                               "split": "test", "seed": seed, "patient_id": ext_pids, label: ye})
         for c, cls in enumerate(classes):

@@ -24,15 +24,13 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_counts
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
-from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.common import (ExternalSet, attr_columns, external_entry, external_file, min_group_size,
-                                       patient_ids, reuse_seed, seed_document, training_groups)
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.common import (ExternalSet, RunInputs, RunnerOutput, attr_columns, external_entry,
+                                       external_file, min_group_size, patient_ids, reuse_seed, score_settings,
+                                       seed_document, training_groups)
 
 if TYPE_CHECKING:
-    from fairmedbench.adapters.base import RunContext, Usage
-    from fairmedbench.engine.splits import Split
-    from fairmedbench.registry.datasets.dataset import Dataset
-    from fairmedbench.registry.models.runtime import FoundationModel
+    from fairmedbench.metrics.result import FairnessResult
 
 
 @dataclass
@@ -443,21 +441,30 @@ def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: 
     return fit, notes
 
 
-def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
-        opts: Any, out_dir: Path, info: dict[str, Any], t_load: float,
-        externals: Sequence[ExternalSet] = ()) -> tuple[list[dict], list[Any], list[int]]:
+def score(spec: RunConfig, seed: int, out: SegOutcome, attrs: dict[str, np.ndarray],
+          pids: np.ndarray) -> FairnessResult:
+    """The segmentation task's result on the prompted samples of `out` (DSC, IoU, HD95 where computed) with their
+    attributes and patients."""
+    test = {"dsc": np.asarray(out.dsc, dtype=np.float64), "iou": np.asarray(out.iou, dtype=np.float64),
+            **({"hd95": np.asarray(out.hd95, dtype=np.float64)} if out.hd95 else {}),
+            **{f"attr:{a}": v for a, v in attrs.items()}, PATIENT_COLUMN: pids}
+    return get_task("segmentation").score(PredictionTable(test, ("segmentation",), tuple(attrs)),
+                                          score_settings(spec, seed))
+
+
+def run(inputs: RunInputs) -> RunnerOutput:
     """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
     when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
     truth gives no prompt: its row has empty_gt=True and no score, and usage.skipped says why). The same
     predictor (zero-shot, or the seed's trained decoder) segments each external dataset's test split."""
-    from fairmedbench.metrics.seg_fairness import evaluate_segmentation
-
+    spec, adapter, ds, split, out_dir, opts = (inputs.spec, inputs.usage, inputs.dataset, inputs.split,
+                                               inputs.out_dir, inputs.opts)
     jitter = float(spec.usage_hparams["box_jitter"])
     t0 = time.perf_counter()
     if adapter.learns:
-        fit, notes = _decoder_trainer(spec, adapter, model, ds, split, ctx, jitter)
+        fit, notes = _decoder_trainer(spec, adapter, inputs.model, ds, split, inputs.ctx, jitter)
     else:
-        zero_shot = adapter.predictor(model, ctx)
+        zero_shot = adapter.predictor(inputs.model, inputs.ctx)
         fit, notes = (lambda seed: (zero_shot, None)), {}
     t_prep = time.perf_counter() - t0
     docs, results, reused = [], [], []
@@ -475,9 +482,7 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
         p = np.asarray(out.positions)
         t_seg = time.perf_counter() - t1 - t_train
-        res = evaluate_segmentation(out.dsc, attr_columns(ds, spec, p), iou=out.iou, hd95=out.hd95 or None,
-                                    profile=spec.profile, n_boot=spec.n_boot, seed=seed,
-                                    patient_ids=patient_ids(ds, p), n_perm=spec.n_perm)
+        res = score(spec, seed, out, attr_columns(ds, spec, p), patient_ids(ds, p))
         pred_name = f"seed{seed}.predictions.parquet"
         frame = _segmentation_frame(ds, spec, seed, out, split.test)
         store.write_parquet(out_dir / pred_name, frame)
@@ -486,15 +491,15 @@ def run(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, sp
                                            "prompted_slices": int(sum(out.prompted_slices)),
                                            "n_skipped": len(out.skipped),
                                            "skipped": {ids[k]: v for k, v in out.skipped.items()}, **notes}}
-        timings = {"load": t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
+        timings = {"load": inputs.t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
         if training is not None:
             extra["training"] = training
             timings.update(prepare=t_prep, train=t_train)
-        if externals:
-            extra["external"] = _external_results(spec, externals, predict, out_dir, seed, jitter, out,
+        if inputs.externals:
+            extra["external"] = _external_results(spec, inputs.externals, predict, out_dir, seed, jitter, out,
                                                   attr_columns(ds, spec, p), patient_ids(ds, p))
-        doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, info, pred_name, ["segmentation"], extra,
-                            timings, ctx.device)
+        doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, inputs.info, pred_name, ["segmentation"],
+                            extra, timings, inputs.ctx.device)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)
@@ -507,7 +512,6 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
     """Each external test split segmented by the same predictor, through the segmentation metric engine as the
     internal one, its predictions Parquet, and the shift of the group mean DSC."""
     from fairmedbench.analysis.shift import group_draws, shift_block
-    from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 
     res_out = []
     for k, ext in enumerate(externals):
@@ -518,8 +522,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
             raise InputError(f"--eval-dataset {ext.label}: no test sample has a non-empty mask to prompt from")
         attrs = attr_columns(eds, spec, np.asarray(out.positions))
         ext_pids = patient_ids(eds, np.asarray(out.positions))
-        res = evaluate_segmentation(out.dsc, attrs, iou=out.iou, hd95=out.hd95 or None, profile=spec.profile,
-                                    n_boot=spec.n_boot, seed=seed, patient_ids=ext_pids, n_perm=spec.n_perm)
+        res = score(spec, seed, out, attrs, ext_pids)
         store.write_parquet(out_dir / external_file(seed, k), _segmentation_frame(eds, spec, seed, out, ext.split.test))
         shifts = [shift_block("segmentation", a,
                               group_draws(None, np.asarray(internal.dsc), internal_attrs[a],

@@ -18,6 +18,31 @@ def test_all_methods_registered() -> None:
     assert set(METHODS) <= set(MITIGATIONS.names())
 
 
+def test_needs_are_task_traits_not_task_names() -> None:
+    """A method is checked against a task's traits: a new task with a classifier head and no threshold is served by
+    the head-reading methods, refused by the threshold-moving one; a need no Task field names is a clear error."""
+    import dataclasses
+
+    from fairmedbench.mitigation.base import Mitigation
+    from fairmedbench.tasks.base import get_task
+
+    fields = {f.name for f in dataclasses.fields(get_task("classification"))}
+    for name in MITIGATIONS.names():
+        assert set(MITIGATIONS.get(name).needs) <= fields, name
+    ordinal = dataclasses.replace(get_task("multiclass"), name="ordinal-regression", thresholded=False)
+    assert make_mitigation("adversarial").unsupported(ordinal) is None
+    assert make_mitigation("domainind").unsupported(ordinal) is None
+    with pytest.raises(InputError, match="group_thresholds.*does not apply to ordinal-regression"):
+        make_mitigation("group_thresholds").check_task(ordinal)
+    assert "segmentation" not in make_mitigation("adversarial").describe()["tasks"]
+
+    class Typo(Mitigation):
+        needs = {"heads": "classifier"}
+
+    with pytest.raises(InputError, match="task trait 'heads'"):
+        Typo().check_task(ordinal)
+
+
 def test_unknown_name_suggests_close_names() -> None:
     with pytest.raises(InputError, match="groupdro"):
         MITIGATIONS.get("groupdr0")

@@ -74,6 +74,15 @@ def test_compare_bad_input(tmp_path: Path, kw: dict, needle: str) -> None:
                 _opts(tmp_path), weights="random")
 
 
+def test_compare_refuses_datasets_of_different_tasks_before_any_run(tmp_path: Path) -> None:
+    """A binary and a multi-class dataset in one call: one clear error naming each dataset's task, no run folder."""
+    with pytest.raises(InputError, match=r"different tasks: synth-contrast \(classification\), synth-ordinal "
+                                         r"\(multiclass\)"):
+        compare("imagenet-resnet50", ["synth-contrast", "synth-ordinal"], "sex", "lp", ["groupdro"], (0, 1),
+                _opts(tmp_path), weights="random")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "c").exists()
+
+
 def test_compare_refuses_a_missing_attribute_and_an_empty_validation_split(tmp_path: Path) -> None:
     from fairmedbench.registry.datasets import load_dataset
 

@@ -13,7 +13,6 @@ from fairmedbench.cli import main
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.spec import RunSpec
-from fairmedbench.tasks import classification as classification_task
 
 SMALL = {"n": 60}
 
@@ -99,10 +98,9 @@ def test_test_labels_never_choose_threshold_or_checkpoint(lp_run, monkeypatch: p
 
 def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
-    real_eval = classification_task.__dict__.get("evaluate_classification")
-    import fairmedbench.metrics as metrics
+    import fairmedbench.tasks.scoring as scoring
 
-    original = metrics.evaluate_classification
+    original = scoring.evaluate_classification  # the runner scores through the task's scorer
 
     def interrupt_on_second(*args, **kwargs):
         calls["n"] += 1
@@ -110,15 +108,14 @@ def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, mon
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    assert real_eval is None  # imported inside the runner, so patching the package works
-    monkeypatch.setattr(metrics, "evaluate_classification", interrupt_on_second)
+    monkeypatch.setattr(scoring, "evaluate_classification", interrupt_on_second)
     with pytest.raises(KeyboardInterrupt):
         run(_spec(), _opts(tmp_path))
     folder = next((tmp_path / "results").rglob("seed0.json")).parent
     names = sorted(p.name for p in folder.iterdir())
     # the config and the lock, then seed 0: no summary, no seed 1, no temporary files
     assert names == [".lock", "config.json", "seed0.json", "seed0.predictions.parquet"]
-    monkeypatch.setattr(metrics, "evaluate_classification", original)
+    monkeypatch.setattr(scoring, "evaluate_classification", original)
     resumed = run(_spec(), _opts(tmp_path))
     assert calls["n"] == 2 and (folder / "summary.json").exists() and len(resumed.seed_docs) == 2
 

@@ -54,3 +54,14 @@ def test_task_registry_imports_no_torch_and_no_task_module() -> None:
     names, loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert names == ["classification", "multiclass", "segmentation"]
     assert loaded == ["fairmedbench.tasks.base"]
+
+
+def test_every_dataset_card_and_usage_names_registered_tasks() -> None:
+    """Cards and usages name tasks the task registry holds (a card checks only that it names one: the registry
+    sits above it, and a plugin's task registers alongside its card)."""
+    from fairmedbench.adapters import USAGES
+    from fairmedbench.registry.datasets import DATASETS
+
+    named = {t for n in DATASETS.names() for t in DATASETS.get(n).tasks}
+    named |= {t for n in USAGES.names() for t in USAGES.get(n).tasks}
+    assert named == set(TASKS.names())
