@@ -8,6 +8,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -25,8 +27,8 @@ class RunSpec:
     weights: str | None = None
     profile: str = "default"
     threshold: str | None = None  # None: the profile's rule, else val_youden
-    n_boot: int = 2000
-    n_perm: int = 1000  # permutations per gap / two-group difference test (0 = no tests)
+    n_boot: int = N_BOOT
+    n_perm: int = N_PERM  # permutations per gap / two-group difference test (0 = no tests)
     precision: str = "auto"
     prompt: str | None = None  # None: bbox for a usage that prompts; a usage that takes no prompt refuses one
     skip_bad: bool = False

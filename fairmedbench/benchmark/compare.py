@@ -29,6 +29,7 @@ import numpy as np
 from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.spec import RunSpec
 
@@ -68,7 +69,7 @@ class CompareOutcome:
 
 
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
-            opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = 2000,
+            opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = N_BOOT,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
             precision: str = "auto", skip_bad: bool = False, split_file: str | None = None) -> CompareOutcome:
     """Run every method on every dataset with the same seeds; summarise and test against ERM.

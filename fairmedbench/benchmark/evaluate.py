@@ -14,7 +14,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.metrics import FairnessResult, evaluate_classification
-from fairmedbench.metrics.bootstrap import N_PERM
+from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS
@@ -40,7 +40,7 @@ class EvaluateOptions:
     intersect: bool = False
     threshold: str | None = None
     profile: str = "default"
-    n_boot: int = 2000
+    n_boot: int = N_BOOT
     n_perm: int = N_PERM
     patient_column: str | None = None  # None: a column named patient_id / Patient ID when present; 'none': rows
     seed: int = 0

@@ -16,6 +16,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
+from fairmedbench.metrics.bootstrap import N_BOOT
 
 PROJECTED = re.compile(r"^PCA Mode \d+$")
 NUMBERED = re.compile(r"^(emb|embedding|feat|feature)[_ ]?\d+$", re.IGNORECASE)
@@ -54,7 +55,7 @@ class InspectOptions:
     alpha: float = 0.05
     holdout: float = 0.3
     seed: int = 0
-    n_boot: int = 2000
+    n_boot: int = N_BOOT
     n_modes: int = 4
     tsne: bool = True
     figure_format: str = "png"
