@@ -1,12 +1,13 @@
 """RunSpec (what a user asks for) and RunConfig (every input that can change a number, resolved before any
-work); the run id is the hash of the RunConfig."""
+work); the run id is the hash of the RunConfig. RunOptions: where and how to compute, never in the identity."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 
@@ -118,3 +119,26 @@ class RunConfig:
     def hparams(self) -> dict[str, Any]:
         """All hyperparameters in one mapping (train, usage, mitigation)."""
         return {**self.train_hparams, **self.usage_hparams, **self.mitigation_hparams}
+
+
+@dataclass
+class RunOptions:
+    """Where data, caches and results live and how to compute: none of it changes a number, so none of it is
+    in the run's identity (data_root changes the data read, which is: through the data fingerprint)."""
+
+    data_root: str | None = None
+    out_root: str = "results"
+    cache_dir: str | None = ".fmb-cache"
+    device: str = "auto"
+    batch_size: int | None = None  # None: engine.device.encoder_batch_size chooses for the device
+    num_workers: int | None = None
+    channels_last: bool = False
+    force: bool = False
+    verify_weights: bool = True
+    i_know: bool = False  # run even with --seeds / --n-boot above their documented bounds (engine.hparams)
+    progress: Callable[[str, int, int], None] | None = None
+    log: Callable[[str], None] | None = None
+
+    def say(self, message: str) -> None:
+        """Tell the user (stderr by default)."""
+        (self.log or (lambda m: print(m, file=sys.stderr)))(message)

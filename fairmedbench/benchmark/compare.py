@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
+from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
-from fairmedbench.spec import RunSpec
+from fairmedbench.spec import RunOptions, RunSpec
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
                   "intervals of {headline} are across seeds on one test set and leave out its sampling error")

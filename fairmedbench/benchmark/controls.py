@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
+from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
-from fairmedbench.spec import RunSpec
+from fairmedbench.spec import RunOptions, RunSpec
 
 @dataclass
 class Check:

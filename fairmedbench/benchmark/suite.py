@@ -9,13 +9,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from fairmedbench.benchmark.run import RunOptions, run
+from fairmedbench.benchmark.run import run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, get_suite
 from fairmedbench.metrics.bootstrap import N_BOOT
-from fairmedbench.spec import RunSpec
+from fairmedbench.spec import RunOptions, RunSpec
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 

@@ -181,7 +181,7 @@ def _journal(state: Path, name: str, doc: dict[str, Any]) -> None:
 
 def execute_task(kind: str, spec: Any, options: dict[str, Any], state: str, name: str) -> dict[str, Any]:
     """Run one task (an encode or a run) and journal it; never raises: a failure is returned and journaled."""
-    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.spec import RunOptions
 
     state_dir = Path(state)
     doc = {"task": name, "kind": kind, "status": "running", "host": platform.node(), "pid": os.getpid(),
