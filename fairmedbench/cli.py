@@ -764,7 +764,7 @@ def _list_mitigations() -> list[dict[str, Any]]:
 
 
 def _list_studies() -> list[dict[str, Any]]:
-    from fairmedbench.studies import load_study, shipped_studies
+    from fairmedbench.benchmark.studies import load_study, shipped_studies
 
     return [{"name": s.name, "models": len(s.models), "datasets": len(s.datasets), "usages": list(s.usages),
              "mitigations": list(s.mitigations), "seeds": len(s.seeds), "about": s.description}
@@ -872,7 +872,7 @@ def _add_sweep(sub: Any) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fairmedbench.benchmark import sweep
-    from fairmedbench.studies import load_study
+    from fairmedbench.benchmark.studies import load_study
 
     study = load_study(args.study)
     opts = run_options(args)
@@ -909,7 +909,7 @@ def _cmd_study_report(args: argparse.Namespace) -> int:
     from fairmedbench.benchmark.sweep import study_dir
     from fairmedbench.errors import MissingResourceError
     from fairmedbench.report.study import write_study_report
-    from fairmedbench.studies import load_study
+    from fairmedbench.benchmark.studies import load_study
 
     study = load_study(args.study)
     folder = study_dir(args.out, study.name)

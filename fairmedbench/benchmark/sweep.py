@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from fairmedbench.benchmark.studies import Cell, Study, group_reasons, runnable
 from fairmedbench.engine import store
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
-from fairmedbench.studies import Cell, Study, group_reasons, runnable
 
 LAUNCHERS = ("local", "ray")
 # RunOptions fields a task receives (plain values: they travel to process-pool and Ray workers)
