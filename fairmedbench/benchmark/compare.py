@@ -68,6 +68,10 @@ class CompareOutcome:
                 "runs": {"|".join(k): str(r.out_dir) for k, r in self.runs.items()}})
 
 
+#: `benchmark compare`'s bootstrap resamples per run (every method x dataset x seed is a run of its own)
+N_BOOT_COMPARE = 500
+
+
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
             opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = N_BOOT,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
