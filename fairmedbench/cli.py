@@ -518,7 +518,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         result = sweep.sweep(study, opts, launcher=args.launcher, address=args.address,
                              max_parallel=args.max_parallel, progress=progress)
     print(sweep.render_result(result))
-    return 1 if result.failed or any(c.status == "failed" for c in result.plan.cells) else 0
+    return 0 if result.passed else 1
 
 
 def _add_docs(sub: Any) -> None:

@@ -253,6 +253,11 @@ class SweepResult:
     reused: int = 0
     failed: list[str] = field(default_factory=list)
 
+    @property
+    def passed(self) -> bool:
+        """No task and no cell failed."""
+        return not self.failed and not any(c.status == "failed" for c in self.plan.cells)
+
 
 def sweep(study: Study, opts: Any, *, launcher: str = "local", address: str | None = None,
           max_parallel: int | None = None, report: Callable[[str], None] | None = None,
