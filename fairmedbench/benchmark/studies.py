@@ -97,10 +97,10 @@ class Study:
     models: tuple[str, ...]
     datasets: tuple[str, ...]
     attributes: tuple[str, ...] = ()
-    usages: tuple[str, ...] = ("",)
+    usages: tuple[str, ...] = (RunSpec.usage,)  # "": chosen from the model and dataset
     prompts: tuple[str, ...] = ("bbox",)
-    mitigations: tuple[str, ...] = ("erm",)
-    seeds: tuple[int, ...] = (0,)
+    mitigations: tuple[str, ...] = (RunSpec.mitigation,)
+    seeds: tuple[int, ...] = RunSpec.seeds
     hparams: tuple[dict[str, Any], ...] = ({},)
     split_seed: int = RunSpec.split_seed
     n_boot: int = RunSpec.n_boot
