@@ -1,18 +1,26 @@
 """RunSpec (what a user asks for) and RunConfig (every input that can change a number, resolved before any
-work); the run id is the hash of the RunConfig."""
+work); the run id is the hash of the RunConfig. RunOptions: where and how to compute, never in the identity."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fairmedbench.errors import InputError
-from fairmedbench.metrics.bootstrap import N_PERM
+from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 
 #: the mitigation every other is compared against: plain ERM (mitigation.base.Mitigation)
 BASELINE_MITIGATION = "erm"
+
+
+def option(help: str | None = None, **argparse: Any) -> dict[str, Any]:
+    """A field's `benchmark` option, as field metadata (cli.py builds its parsers from the spec types): its help and
+    the argparse settings that the field's name and default do not give (flag, metavar, type, a default of None
+    meaning 'not given', ...); csv=True: comma-separated names."""
+    return {"help": help, **argparse}
 
 
 @dataclass(frozen=True)
@@ -20,37 +28,73 @@ class RunSpec:
     """One requested run: model x dataset x usage x mitigation over seeds. Empty or 'auto' fields are resolved
     (usage from the model and dataset, attributes from the card, precision from the machine)."""
 
-    model: str
-    dataset: str
-    attributes: tuple[str, ...] = ()
-    usage: str = ""
-    mitigation: str = BASELINE_MITIGATION
-    seeds: tuple[int, ...] = (0,)
-    split_seed: int = 0
-    split_file: str | None = None
-    weights: str | None = None
+    model: str = field(metadata=option("a model card name (benchmark list models)", required=True))
+    dataset: str = field(metadata=option("a dataset card name (benchmark list datasets)", required=True))
+    attributes: tuple[str, ...] = field(default=(), metadata=option(
+        "sensitive attribute(s) of the dataset card (default: all but binned copies); the first is the one "
+        "mitigations train with", flag="--attribute", action="append", csv=True, default=None, metavar="NAMES"))
+    usage: str = field(default="", metadata=option(
+        "lp | sam-prompt | sam-decoder | ... (default: chosen from the model and dataset; benchmark list usages)",
+        default=None))
+    mitigation: str = field(default=BASELINE_MITIGATION, metadata=option(
+        "erm | resampling | groupdro | ... (list mitigations)"))
+    seeds: tuple[int, ...] = field(default=(0,), metadata=option("training seeds: 0,1,2 or 0-4", default=None))
+    split_seed: int = field(default=0, metadata=option(
+        "seed of the drawn split (default 0; not with --split-file)", type=int, default=None))
+    split_file: str | None = field(default=None, metadata=option(
+        "an exported split (benchmark splits export) to run on"))
+    weights: str | None = field(default=None, metadata=option(
+        "PATH, 'random' (smoke tests) or default: the card's source"))
     profile: str = "default"
-    threshold: str | None = None  # None: the profile's rule, else val_youden
-    n_boot: int = 2000
-    n_perm: int = 1000  # permutations per gap / two-group difference test (0 = no tests)
-    precision: str = "auto"
-    prompt: str | None = None  # None: bbox for a usage that prompts; a usage that takes no prompt refuses one
-    skip_bad: bool = False
-    hparams: dict[str, Any] = field(default_factory=dict)
-    dataset_options: dict[str, Any] = field(default_factory=dict)
+    threshold: str | None = field(default=None, metadata=option(  # None: the profile's rule, else val_youden
+        "fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a profile that chooses "
+        "its own threshold, such as fairmedfm, refuses one)", metavar="POLICY"))
+    n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
+    n_perm: int = field(default=N_PERM, metadata=option(
+        "permutations testing each gap and two-group difference (0 = no tests)"))
+    precision: str = field(default="auto", metadata=option(
+        "encoder precision: auto = bf16 on CUDA or a CPU that runs bf16 natively (measured once per machine), else "
+        "fp32; the choice is printed and recorded"))
+    prompt: str | None = field(default=None, metadata=option(  # a usage that takes no prompt refuses one
+        "segmentation prompt derived from the ground truth (default bbox; only with a usage that prompts)"))
+    skip_bad: bool = field(default=False, metadata=option(
+        "skip samples with unmapped attribute values or missing/undecodable files (counted)"))
+    hparams: dict[str, Any] = field(default_factory=dict, metadata=option(
+        "training, usage or mitigation hyperparameter, e.g. lr=0.01, eta=0.1, box_jitter=0.1; tasks=all adds the "
+        "card's extra label columns (e.g. the 14 NIH findings)", flag="--hparam", action="append", default=[],
+        metavar="KEY=VALUE"))
+    dataset_options: dict[str, Any] = field(default_factory=dict, metadata=option(
+        "reader option, e.g. n=200 for a smaller synthetic set (part of the run's identity)",
+        flag="--dataset-option", action="append", default=[], metavar="KEY=VALUE"))
     # sampling after feature extraction (analysis.sampling): a group's share of a fixed-size training set, and
     # a class prevalence imposed in every group of the train or test split
-    train_group_share: float | None = None
-    share_group: str | None = None  # default: the smallest group of the first attribute in the training split
-    train_size: int | None = None  # default: the largest size at which every share from 0 to 1 fits
-    prevalence: float | None = None
-    prevalence_on: str = "test"
-    test_resample: str | None = None  # balanced:ATTR | prevalence:ATTR | matched:ATTR:AGE_BINS, reported beside the test set
+    train_group_share: float | None = field(default=None, metadata=option(
+        "share S in [0, 1] of --share-group in a training set of fixed size (fairness laws)", type=float,
+        metavar="S"))
+    share_group: str | None = field(default=None, metadata=option(
+        "a group of the first attribute (default: its smallest group in the training split)", metavar="GROUP"))
+    train_size: int | None = field(default=None, metadata=option(
+        "training set size for --train-group-share (default: the largest at which every share fits)", type=int,
+        metavar="N"))
+    prevalence: float | None = field(default=None, metadata=option(
+        "impose class prevalence P in every group of one split (imbalance study)", type=float, metavar="P"))
+    prevalence_on: str = field(default="test", metadata=option(
+        "the split --prevalence samples (default test)", choices=["train", "test"], default=None))
+    test_resample: str | None = field(default=None, metadata=option(  # reported beside the test set
+        "also report a resampled test set: balanced:ATTR (equal group sizes, own prevalence), prevalence:ATTR "
+        "(equal positives and negatives per group) or matched:ATTR:AGE_BINS (balanced and age-matched, e.g. "
+        "matched:sex:0,40,60,80); seeded by the run seed", metavar="SPEC"))
     # external evaluation: other datasets' test splits the trained head/decoder is applied to, each
     # "NAME" or "NAME:KEY=VALUE:..." (reader options; `root=DIR` says where its data lives)
-    eval_datasets: tuple[str, ...] = ()
+    eval_datasets: tuple[str, ...] = field(default=(), metadata=option(
+        "external evaluation: apply the trained head/decoder to these datasets' test splits too (comma-separated "
+        "or repeated; reader options after ':', e.g. nih-cxr14:view=AP; root=DIR for its data) and report their "
+        "metrics and the shift from the internal test set", flag="--eval-dataset", action="append", default=None,
+        metavar="NAME[:KEY=VALUE...]"))
     # repeated splits: the test split of `split_seed` is kept, train/val are re-drawn once per split seed
-    split_seeds: tuple[int, ...] = ()
+    split_seeds: tuple[int, ...] = field(default=(), metadata=option(
+        "repeated splits, e.g. 0,1,2: the test split of --split-seed is kept and train/val are re-drawn per split "
+        "seed (one run each), summarised across splits beside the bootstrap CIs", metavar="SEEDS", default=None))
 
 
 def _canonical(value: Any) -> Any:
@@ -138,7 +182,7 @@ class ScoreSettings:
     threshold: str | None = None  # a policy (metrics.thresholds); None: the profile's, else val_youden with
     # validation rows and fixed:0.5 without; a task that is not thresholded takes none
     resampling_unit: str = "patient"
-    n_boot: int = 2000
+    n_boot: int = N_BOOT
     n_perm: int = N_PERM  # permutations per gap / two-group difference test (0 = no tests)
     seed: int = 0
     ci_level: float = 0.95
@@ -154,3 +198,33 @@ class ScoreSettings:
     def __post_init__(self) -> None:
         if self.resampling_unit not in RESAMPLING_UNITS:
             raise InputError(f"resampling unit {self.resampling_unit!r}: choose one of {', '.join(RESAMPLING_UNITS)}")
+
+
+@dataclass
+class RunOptions:
+    """Where data, caches and results live and how to compute: none of it changes a number, so none of it is
+    in the run's identity (data_root changes the data read, which is: through the data fingerprint)."""
+
+    data_root: str | None = field(default=None, metadata=option(
+        "the dataset's folder (default: $FMB_DATA_<NAME>, $FMB_DATA_ROOT/<name>); the data read is fingerprinted "
+        "into the run's identity"))
+    out_root: str = field(default="results", metadata=option("results folder", flag="--out"))
+    cache_dir: str | None = field(default=".fmb-cache", metadata=option("feature cache folder"))
+    device: str = field(default="auto", metadata=option("auto | cpu | cuda | cuda:N"))
+    batch_size: int | None = field(default=None, metadata=option(  # None: engine.device.encoder_batch_size chooses
+        "encoder batch size (default: 4 on a CPU, 16 on a GPU; printed)", type=int))
+    num_workers: int | None = field(default=None, metadata=option("data loader workers (default: 0 on CPU)",
+                                                                  type=int))
+    channels_last: bool = field(default=False, metadata=option("channels-last memory format for the encoder"))
+    force: bool = field(default=False, metadata=option("recompute even if this run's result exists"))
+    verify_weights: bool = field(default=True, metadata=option(
+        "accept --weights whose sha256 differs from the card's (your own fine-tuned checkpoint); the sha256 read is "
+        "recorded and is part of the run's identity", flag="--no-verify-weights", dest="verify_weights"))
+    i_know: bool = field(default=False, metadata=option(  # engine.hparams.COST_BOUNDS
+        "run with --seeds or --n-boot above their documented bounds (the estimated time is printed)"))
+    progress: Callable[[str, int, int], None] | None = None
+    log: Callable[[str], None] | None = None
+
+    def say(self, message: str) -> None:
+        """Tell the user (stderr by default)."""
+        (self.log or (lambda m: print(m, file=sys.stderr)))(message)

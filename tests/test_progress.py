@@ -61,6 +61,19 @@ def test_terminal_draws_a_rich_bar() -> None:
     assert step.bar is None
 
 
+def test_a_labelled_stage_takes_the_metric_engines_callback() -> None:
+    out = io.StringIO()
+    with StageProgress(out, tty=True) as progress:
+        step = progress.labelled("metrics + bootstrap")
+        step(1, 4, "label / sex")
+        step(2, 4, "label / age")
+        (task,) = progress.bar.tasks
+        assert (task.description, task.completed, task.total) == ("label / age", 2, 4)
+    plain = io.StringIO()
+    StageProgress(plain, tty=False, clock=Clock()).labelled("metrics")(1, 2, "label / sex")
+    assert plain.getvalue().splitlines() == ["metrics: 1/2"]
+
+
 def test_the_module_does_not_import_torch() -> None:
     code = "import sys, fairmedbench.engine.progress; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -142,7 +142,7 @@ def binary_columns(classes: Sequence[str]) -> list[int]:
 
 
 def held_out_aucs(target: str, codes: np.ndarray, probs: Mapping[str, np.ndarray], classes: Sequence[str], *,
-                  reference: str | None = None, n_boot: int = 2000, seed: int = 0,
+                  reference: str | None = None, n_boot: int = bs.N_BOOT, seed: int = 0,
                   level: float = 0.95) -> list[AUCRecord]:
     """AUC of each feature set's probabilities on the same held-out rows, one-vs-rest per class plus the
     macro mean, with percentile CIs from one shared bootstrap (stratified by class) so that differences
@@ -187,7 +187,7 @@ def held_out_aucs(target: str, codes: np.ndarray, probs: Mapping[str, np.ndarray
 
 
 def multitask_head(x: np.ndarray, targets: Sequence[Target], train: np.ndarray, test: np.ndarray, *,
-                   hidden: int = 64, seed: int = 0, n_boot: int = 2000) -> list[AUCRecord]:
+                   hidden: int = 64, seed: int = 0, n_boot: int = bs.N_BOOT) -> list[AUCRecord]:
     """One head with a shared hidden layer predicting every target at once (sklearn MLPClassifier with
     one sigmoid output per class of each target), fitted on the train rows; held-out AUC per target
     (one-vs-rest per class, macro for multi-class) with bootstrap CIs. Rows missing any target are left out."""

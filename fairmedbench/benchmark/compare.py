@@ -26,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
+from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
-from fairmedbench.spec import RunSpec
+from fairmedbench.spec import RunOptions, RunSpec
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
                   "intervals of {headline} are across seeds on one test set and leave out its sampling error")
@@ -68,10 +69,14 @@ class CompareOutcome:
                 "runs": {"|".join(k): str(r.out_dir) for k, r in self.runs.items()}})
 
 
+#: `benchmark compare`'s bootstrap resamples per run (every method x dataset x seed is a run of its own)
+N_BOOT_COMPARE = 500
+
+
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
-            opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = 2000,
+            opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = N_BOOT,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
-            precision: str = "auto", skip_bad: bool = False, split_file: str | None = None) -> CompareOutcome:
+            precision: str = RunSpec.precision, skip_bad: bool = False, split_file: str | None = None) -> CompareOutcome:
     """Run every method on every dataset with the same seeds; summarise and test against ERM.
 
     `select` is the checkpoint rule (default: the task's first rule, val_loss or val_dsc). Every run is checked

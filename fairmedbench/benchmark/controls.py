@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
+from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.errors import InputError
-from fairmedbench.spec import RunSpec
+from fairmedbench.metrics.bootstrap import N_BOOT
+from fairmedbench.spec import RunOptions, RunSpec
 
 @dataclass
 class Check:
@@ -73,8 +74,8 @@ def _verdict(expectation: dict[str, Any], diff: tuple, order: tuple[str, str], p
 
 def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...], opts: RunOptions, *,
                  weights: str | None = None, dataset_options: dict[str, Any] | None = None,
-                 seeds: tuple[int, ...] = (0,),
-                 n_boot: int = 2000, precision: str = "auto") -> ControlsOutcome:
+                 seeds: tuple[int, ...] = RunSpec.seeds,
+                 n_boot: int = N_BOOT, precision: str = RunSpec.precision) -> ControlsOutcome:
     """Run `model` with each usage on each control dataset and check every declared expectation."""
     from fairmedbench.adapters import USAGES
     from fairmedbench.registry.datasets import get_card

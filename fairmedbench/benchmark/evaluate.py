@@ -14,12 +14,12 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.metrics import FairnessResult
-from fairmedbench.metrics.bootstrap import N_PERM
+from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.groups import Bins
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS
-from fairmedbench.spec import ScoreSettings
+from fairmedbench.spec import ScoreSettings, option
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
 SPLIT_VAL = ("val", "valid", "validation")
@@ -30,41 +30,74 @@ DEMO_DEFAULTS = {"labels": ["label"], "scores": ["score"], "attributes": ["sex",
 
 @dataclass
 class EvaluateOptions:
-    """Everything `benchmark evaluate` takes; also recorded as the result's spec."""
+    """Everything `benchmark evaluate` takes; also recorded as the result's spec. Field metadata: the options."""
 
-    predictions: str | None = None
-    demo: bool = False
-    labels: list[str] = field(default_factory=list)
-    scores: list[str] = field(default_factory=list)
-    attributes: list[str] = field(default_factory=list)
-    bins: dict[str, list[float]] = field(default_factory=dict)
-    bins_closed: str = "left"
-    intersect: bool = False
-    threshold: str | None = None
-    profile: str = "default"
-    n_boot: int = 2000
-    n_perm: int = N_PERM
-    patient_column: str | None = None  # None: a column named patient_id / Patient ID when present; 'none': rows
+    predictions: str | None = field(default=None, metadata=option(
+        "CSV/TSV/Parquet with one row per sample (no extension: sniffed); several files or a quoted glob "
+        "('runs/*/preds.csv') are evaluated in one process into one tidy table with a `source` column", nargs="+",
+        metavar="FILE"))
+    demo: bool = field(default=False, metadata=option("the built-in demo predictions (injected sex disparity)"))
+    labels: list[str] = field(default_factory=list, metadata=option(
+        "label column(s), 0/1; several = multi-label, reported per column; one with several --score columns = "
+        "multi-class (class index or name)", flag="--label", action="append", csv=True, default=None,
+        metavar="COLS"))
+    scores: list[str] = field(default_factory=list, metadata=option(
+        "score column(s) or a pattern ('score:*'): one per label column (same order), or one per class (or one list "
+        "column) for a multi-class label", flag="--score", action="append", csv=True, default=None, metavar="COLS"))
+    attributes: list[str] = field(default_factory=list, metadata=option(
+        "sensitive attribute column(s), e.g. sex,age", flag="--attribute", action="append", csv=True, default=None,
+        metavar="COLS"))
+    bins: dict[str, list[float]] = field(default_factory=dict, metadata=option(
+        "bin a numeric attribute into [E0,E1),[E1,E2),..., e.g. age=0,40,60,200", action="append", default=[],
+        metavar="NAME=E0,E1,.."))
+    bins_closed: str = field(default="left", metadata=option(
+        "which side of each bin is closed: left [a,b) (default) or right (a,b] as pandas.cut",
+        choices=["left", "right"]))
+    intersect: bool = field(default=False, metadata=option("also report the attributes crossed (F|>=60)"))
+    threshold: str | None = field(default=None, metadata=option(
+        "fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden with validation rows, else "
+        "fixed:0.5)", metavar="POLICY"))
+    profile: str = field(default="default", metadata=option(
+        "metric conventions; 'fairmedfm' reproduces that package's numbers (labelled)"))
+    n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
+    n_perm: int = field(default=N_PERM, metadata=option(
+        "permutations testing each gap and two-group difference (0 = no tests)"))
+    patient_column: str | None = field(default=None, metadata=option(
+        "resample and permute whole patients by this column (default: 'patient_id' or 'Patient ID' when present; "
+        "'none' resamples rows)", metavar="COL"))
     seed: int = 0
-    logits: bool = False
-    min_group_size: int = 30
-    split_column: str = "split"
-    id_column: str | None = None
-    masks: bool = False
-    pred_mask: str = "pred_mask"
-    gt_mask: str = "gt_mask"
-    volume: str | None = None
+    logits: bool = field(default=False, metadata=option("scores are logits: map them through the sigmoid"))
+    min_group_size: int = field(default=30, metadata=option("flag groups smaller than this"))
+    split_column: str = field(default="split", metadata=option(metavar="COL"))
+    id_column: str | None = field(default=None, metadata=option(
+        "sample id column, kept in the per-sample Parquet", metavar="COL"))
+    masks: bool = field(default=False, metadata=option("rows list prediction and ground-truth mask files"))
+    pred_mask: str = field(default="pred_mask", metadata=option(metavar="COL"))
+    gt_mask: str = field(default="gt_mask", metadata=option(metavar="COL"))
+    volume: str | None = field(default=None, metadata=option(
+        "volume id: slices of a volume are pooled (3D DSC)", metavar="COL"))
     mask_threshold: float = 0.5
-    hd95: bool = False
-    test_resample: str | None = None
-    age_column: str = "age"
-    out: str | None = None
-    out_table: str | None = None
-    report: str | None = None
+    hd95: bool = field(default=False, metadata=option("also compute HD95 (slower)"))
+    test_resample: str | None = field(default=None, metadata=option(
+        "also evaluate a resampled test set (seeded by --seed; ids stored in the JSON): balanced:ATTR (equal group "
+        "sizes, each group's prevalence kept) | prevalence:ATTR (equal positives and negatives per group) | "
+        "matched:ATTR:AGE_BINS (balanced, with the pooled age-bin distribution per label, bins [e_i,e_i+1) from "
+        "--age-column, e.g. matched:sex:0,40,60,80)", metavar="SPEC"))
+    age_column: str = field(default="age", metadata=option(
+        "numeric age column used by --test-resample matched:... (default: age)", metavar="COL"))
+    out: str | None = field(default=None, metadata=option(
+        "result JSON (default results/evaluate/<name>-<id>/)", metavar="FILE.json"))
+    out_table: str | None = field(default=None, metadata=option("tidy table, .csv or .parquet", metavar="FILE"))
+    report: str | None = field(default=None, metadata=option(
+        "also write a self-contained audit page: disparities with CIs first, then ROC/PR, calibration, rates at the "
+        "global FPR-0.2 threshold, KS tests, resampled test set", metavar="FILE.html"))
     command: list[str] = field(default_factory=list)
-    i_know: bool = False  # evaluate even with --n-boot above its documented bound (engine.hparams.COST_BOUNDS)
-    evidence: str | None = None  # an evidence pack folder (benchmark/evidence.py)
-    force: bool = False  # replace a non-empty evidence folder
+    i_know: bool = field(default=False, metadata=option(  # engine.hparams.COST_BOUNDS
+        "evaluate with --n-boot above its documented bound (the estimated time is printed)"))
+    evidence: str | None = field(default=None, metadata=option(  # an evidence pack folder (benchmark/evidence.py)
+        "write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, command, environment, "
+        "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new or empty", metavar="DIR"))
+    force: bool = field(default=False, metadata=option("with --evidence: replace a non-empty DIR"))
 
 
 #: options that say where results go (or how they were asked for), not what is computed: out of the run id

@@ -16,6 +16,8 @@ import numpy as np
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
+from fairmedbench.metrics.bootstrap import N_BOOT
+from fairmedbench.spec import option
 
 PROJECTED = re.compile(r"^PCA Mode \d+$")
 NUMBERED = re.compile(r"^(emb|embedding|feat|feature)[_ ]?\d+$", re.IGNORECASE)
@@ -28,42 +30,64 @@ BASELINES = ("random", "imagenet")  # a model's features are compared with the s
 
 @dataclass
 class InspectOptions:
-    """Everything `benchmark inspect` takes; recorded as the result's spec."""
+    """Everything `benchmark inspect` takes; recorded as the result's spec. Field metadata: the options."""
 
-    embeddings: str | None = None
-    metadata: str | None = None
-    features: list[str] = field(default_factory=list)
-    feature_prefix: str | None = None
-    list_column: str | None = None
-    projected: bool = False
-    refit_pca: bool = False  # fit PCA even on columns named as PCA modes ("PCA Mode N")
-    model: str | None = None
-    dataset: str | None = None
-    weights: str | None = None
-    dataset_options: dict[str, Any] = field(default_factory=dict)
+    embeddings: str | None = field(default=None, metadata=option(
+        "CSV/Parquet (or .npy with --metadata), one row per sample", metavar="FILE"))
+    metadata: str | None = field(default=None, metadata=option(
+        "label and attribute columns, row by row with --embeddings", metavar="FILE"))
+    features: list[str] = field(default_factory=list, metadata=option(
+        "embedding columns by name", csv=True, metavar="COLS"))
+    feature_prefix: str | None = field(default=None, metadata=option(
+        "embedding columns: those starting with PREFIX", metavar="PREFIX"))
+    list_column: str | None = field(default=None, metadata=option(
+        "embedding as one list per row in COL", metavar="COL"))
+    projected: bool = field(default=False, metadata=option(
+        "the features are already-projected modes: analysed as given, no PCA (automatic for 'PCA Mode N' columns, "
+        "named or not)"))
+    refit_pca: bool = field(default=False, metadata=option(  # fit PCA even on columns named as PCA modes
+        "fit PCA even on columns named 'PCA Mode N'"))
+    model: str | None = field(default=None, metadata=option(
+        "a model card; its linear-probe features come from the feature cache"))
+    dataset: str | None = field(default=None, metadata=option("a dataset card (with --model)"))
+    weights: str | None = field(default=None, metadata=option("PATH, 'random', or default: the card's source"))
+    dataset_options: dict[str, Any] = field(default_factory=dict, metadata=option(
+        "e.g. n=100", flag="--dataset-option", action="append", default=[], metavar="KEY=VALUE"))
     data_root: str | None = None
     split_seed: int = 0
-    baselines: list[str] = field(default_factory=lambda: ["random", "imagenet"])
-    imagenet_model: str = "imagenet-resnet50"
-    label: str | None = None
-    label_pairs: list[tuple[str, str]] = field(default_factory=list)
-    attributes: list[str] = field(default_factory=list)
-    patient_column: str | None = None
-    correction: str = "by"
-    correct_per: str = "family"
+    baselines: list[str] = field(default_factory=lambda: ["random", "imagenet"], metadata=option(
+        "with --model: random (same architecture, --weights random) and/or imagenet, or none", metavar="LIST"))
+    imagenet_model: str = field(default="imagenet-resnet50", metadata=option("the ImageNet baseline's model card"))
+    label: str | None = field(default=None, metadata=option(
+        "disease label column (default: label or disease)", metavar="COL"))
+    label_pairs: list[tuple[str, str]] = field(default_factory=list, metadata=option(
+        "test only these label classes against each other, e.g. 'Pleural Effusion:No Finding' (default: every "
+        "pair)", flag="--label-pair", action="append", default=[], metavar="A:B"))
+    attributes: list[str] = field(default_factory=list, metadata=option(
+        "attribute column(s) (default: sex, gender, race where present; the card's with --model)",
+        flag="--attribute", action="append", csv=True, default=None, metavar="COLS"))
+    patient_column: str | None = field(default=None, metadata=option(
+        "keep a patient's rows on one side of the probe split (default: patient_id when present)", metavar="COL"))
+    correction: str = field(default="by", metadata=option("by (Benjamini-Yekutieli) | bh | holm | bonferroni | none"))
+    correct_per: str = field(default="family", metadata=option(
+        "correct over every test (family) or within each label/attribute", choices=["family", "attribute"]))
     alpha: float = 0.05
-    holdout: float = 0.3
+    holdout: float = field(default=0.3, metadata=option("held-out share for the probes (embeddings file)"))
     seed: int = 0
-    n_boot: int = 2000
-    n_modes: int = 4
-    tsne: bool = True
-    figure_format: str = "png"
+    n_boot: int = N_BOOT
+    n_modes: int = field(default=4, metadata=option("PCA modes to test and plot", flag="--modes", dest="n_modes",
+                                                     metavar="MODES"))
+    tsne: bool = field(default=True, metadata=option(
+        "skip t-SNE (when the file has none of its own)", flag="--no-tsne", dest="tsne"))
+    figure_format: str = field(default="png", metadata=option(choices=["png", "svg"]))
     device: str = "auto"
     precision: str = "fp32"
     batch_size: int = 16
     cache_dir: str | None = ".fmb-cache"
-    out: str | None = None
-    out_table: str | None = None
+    out: str | None = field(default=None, metadata=option(
+        "output folder (default results/inspect/<name>-<id>/)", metavar="DIR"))
+    out_table: str | None = field(default=None, metadata=option(
+        "also write the tidy table here (.csv or .parquet)", metavar="FILE"))
 
 
 @dataclass

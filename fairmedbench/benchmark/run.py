@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,33 +22,10 @@ from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
-from fairmedbench.spec import RunConfig, RunSpec
+from fairmedbench.spec import RunConfig, RunOptions, RunSpec
 from fairmedbench.tasks.base import Task
 
 CONFIG_FILE = "config.json"
-
-
-@dataclass
-class RunOptions:
-    """Where data, caches and results live and how to compute: none of it changes a number, so none of it is
-    in the run's identity (data_root changes the data read, which is: through the data fingerprint)."""
-
-    data_root: str | None = None
-    out_root: str = "results"
-    cache_dir: str | None = ".fmb-cache"
-    device: str = "auto"
-    batch_size: int | None = None  # None: engine.device.encoder_batch_size chooses for the device
-    num_workers: int | None = None
-    channels_last: bool = False
-    force: bool = False
-    verify_weights: bool = True
-    i_know: bool = False  # run even with --seeds / --n-boot above their documented bounds (engine.hparams)
-    progress: Callable[[str, int, int], None] | None = None
-    log: Callable[[str], None] | None = None
-
-    def say(self, message: str) -> None:
-        """Tell the user (stderr by default)."""
-        (self.log or (lambda m: print(m, file=sys.stderr)))(message)
 
 
 @dataclass

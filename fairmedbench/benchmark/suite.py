@@ -9,12 +9,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from fairmedbench.benchmark.run import RunOptions, run
+from fairmedbench.benchmark.run import run
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, get_suite
-from fairmedbench.spec import RunSpec
+from fairmedbench.metrics.bootstrap import N_BOOT
+from fairmedbench.spec import RunOptions, RunSpec
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -46,7 +47,7 @@ def board_split_file(entry: Entry, opts: RunOptions, suite: Suite) -> str | None
 
 
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,
-              n_boot: int = 2000, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
+              n_boot: int = N_BOOT, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
     """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs), evaluating
     the entry's external datasets (--eval-dataset), and write the bundle; returns its path. Entries on a real test
     set run on the board's split (`board_split_file`)."""

@@ -39,11 +39,14 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from fairmedbench.benchmark.studies import Cell, Study, group_reasons, runnable
 from fairmedbench.engine import store
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
-from fairmedbench.studies import Cell, Study, group_reasons, runnable
+
+if TYPE_CHECKING:
+    from fairmedbench.report.study import StudyReport
 
 LAUNCHERS = ("local", "ray")
 # RunOptions fields a task receives (plain values: they travel to process-pool and Ray workers)
@@ -100,6 +103,21 @@ class Plan:
 def study_dir(out_root: str | Path, name: str) -> Path:
     """<out>/studies/<name>."""
     return Path(out_root) / "studies" / name
+
+
+def study_report(given: str, out_root: str, dest: str | None = None) -> StudyReport:
+    """`benchmark study report`: the study `given` (a shipped name or a file) aggregated from the plan and runs a
+    sweep wrote under `out_root` into `dest` (default <out>/studies/<name>/report); returns the StudyReport."""
+    from fairmedbench.benchmark.studies import load_study
+    from fairmedbench.report.study import write_study_report
+
+    study = load_study(given)
+    folder = study_dir(out_root, study.name)
+    plan = folder / "plan.json"
+    if not plan.is_file():
+        raise MissingResourceError(f"no plan for study {study.name!r} under {out_root}: run benchmark sweep "
+                                   f"{given} --out {out_root} first")
+    return write_study_report(plan, Path(out_root), Path(dest) if dest else folder / "report")
 
 
 def encode_key(config: Any) -> str:
@@ -181,7 +199,7 @@ def _journal(state: Path, name: str, doc: dict[str, Any]) -> None:
 
 def execute_task(kind: str, spec: Any, options: dict[str, Any], state: str, name: str) -> dict[str, Any]:
     """Run one task (an encode or a run) and journal it; never raises: a failure is returned and journaled."""
-    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.spec import RunOptions
 
     state_dir = Path(state)
     doc = {"task": name, "kind": kind, "status": "running", "host": platform.node(), "pid": os.getpid(),
@@ -234,6 +252,11 @@ class SweepResult:
     ran: int = 0
     reused: int = 0
     failed: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """No task and no cell failed."""
+        return not self.failed and not any(c.status == "failed" for c in self.plan.cells)
 
 
 def sweep(study: Study, opts: Any, *, launcher: str = "local", address: str | None = None,

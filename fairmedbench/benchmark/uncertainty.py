@@ -23,6 +23,7 @@ import numpy as np
 
 from fairmedbench.analysis.uncertainty import (MEASURES, binary_as_classes, rejection_curves, retention_grid,
                                                uncertainty_block)
+from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 
 _MC = re.compile(r"^mc:(\d+):(.+)$")
@@ -161,3 +162,29 @@ def delta_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                 "pm": c["pm"], "value": math.nan if v is None else v,
                                 "delta": math.nan if c["delta"] is None else c["delta"]})
     return out
+
+
+def uncertainty_patient_column(asked: str | None) -> str | None:
+    """--patient-column for the uncertainty analysis: each MC pass is averaged per patient of this column."""
+    if asked is not None and asked.strip().lower() == "none":
+        return None
+    return asked or "patient_id"
+
+
+def run_uncertainty(predictions: list[str] | None, uncertainty: str, *, labels: list[str], patient_column: str | None,
+                    out: str | None = None, out_table: str | None = None, **options: Any) -> dict[str, Any]:
+    """`benchmark evaluate --uncertainty`: one prediction file and one task analysed (`evaluate_uncertainty`, with
+    `options`), the result written to `out` (JSON) and its tidy rows to `out_table` (`delta_rows`) when given."""
+    if not predictions or len(predictions) != 1:
+        raise InputError("--uncertainty analyses one prediction file: give --predictions FILE")
+    if len(labels) > 1:
+        raise InputError(f"--uncertainty analyses one task: give one --label, not {labels}")
+    doc = evaluate_uncertainty(predictions[0], uncertainty, label=labels[0] if labels else None,
+                               patient_column=uncertainty_patient_column(patient_column), **options)
+    if out:
+        store.write_json(out, doc)
+    if out_table:
+        import pandas as pd
+
+        store.write_table(out_table, pd.DataFrame(delta_rows(doc)))
+    return doc

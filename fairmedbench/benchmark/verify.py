@@ -215,12 +215,12 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     record the outcome beside submission.json when the bundle is a stored submission."""
     import pandas as pd
 
-    from fairmedbench.benchmark.run import RunOptions
     from fairmedbench.benchmark.suite import board_split_file
     from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
     from fairmedbench.leaderboards.suites import get_suite
     from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
     from fairmedbench.registry.models import MODELS
+    from fairmedbench.spec import RunOptions
 
     bundle = Path(bundle)
     if not (bundle / "model.json").is_file() or not (bundle / "suite.json").is_file():

@@ -1,5 +1,5 @@
 """Progress of named stages reported as (stage, done, total): a rich bar on a terminal, plain periodic lines
-otherwise (logs, CI), so that no long step runs in silence. torch-free."""
+otherwise (logs, CI), so that no long step runs in silence; the one progress display of the package. torch-free."""
 
 from __future__ import annotations
 
@@ -72,6 +72,17 @@ class StageProgress:
         if due:
             state.last_line = now
             print(self.line(stage, done, total, now - state.start), file=self.stream, flush=True)
+
+    def labelled(self, stage: str) -> Callable[[int, int, str], None]:
+        """A `(done, total, label)` callback (the metric engine's `on_step`) reported as one stage; a bar shows
+        the latest label as its description."""
+
+        def step(done: int, total: int, label: str) -> None:
+            self(stage, done, total)
+            if self.bar is not None:
+                self.bar.update(self.stages[stage].task, description=label)
+
+        return step
 
     def line(self, stage: str, done: int, total: int, elapsed: float) -> str:
         """The plain-text report of one stage."""

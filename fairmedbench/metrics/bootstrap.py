@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 CHUNK_CELLS = 4_000_000
 
 
+#: bootstrap resamples per confidence interval, the default of every run, evaluation and study (METRICS.md)
+N_BOOT = 2000
+
 #: permutations of the group label per gap / two-group difference test (METRICS.md, Statistics)
 N_PERM = 1000
 

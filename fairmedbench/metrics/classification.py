@@ -527,7 +527,7 @@ def evaluate_classification(
     val_y_true: Any = None,
     val_y_score: Any = None,
     profile: str | Profile = "default",
-    n_boot: int = 2000,
+    n_boot: int = bs.N_BOOT,
     seed: int = 0,
     ci_level: float = 0.95,
     min_group_size: int = 30,

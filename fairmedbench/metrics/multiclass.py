@@ -264,7 +264,7 @@ def evaluate_multiclass(
     task_name: str = "task",
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
-    n_boot: int = 2000,
+    n_boot: int = bs.N_BOOT,
     seed: int = 0,
     ci_level: float = 0.95,
     min_group_size: int = 30,

@@ -25,7 +25,7 @@ class PairedGroupAUC:
     resampled: np.ndarray
 
 
-def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = 2000,
+def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = bs.N_BOOT,
                      seed: int = 0, label: str = "", patient_ids: np.ndarray | None = None) -> PairedGroupAUC:
     """Group AUCs of every score set (rows of `scores`, (S, n)) on one shared set of resamples, stratified
     by group x label; `groups` holds group names (n,); `patient_ids` (n,): draw whole patients."""
@@ -50,7 +50,7 @@ def paired_group_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n
     return PairedGroupAUC(names, point, resampled)
 
 
-def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = 2000,
+def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = bs.N_BOOT,
                            seed: int = 0, label: str = "", patient_ids: np.ndarray | None = None) -> PairedGroupAUC:
     """Group macro AUCs (the multi-class engine's: mean one-vs-rest AUC over the classes with positives and
     negatives in the group) of every score set ((S, n, K) class probabilities, `y` class indices 0..K-1) on one

@@ -80,7 +80,7 @@ def evaluate_segmentation(
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
     profile: str | Profile = "default",
-    n_boot: int = 2000,
+    n_boot: int = bs.N_BOOT,
     seed: int = 0,
     ci_level: float = 0.95,
     min_group_size: int = 30,

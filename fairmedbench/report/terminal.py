@@ -422,3 +422,91 @@ def render_split_seeds(summary: dict, console: Any) -> None:
                                                  f"{c['ci_high']:.3f}]")
             table.add_row(key, m, *cells, across)
     console.print(table)
+
+
+def render_run_outcome(outcome: Any, report: Any, console: Any) -> None:
+    """`benchmark run`: the run's tables (`render_run`), the first seed's resampled test set (`--test-resample`)
+    beside its original one, and the report page written (`--report`)."""
+    from fairmedbench.engine.results import RunResult
+
+    render_run(outcome, console)
+    resampled = [r for r in outcome.seeds if "test_resample" in r.doc]
+    if resampled:
+        first = resampled[0]
+        console.print(f"resampled test set ({first.doc['test_resample']['params']['spec']}), seed "
+                      f"{first.spec['seed']}; every seed's draw and result are in its seed JSON")
+        render_resampled(first.fairness(), RunResult({**first.doc, "result": first.doc["test_resample"]["result"]},
+                                                     outcome.out_dir).fairness(), first.doc["test_resample"], console)
+    if report:
+        console.print(f"report: {report}")
+
+
+def render_compare_saved(doc: dict, path: Any, report: Any, console: Any) -> None:
+    """`benchmark compare`: its tables (`render_compare`) and where the comparison and its page were saved."""
+    render_compare(doc, console)
+    console.print(f"saved: {path}" + (f"\nreport: {report}" if report else ""))
+
+
+def render_evaluate(outcome: Any, console: Any) -> None:
+    """`benchmark evaluate` on one file: the tables, the resampled test set, notes, the operating threshold and
+    where files went."""
+    render(outcome.result, console)
+    if outcome.resampled is not None:
+        render_resampled(outcome.result, outcome.resampled, outcome.document["test_resample"], console)
+    for note in outcome.notes:
+        console.print(f"[cyan]note[/] {note}")
+    for task, thr in outcome.result.meta.get("thresholds", {}).items():
+        # one threshold per task, or one per attribute when the profile picks it on each evaluated set
+        per = {"": thr} if "policy" in thr else {f" ({task} / {a})": t for a, t in thr.items()}
+        for where, t in per.items():
+            console.print(f"operating threshold{where}: {t['policy']} -> {t['value']} (positive iff score "
+                          f"{t['comparator']} t; source: {t['source']})")
+        break
+    for what, path in outcome.paths.items():
+        console.print(f"{what}: {path}")
+
+
+def render_rows(title: str, rows: list[dict[str, Any]], console: Any) -> None:
+    """Rows of `benchmark list` as one table (lists joined by commas)."""
+    from rich.table import Table
+
+    if not console.is_terminal:
+        console.width = max(console.width, 160)
+    table = Table(title=title, title_justify="left")
+    keys = list(rows[0]) if rows else ["name"]
+    for k in keys:
+        table.add_column(k)
+    for r in rows:
+        table.add_row(*[", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v) for v in r.values()])
+    console.print(table)
+
+
+def render_uncertainty(doc: dict, console: Any) -> None:
+    """Rejection curves per group and δ of `benchmark evaluate --uncertainty`: one table per attribute and measure."""
+    from rich.table import Table
+
+    for attr, per in doc["curves"].items():
+        for measure, c in per.items():
+            r = c["retention"]
+            delta = "undefined" if c["delta"] is None else f"{c['delta']:.4f}"
+            console.print(f"[bold]{attr} / {measure}: δ = {delta}[/] ({c['pair_aggregation']} over pairs, mean over "
+                          f"{len(r)} retention levels; {c['pm']} of the retained cases per group)")
+            t = Table()
+            t.add_column("retained", justify="right")  # one row per level: a few groups fit any terminal width
+            for grp in c["groups"]:
+                t.add_column(grp, justify="right")
+            for i, x in enumerate(r):
+                t.add_row(f"{x:.0%}", *("—" if v["pm"][i] is None else f"{v['pm'][i]:.3f}"
+                                        for v in c["groups"].values()))
+            console.print(t)
+            for note in c["notes"]:
+                console.print(f"[cyan]note[/] {note}")
+    console.print(f"[cyan]note[/] {doc['level']}")
+
+
+def study_report_text(rep: Any) -> str:
+    """What `benchmark study report` prints: the answers, notes, and where the table, figures and page went."""
+    lines = [f"- {line}" for line in rep.answers] + [f"note: {note}" for note in rep.notes]
+    lines.append(f"table: {rep.parquet} ({len(rep.table)} rows; also {rep.csv.name})\nfigures: {len(rep.figures)} "
+                 f"files in {rep.figures[0].parent if rep.figures else '-'}\npage: {rep.html}")
+    return "\n".join(lines)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairmedbench.studies import StudyError, expand, group_reasons, load_study, runnable, shipped_studies
+from fairmedbench.benchmark.studies import StudyError, expand, group_reasons, load_study, runnable, shipped_studies
 
 
 def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

@@ -19,7 +19,7 @@ import pytest
 from fairmedbench.benchmark import costs, sweep
 from fairmedbench.benchmark.run import RunOptions
 from fairmedbench.cli import main
-from fairmedbench.studies import load_study
+from fairmedbench.benchmark.studies import load_study
 
 REPO = Path(__file__).resolve().parents[2]
 VOLATILE = {"timings_s", "created_at", "git_commit", "seconds"}  # differ between any two computations
@@ -190,7 +190,7 @@ def test_fairmedfm_dry_run_lists_every_run_with_skip_reasons_and_a_cost(tmp_path
     assert main(["sweep", "fairmedfm", "--dry-run", "--out", str(tmp_path), "--device", "cpu"]) == 0
     text = capsys.readouterr().out
     study = load_study("fairmedfm")
-    from fairmedbench.studies import expand
+    from fairmedbench.benchmark.studies import expand
 
     cells = expand(study)
     n_run = sum(c.runnable for c in cells)

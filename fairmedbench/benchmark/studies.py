@@ -1,7 +1,7 @@
 """Studies: a grid of runs written as YAML, validated with errors that name the file and line, expanded into
 RunSpecs (incompatible cells skipped with their reason, never failed).
 
-A study file (shipped ones: `fairmedbench/studies/*.yaml`, see `shipped_studies()`):
+A study file (shipped ones: `fairmedbench/studies/*.yaml`, package data; see `shipped_studies()`):
 
     name: smoke                      # default: the file's stem
     description: ...
@@ -13,12 +13,12 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, see `shipped_studies(
     mitigations: [erm, groupdro]     # default: [erm]
     seeds: [0, 1, 2]                 # or "0-4"; every run trains once per seed
     hparams: {epochs: 5}             # one mapping for every cell, or a list of mappings (an axis)
-    split_seed: 0                    # defaults for every run (RunSpec fields)
-    n_boot: 2000
-    n_perm: 1000                     # permutations per gap / difference test (0 = none)
+    split_seed: 0                    # settings of every run (RunSpec fields; left out: RunSpec's defaults)
+    n_boot: 500                      # bootstrap resamples per interval
+    n_perm: 200                      # permutations per gap / difference test (0 = none)
     profile: default
-    weights: null                    # null: each card's own weights; 'random' for smoke tests
-    precision: auto
+    weights: random                  # null: each card's own weights; 'random' for smoke tests
+    precision: fp32
     dataset_options: {n: 40}         # reader options for every dataset (part of the run's identity)
     train_group_share: [0, 0.5, 1]   # sweep: share of `share_group` (first attribute) in a training set of
     share_group: female              #   `train_size` samples (defaults: RunSpec's: the smallest group, the
@@ -44,7 +44,7 @@ train_group_share, prevalence) and the cards' `kind` (model kind: vision | visio
 `task` (the usage's task) and `dim` (the dataset's, 2 or 3). `exclude`: a cell matching any rule is skipped.
 `include`: when given, a cell must match at least one rule, else it is skipped.
 
-Layer: beside `benchmark/` (it validates cells with `benchmark.resolve.check_spec`); `benchmark.sweep` runs them.
+`benchmark.sweep` runs the cells; each is validated with `benchmark.resolve.check_spec` first.
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fairmedbench.errors import InputError
+from fairmedbench.spec import RunSpec
 
-STUDY_DIR = Path(__file__).parent
+#: the shipped study files: package data beside the package's modules, not a package of their own
+STUDY_DIR = Path(__file__).resolve().parents[1] / "studies"
 RULE_FIELDS = ("model", "dataset", "usage", "prompt", "mitigation", "train_group_share", "prevalence", "kind", "task",
                "dim")
 CELL_FIELDS = ("model", "dataset", "usage", "mitigation", "prompt", "attributes", "seeds", "hparams",
@@ -95,17 +97,17 @@ class Study:
     models: tuple[str, ...]
     datasets: tuple[str, ...]
     attributes: tuple[str, ...] = ()
-    usages: tuple[str, ...] = ("",)
+    usages: tuple[str, ...] = (RunSpec.usage,)  # "": chosen from the model and dataset
     prompts: tuple[str, ...] = ("bbox",)
-    mitigations: tuple[str, ...] = ("erm",)
-    seeds: tuple[int, ...] = (0,)
+    mitigations: tuple[str, ...] = (RunSpec.mitigation,)
+    seeds: tuple[int, ...] = RunSpec.seeds
     hparams: tuple[dict[str, Any], ...] = ({},)
-    split_seed: int = 0
-    n_boot: int = 2000
-    n_perm: int = 1000
-    profile: str = "default"
-    weights: str | None = None
-    precision: str = "auto"
+    split_seed: int = RunSpec.split_seed
+    n_boot: int = RunSpec.n_boot
+    n_perm: int = RunSpec.n_perm
+    profile: str = RunSpec.profile
+    weights: str | None = RunSpec.weights
+    precision: str = RunSpec.precision
     dataset_options: dict[str, Any] = field(default_factory=dict)
     train_group_share: tuple[float | None, ...] = (None,)
     share_group: str | None = None
@@ -400,7 +402,6 @@ def expand(study: Study) -> list[Cell]:
     from fairmedbench.errors import FMBError
     from fairmedbench.registry.datasets import get_card as dataset_card
     from fairmedbench.registry.models import get_card as model_card
-    from fairmedbench.spec import RunSpec
 
     cells: list[Cell] = []
     for model, dataset in itertools.product(study.models, study.datasets):
@@ -412,7 +413,7 @@ def expand(study: Study) -> list[Cell]:
                         prompt=None, attributes=list(study.attributes), seeds=list(study.seeds), hparams=dict(hp),
                         train_group_share=share, share_group=study.share_group if share is not None else None,
                         train_size=study.train_size if share is not None else None, prevalence=prev,
-                        prevalence_on=(study.prevalence_on or _runspec_default("prevalence_on"))
+                        prevalence_on=(study.prevalence_on or RunSpec.prevalence_on)
                         if prev is not None else None)
             if split_seed is not None:  # fields of the newer axes, only when a study uses them
                 base["split_seeds"] = [split_seed]
@@ -451,12 +452,6 @@ def expand(study: Study) -> list[Cell]:
     return cells
 
 
-def _runspec_default(name: str) -> Any:
-    from fairmedbench.spec import RunSpec
-
-    return RunSpec.__dataclass_fields__[name].default
-
-
 def _sampling(cell: dict[str, Any]) -> dict[str, Any]:
     """The cell's sampling fields as RunSpec keyword arguments (only those set: RunSpec gains them in the
     lead's "Sampling:" change)."""
@@ -465,8 +460,6 @@ def _sampling(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 def _spec(kw: dict[str, Any], prompt: str | None) -> Any:
-    from fairmedbench.spec import RunSpec
-
     missing = sorted(set(kw) - {f.name for f in dataclasses.fields(RunSpec)})
     if missing:
         raise InputError(f"this version's RunSpec has no {', '.join(missing)}: the sampling sweeps need it")

@@ -1,0 +1,82 @@
+"""Values as the `benchmark` command line gives them (seed lists, KEY=VALUE pairs, options left out) turned into
+the spec types, with the refusals of contradictory options; and the routing of `benchmark --model X ...`."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Sequence
+
+from fairmedbench.errors import InputError
+from fairmedbench.spec import RunSpec
+
+if TYPE_CHECKING:
+    from fairmedbench.benchmark.evaluate import EvaluateOptions
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...]:
+    """'0,1,2' or '0-4' (inclusive) or a mix: '0-2,7'; None: RunSpec's default seeds."""
+    if text is None:
+        return RunSpec.seeds
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    except ValueError:
+        raise InputError(f"--seeds {text!r}: expected numbers like 0,1,2 or a range like 0-4") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise InputError(f"--seeds {text!r}: give distinct seeds")
+    return tuple(seeds)
+
+
+def parse_hparams(items: Sequence[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; values parsed as JSON when they can be (numbers, true/false), else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"{item!r}: expected KEY=VALUE, e.g. lr=0.01 or n=200")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def run_spec(*, seeds: str | None, split_seeds: str | None, hparams: Sequence[str], dataset_options: Sequence[str],
+             eval_datasets: Sequence[str] | None, **fields: Any) -> RunSpec:
+    """A RunSpec from command-line values: seed lists and KEY=VALUE lists parsed, a field given as None left to
+    RunSpec's default; contradictory options refused (the spec itself is checked later, before any work)."""
+    from fairmedbench.analysis.shift import split_eval_list
+
+    if fields.get("split_file") and fields.get("split_seed") is not None:  # the seed would be silently ignored
+        raise InputError("--split-seed draws a split and --split-file imports one: give one of them")
+    if fields.get("prevalence_on") is not None and fields.get("prevalence") is None:
+        raise InputError(f"--prevalence-on {fields['prevalence_on']} says which split --prevalence samples: give "
+                         "--prevalence P too, or drop it")
+    parsed: dict[str, Any] = dict(seeds=parse_seeds(seeds), hparams=parse_hparams(hparams),
+                                  dataset_options=parse_hparams(dataset_options),
+                                  eval_datasets=tuple(t for v in eval_datasets or [] for t in split_eval_list(v)))
+    if split_seeds:
+        try:
+            parsed["split_seeds"] = parse_seeds(split_seeds)
+        except InputError:
+            raise InputError(f"--split-seeds {split_seeds!r}: expected distinct numbers like 0,1,2 or a range like "
+                             "0-4") from None
+    return RunSpec(**{k: v for k, v in fields.items() if v is not None}, **parsed)
+
+
+def route_default(argv: Sequence[str], commands: Sequence[str], default: str) -> list[str]:
+    """Insert the default subcommand when the first argument is an option other than help/version."""
+    argv = list(argv)
+    if default in commands and argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        return [default, *argv]
+    return argv
+
+
+def check_evaluate(opts: EvaluateOptions, n_sources: int) -> None:
+    """Refuse `benchmark evaluate` settings that contradict each other, before any file is read."""
+    if opts.n_boot < 0 or opts.n_perm < 0:
+        raise InputError(f"--n-boot and --n-perm must be >= 0, got {opts.n_boot} and {opts.n_perm}")
+    if n_sources > 1 and opts.evidence:
+        raise InputError("--evidence packs one prediction file; give one file (or one pack per file)")
