@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, register_usage, features_progress
 from fairmedbench.errors import InputError
 
 SCORERS = ("knn", "mahalanobis")
@@ -106,6 +106,7 @@ def make_anomaly_head(scorer: str, k: int):  # -> torch.nn.Module
     return AnomalyHead()
 
 
+@register_usage
 class AnomalyDetection(Usage):
     """Frozen cached features; a kNN or Mahalanobis scorer fitted on normal training samples, no gradient step."""
 
@@ -154,6 +155,3 @@ class AnomalyDetection(Usage):
             return make_anomaly_head(scorer, k)
 
         return Prepared(inputs, make_head, {"features": notes, "scorer": scorer, **({"k": k} if scorer == "knn" else {})})
-
-
-USAGES.add("anomaly", AnomalyDetection())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -129,6 +129,13 @@ class Usage:
 
 
 USAGES: Registry[Usage] = Registry("usage", plugins=True)
+U = TypeVar("U", bound=Usage)
+
+
+def register_usage(cls: type[U]) -> type[U]:
+    """Class decorator: register an instance of the usage under the class's `name`, the key's one source."""
+    USAGES.add_named(cls())
+    return cls
 
 
 def compatible_usages(capabilities: tuple[str, ...] | list[str], tasks: tuple[str, ...] | list[str]) -> list[str]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, register_usage
 from fairmedbench.adapters.clip_zeroshot import PROMPT_HPARAMS, prepare_clip
 
 
+@register_usage
 class ClipAdapt(Usage):
     """The zero-shot head with its prototypes trained by the runner (the logit scale stays fixed)."""
 
@@ -29,6 +30,3 @@ class ClipAdapt(Usage):
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and a prototype head to train."""
         return prepare_clip(self, model, views, ctx, trainable=True)
-
-
-USAGES.add("clip-adapt", ClipAdapt())

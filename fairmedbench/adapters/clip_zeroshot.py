@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, register_usage, features_progress
 from fairmedbench.errors import InputError
 
 # Where a model has no logit scale of its own (BLIP and BLIP-2 retrieval models in transformers): CLIP's
@@ -165,6 +165,7 @@ def prepare_clip(usage: Usage, model: Any, views: dict[str, Any], ctx: RunContex
     return Prepared(inputs, make_head, notes)
 
 
+@register_usage
 class ClipZeroShot(Usage):
     """Fixed text prototypes: no training; the runner still picks the threshold on validation."""
 
@@ -179,6 +180,3 @@ class ClipZeroShot(Usage):
     def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and the fixed zero-shot head."""
         return prepare_clip(self, model, views, ctx, trainable=False)
-
-
-USAGES.add("clip-zs", ClipZeroShot())

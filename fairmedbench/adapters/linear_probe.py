@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import MC_HPARAMS, USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, register_usage, features_progress
 
 
 def head_dropout(rate: float):  # -> torch.nn.Module
@@ -43,6 +43,7 @@ def make_linear_head(x_train: np.ndarray, n_outputs: int, dropout: float = 0.0):
     return LinearHead()
 
 
+@register_usage
 class LinearProbe(Usage):
     """Frozen encoder features, computed once per (model, weights, preprocessing, split) and cached."""
 
@@ -74,6 +75,3 @@ class LinearProbe(Usage):
             return make_linear_head(x_train, k, rate)
 
         return Prepared(inputs, make_head, {"features": notes})
-
-
-USAGES.add("lp", LinearProbe())

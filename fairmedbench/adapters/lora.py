@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from fairmedbench.adapters.base import MC_HPARAMS, USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, register_usage
 from fairmedbench.adapters.linear_probe import head_dropout
 from fairmedbench.engine.device import keep_freed_memory, resolve_precision
 from fairmedbench.errors import InputError
@@ -199,6 +199,7 @@ def pixel_arrays(model: Any, view: Any) -> np.ndarray:
     return np.stack([model.preprocess(view.load_image(k)) for k in range(len(view))]).astype(np.float32)
 
 
+@register_usage
 class LoRAFineTune(Usage):
     """LoRA on the image tower plus a linear head; the runner trains it and selects on validation."""
 
@@ -230,6 +231,3 @@ class LoRAFineTune(Usage):
                           "image_tower": image_tower_prefix(model.module).rstrip(".") or "whole model"},
                  "pixels": {name: list(x.shape) for name, x in inputs.items()}}
         return Prepared(inputs, make_head, notes)
-
-
-USAGES.add("lora", LoRAFineTune())

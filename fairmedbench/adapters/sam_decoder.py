@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, RunContext, Usage
+from fairmedbench.adapters.base import RunContext, Usage, register_usage
 from fairmedbench.adapters.prompts import Prompt
 from fairmedbench.errors import InputError
 
@@ -124,6 +124,7 @@ class SamDecoderProblem:
                 "decoder_precision": "fp32", "low_res_size": self.size}
 
 
+@register_usage
 class SamDecoder(Usage):
     """Fine-tune the mask decoder on the train split with box prompts from the ground truth."""
 
@@ -141,6 +142,3 @@ class SamDecoder(Usage):
             raise InputError(f"usage {self.name!r} trains a 2D mask decoder on image slices; model "
                              f"{model.card.name!r} segments whole volumes: use --usage sam-prompt")
         return SamDecoderProblem(model, ctx)
-
-
-USAGES.add("sam-decoder", SamDecoder())

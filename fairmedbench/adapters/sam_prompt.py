@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, RunContext, Usage
+from fairmedbench.adapters.base import RunContext, Usage, register_usage
 from fairmedbench.adapters.prompts import PROMPT_MODES, Prompt
 from fairmedbench.errors import InputError
 
@@ -19,6 +19,7 @@ def check_dimensions(model: Any, dataset_card: Any) -> None:
                          "Use a 3D dataset (e.g. synth3d-contrast) or a 2D model (e.g. litemedsam)")
 
 
+@register_usage
 class SamPrompt(Usage):
     """Box or point prompts; multimask output with the mask of highest predicted IoU. A volumetric model gets one
     3D prompt per volume and segments the whole volume."""
@@ -53,6 +54,3 @@ class SamPrompt(Usage):
                 return model.segment(image, box=prompt.box, points=prompt.points, point_labels=prompt.labels)
 
         return predict
-
-
-USAGES.add("sam-prompt", SamPrompt())

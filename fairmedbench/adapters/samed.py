@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, RunContext, Usage
+from fairmedbench.adapters.base import RunContext, Usage, register_usage
 from fairmedbench.adapters.lora import lora_settings, lora_targets, lora_train_mode
 from fairmedbench.adapters.prompts import Prompt
 from fairmedbench.adapters.sam_decoder import image_key
@@ -146,6 +146,7 @@ class SamedProblem:
                 "encoder_precision": self.ctx.precision, "decoder_precision": "fp32", "low_res_size": self.size}
 
 
+@register_usage
 class Samed(Usage):
     """SAMed: LoRA on the SAM image encoder's attention + the mask decoder, fine-tuned with box prompts."""
 
@@ -161,6 +162,3 @@ class Samed(Usage):
     def trainable(self, model: Any, ctx: RunContext) -> SamedProblem:
         """The end-to-end LoRA + decoder training problem of this model."""
         return SamedProblem(model, ctx)
-
-
-USAGES.add("samed", Samed())

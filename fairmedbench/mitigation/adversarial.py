@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 _REVERSAL: Any = None
 
@@ -47,12 +47,12 @@ def _has_trainable_representation(head: Any) -> bool:
     return any(p.requires_grad for n, p in head.named_parameters() if not n.startswith("linear."))
 
 
-@MITIGATIONS.register("adversarial")
+@register_mitigation
 @dataclass
 class Adversarial(Mitigation):
     """Task loss + cell-balanced adversary cross-entropy on gradient-reversed inputs."""
 
-    name: str = "adversarial"
+    name: ClassVar[str] = "adversarial"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("classification", "multiclass")
     other_tasks: ClassVar[str] = (

@@ -30,7 +30,7 @@ cross-entropy in `loss`, and softmax probabilities (n, K) in `fit_postprocess` /
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class Batch:
 class Mitigation:
     """Base plugin = ERM: uniform sampling, mean loss, no extra modules, scores unchanged."""
 
-    name: str = "erm"
+    name: ClassVar[str] = "erm"  # the registry key (register_mitigation reads it)
     needs_attribute_at_training: bool = False
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
@@ -126,4 +126,13 @@ class Mitigation:
                 "needs_attribute_at_inference": self.needs_attribute_at_inference}
 
 
-MITIGATIONS.add("erm", Mitigation)
+M = TypeVar("M", bound=Mitigation)
+
+
+def register_mitigation(cls: type[M]) -> type[M]:
+    """Class decorator: register the plugin class under its `name`, the key's one source."""
+    MITIGATIONS.add_named(cls)
+    return cls
+
+
+register_mitigation(Mitigation)

@@ -18,15 +18,15 @@ from typing import Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
 
 
-@MITIGATIONS.register("domainind")
+@register_mitigation
 @dataclass
 class DomainInd(Mitigation):
     """Replace the head's output layer with one copy per group; combine all copies at inference."""
 
-    name: str = "domainind"
+    name: ClassVar[str] = "domainind"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("classification", "multiclass")
     other_tasks: ClassVar[str] = (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 if TYPE_CHECKING:
     from fairmedbench.tasks.base import Task
@@ -39,12 +39,12 @@ def _spread(values: Any, present: Any, how: str) -> Any:
     return torch.where(n >= 2, gap, torch.zeros_like(gap))
 
 
-@MITIGATIONS.register("fairness_loss")
+@register_mitigation
 @dataclass
 class FairnessLoss(Mitigation):
     """mean loss + weight x spread over groups of mean losses or soft rates, computed per batch."""
 
-    name: str = "fairness_loss"
+    name: ClassVar[str] = "fairness_loss"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     DEFAULTS: ClassVar[dict[str, Any]] = {"weight": 1.0, "target": "loss", "penalty": "var"}

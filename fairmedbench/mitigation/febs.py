@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 SMOOTH = 1e-5  # the official FairDiceLoss's smoothing
 
@@ -32,12 +32,12 @@ def soft_dice_loss(prob: Any, target: Any) -> Any:
     return 1.0 - (2.0 * (prob * target).sum() + SMOOTH) / ((prob * prob).sum() + (target * target).sum() + SMOOTH)
 
 
-@MITIGATIONS.register("febs")
+@register_mitigation
 @dataclass
 class FEBS(Mitigation):
     """Mean BCE + the Dice loss of predictions scaled per group by tanh((min group loss / group loss) ** gamma)."""
 
-    name: str = "febs"
+    name: ClassVar[str] = "febs"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
     other_tasks: ClassVar[str] = ("it scales predicted pixel probabilities inside a Dice loss, which a classifier "

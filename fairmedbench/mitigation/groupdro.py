@@ -10,15 +10,15 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 
-@MITIGATIONS.register("groupdro")
+@register_mitigation
 @dataclass
 class GroupDRO(Mitigation):
     """Exponentiated-gradient ascent on group weights, descent on the q-weighted group losses."""
 
-    name: str = "groupdro"
+    name: ClassVar[str] = "groupdro"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("classification", "segmentation", "multiclass")
     q: Any = field(default=None, repr=False)

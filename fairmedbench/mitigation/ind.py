@@ -20,15 +20,15 @@ from typing import Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
 
 
-@MITIGATIONS.register("ind")
+@register_mitigation
 @dataclass
 class InD(Mitigation):
     """One mask decoder per group at training; all of them combined, without the attribute, at inference."""
 
-    name: str = "ind"
+    name: ClassVar[str] = "ind"
     needs_attribute_at_training: bool = True
     tasks: ClassVar[tuple[str, ...]] = ("segmentation",)
     other_tasks: ClassVar[str] = "it copies a mask decoder once per group; for a classification head use domainind"
