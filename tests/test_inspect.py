@@ -45,12 +45,12 @@ def test_ks_family_matches_scipy_and_corrects_over_the_family() -> None:
     sex = make_target("sex", np.array(["F", "M"] * 45))
     grp = make_target("site", np.repeat(["a", "b", "c"], 30))
     fam = ks_family(modes, ["m1", "m2"], [sex, grp])
-    assert [(r.mode, r.variable, r.group_a, r.group_b) for r in fam.rows][:4] == [
+    assert [(r.feature, r.variable, r.group_a, r.group_b) for r in fam.rows][:4] == [
         ("m1", "sex", "F", "M"), ("m1", "site", "a", "b"), ("m1", "site", "a", "c"), ("m1", "site", "b", "c")]
     assert len(fam.rows) == 8
     raw = []
     for r in fam.rows:
-        j = 0 if r.mode == "m1" else 1
+        j = 0 if r.feature == "m1" else 1
         if r.variable == "sex":
             a, b = modes[0::2, j], modes[1::2, j]
         else:

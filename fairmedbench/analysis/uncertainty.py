@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.auc import auc
 
 MEASURES = ("naive", "variance", "entropy", "bhattacharyya")
 PERFORMANCE = ("kappa", "kappa_quadratic", "accuracy", "auc")
@@ -113,17 +114,6 @@ def retention_grid(step: float = 0.05, lowest: float = 0.5) -> tuple[float, ...]
     return tuple(round(1.0 - i * step, 10) for i in range(k + 1))
 
 
-def _auc(y: np.ndarray, s: np.ndarray) -> float:
-    """Mann-Whitney AUC (ties count 1/2); NaN with one class."""
-    from scipy.stats import rankdata
-
-    n1 = int(y.sum())
-    n0 = y.size - n1
-    if n1 == 0 or n0 == 0:
-        return math.nan
-    return float((rankdata(s)[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
-
-
 def performance(pm: str, y: np.ndarray, mean_probs: np.ndarray) -> tuple[float, str]:
     """PM of the cases (labels 0..C−1, predictive distribution (n, C)), or NaN with the reason.
 
@@ -136,7 +126,7 @@ def performance(pm: str, y: np.ndarray, mean_probs: np.ndarray) -> tuple[float, 
     if pm == "auc":
         if c != 2:
             raise InputError(f"performance 'auc' is for binary tasks; this one has {c} classes: use kappa")
-        v = _auc(y, mean_probs[:, 1])
+        v = auc(y, mean_probs[:, 1])
         return v, "" if not math.isnan(v) else f"AUC undefined: the {n} kept cases hold one class"
     pred = mean_probs.argmax(axis=1)
     if pm == "accuracy":

@@ -411,7 +411,7 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     ks = ks_family(modes.values, modes.names, [inp.label, *inp.attributes], pairs=pairs, correction=opts.correction,
                    per=opts.correct_per, alpha=opts.alpha)
     for r in ks.rows:
-        rows.append({"analysis": "ks", "features": "modes", "variable": r.variable, "mode": r.mode,
+        rows.append({"analysis": "ks", "features": "modes", "variable": r.variable, "mode": r.feature,
                      "group": r.group_a, "group_b": r.group_b, "n": r.n_a, "n_b": r.n_b, "value": r.statistic,
                      "p_value": r.p_value, "p_adjusted": r.p_adjusted, "reject": r.reject,
                      "correction": f"{ks.correction} per {ks.per}"})
@@ -447,7 +447,10 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
                   "explained_variance_ratio": list(modes.explained_variance_ratio)
                   if modes.explained_variance_ratio else None},
         "ks": {"correction": ks.correction, "per": ks.per, "alpha": ks.alpha, "n_tests": len(ks.rows),
-               "skipped": ks.skipped, "tests": [asdict(r) for r in ks.rows]},
+               "skipped": ks.skipped, "tests": [
+                   {"variable": r.variable, "mode": r.feature, "group_a": r.group_a, "group_b": r.group_b, "n_a": r.n_a,
+                    "n_b": r.n_b, "statistic": r.statistic, "p_value": r.p_value, "p_adjusted": r.p_adjusted,
+                    "reject": r.reject} for r in ks.rows]},
         "figures": [str(p.relative_to(out_dir)) for p in fig_paths],
         "notes": notes,
         "timings": {"load": t_load, "analysis": t_analysis, "total": time.perf_counter() - t0},

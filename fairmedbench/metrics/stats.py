@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -85,17 +85,20 @@ def adjust_pvalues(p: Any, method: str = "by") -> np.ndarray:
 
 @dataclass(frozen=True)
 class KSRecord:
-    """One two-sample KS test: a feature compared between two groups."""
+    """One two-sample KS test: `feature` compared between groups `group_a` and `group_b` of `variable`, on the
+    rows `within` names (both empty when the family has one variable and all rows)."""
 
     feature: str
-    group_a: Any
-    group_b: Any
+    group_a: Hashable
+    group_b: Hashable
     n_a: int
     n_b: int
     statistic: float
     p_value: float
     p_adjusted: float
     reject: bool
+    variable: str = ""
+    within: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,14 @@ class KSResult:
     correction: str
     alpha: float
     n_tests: int
-    skipped: dict[Any, str]
+    skipped: dict[Hashable, str]
     note: str | None
+
+
+def correct_ks(records: Sequence[KSRecord], correction: str, alpha: float) -> list[KSRecord]:
+    """The records with their p-values adjusted together by `correction`, `reject` = p_adjusted <= alpha."""
+    adjusted = adjust_pvalues([r.p_value for r in records], correction) if records else np.empty(0)
+    return [replace(r, p_adjusted=float(q), reject=bool(q <= alpha)) for r, q in zip(records, adjusted)]
 
 
 def ks_between_groups(
@@ -147,7 +156,7 @@ def ks_between_groups(
             raise InputError(f"feature_names: {len(names)} names given for {d} feature columns")
     g, uniq = group_labels(groups, n)
 
-    skipped: dict[Any, str] = {}
+    skipped: dict[Hashable, str] = {}
     usable = []
     for lab in uniq:
         cnt = int(np.sum(g == lab))
@@ -160,15 +169,12 @@ def ks_between_groups(
         for a, b in itertools.combinations(usable, 2):
             xa, xb = x[g == a, j], x[g == b, j]
             res = sps.ks_2samp(xa, xb, alternative="two-sided")
-            raw.append((name, a, b, xa.size, xb.size, float(res.statistic), float(res.pvalue)))
+            p = float(res.pvalue)
+            raw.append(KSRecord(name, a, b, int(xa.size), int(xb.size), float(res.statistic), p, p, False))
     note = None
     if not raw:
         note = f"fewer than two groups with >= 2 samples ({len(usable)} usable): no pairs to test"
-    padj = adjust_pvalues([r[6] for r in raw], correction) if raw else np.empty(0)
-    records = tuple(
-        KSRecord(name, a, b, int(na), int(nb), s, p, float(q), bool(q <= alpha))
-        for (name, a, b, na, nb, s, p), q in zip(raw, padj)
-    )
+    records = tuple(correct_ks(raw, correction, alpha))
     return KSResult(records, correction, float(alpha), len(records), skipped, note)
 
 
