@@ -16,7 +16,8 @@ import difflib
 import importlib
 import os
 import sys
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from fairmedbench.errors import InputError
 

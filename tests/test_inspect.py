@@ -12,8 +12,14 @@ import pytest
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from fairmedbench.analysis.encoding import (held_out_aucs, holdout_split, ks_family, logistic_probe, make_target,
-                                            multitask_head)
+from fairmedbench.analysis.encoding import (
+    held_out_aucs,
+    holdout_split,
+    ks_family,
+    logistic_probe,
+    make_target,
+    multitask_head,
+)
 from fairmedbench.cli import main
 
 
@@ -100,7 +106,8 @@ def test_split_probe_finds_an_encoded_attribute_and_not_an_absent_one() -> None:
     sex, race = make_target("sex", df["sex"]), make_target("race", df["race"])
     held = holdout_split(len(df), df["label"].to_numpy(), 0.3, 0, df["patient_id"].to_numpy())
     noise = np.random.default_rng(9).normal(size=x.shape)
-    probs = {"model": logistic_probe(x, sex.codes, ~held, held), "random": logistic_probe(noise, sex.codes, ~held, held)}
+    probs = {"model": logistic_probe(x, sex.codes, ~held, held),
+             "random": logistic_probe(noise, sex.codes, ~held, held)}
     recs = {r.features: r for r in held_out_aucs("sex", sex.codes[held], probs, sex.classes, reference="random",
                                                 n_boot=500)}
     assert recs["model"].value > 0.85
@@ -210,7 +217,8 @@ def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.Ca
     cache = tmp_path / "cache"
     rc, out, err = _run(capsys, "inspect", "--model", "imagenet-resnet50", "--weights", "random", "--dataset",
                         "synth-contrast", "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu",
-                        "--cache-dir", str(cache), "--n-boot", "50", "--no-tsne", "--imagenet-model", "imagenet-vit-b16",
+                        "--cache-dir", str(cache), "--n-boot", "50", "--no-tsne",
+                        "--imagenet-model", "imagenet-vit-b16",
                         "--out", str(tmp_path / "o"), "--json")
     assert rc == 0, err
     doc = json.loads(out)

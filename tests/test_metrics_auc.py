@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from fairmedbench.metrics import OVERALL, evaluate_classification
-from fairmedbench.metrics import paired
+from fairmedbench.metrics import OVERALL, evaluate_classification, paired
 from fairmedbench.metrics.auc import auc, weighted_auc
 
 

@@ -26,7 +26,8 @@ class PluginErm(Mitigation):
 def _python(code: str, folder: Path, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("FMB_PLUGINS", "PYTHONPATH")}
     base.update(PYTHONPATH=f"{ROOT}{os.pathsep}{folder}", **env)
-    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=base, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=base, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_env_plugin_is_loaded_once_and_only_when_a_registry_is_consulted(tmp_path: Path) -> None:

@@ -24,12 +24,13 @@ PatchCore). Neither reconstructs images, so the paper's reconstruction-based sco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import Prepared, RunContext, Usage, register_usage, features_progress
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, features_progress, register_usage
 from fairmedbench.errors import InputError
 
 SCORERS = ("knn", "mahalanobis")
@@ -91,16 +92,16 @@ def make_anomaly_head(scorer: str, k: int):  # -> torch.nn.Module
                 d = np.sqrt(np.maximum(self.model.mahalanobis(z), 0.0))
             return np.maximum(d, 1e-300)
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             return x
 
-        def linear(self, x: "torch.Tensor") -> "torch.Tensor":
+        def linear(self, x: torch.Tensor) -> torch.Tensor:
             if self.model is None:
                 raise RuntimeError("the anomaly head is used before fit_normal")
             logs = torch.as_tensor(np.log(self.distance(x.detach().cpu().numpy())), dtype=torch.float64)
             return ((logs - self.mu) / self.sigma)[:, None]
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return AnomalyHead()
@@ -154,4 +155,5 @@ class AnomalyDetection(Usage):
                                  "columns: leave out tasks=all")
             return make_anomaly_head(scorer, k)
 
-        return Prepared(inputs, make_head, {"features": notes, "scorer": scorer, **({"k": k} if scorer == "knn" else {})})
+        return Prepared(inputs, make_head,
+                        {"features": notes, "scorer": scorer, **({"k": k} if scorer == "knn" else {})})

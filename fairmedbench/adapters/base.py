@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class Prepared:
 MC_HPARAMS: Mapping[str, Any] = MappingProxyType({"dropout": 0.0, "mc_samples": 0})
 
 
-def check_mc_hparams(usage: "Usage", given: Mapping[str, Any]) -> None:
+def check_mc_hparams(usage: Usage, given: Mapping[str, Any]) -> None:
     """`mc_samples` (--mc-samples) only on a usage with head dropout, T >= 2, dropout rate in (0, 1); cheap, so
     a run refuses it before any work."""
     from fairmedbench.engine.hparams import coerce
@@ -124,8 +125,8 @@ class Usage:
 
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""
-        return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires), "learns": self.learns,
-                "hparams": dict(self.hparams), "about": self.about}
+        return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires),
+                "learns": self.learns, "hparams": dict(self.hparams), "about": self.about}
 
 
 USAGES: Registry[Usage] = Registry("usage", plugins=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import Prepared, RunContext, Usage, register_usage, features_progress
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, features_progress, register_usage
 from fairmedbench.errors import InputError
 
 # Where a model has no logit scale of its own (BLIP and BLIP-2 retrieval models in transformers): CLIP's
@@ -114,7 +114,7 @@ def make_prototype_head(prototypes: np.ndarray, scale: float, trainable: bool): 
             self.prototypes = nn.Parameter(init, requires_grad=trainable)
             self.register_buffer("scale", torch.tensor(float(scale)))
 
-        def forward(self, rep: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, rep: torch.Tensor) -> torch.Tensor:
             sims = torch.einsum("nd,kcd->nkc", rep, F.normalize(self.prototypes, dim=-1))
             return self.scale * (sims[..., 1] - sims[..., 0])
 
@@ -125,10 +125,10 @@ def make_prototype_head(prototypes: np.ndarray, scale: float, trainable: bool): 
             super().__init__()
             self.linear = PrototypeLogits()
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             return F.normalize(x, dim=-1)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return PrototypeHead()

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, register_usage, features_progress
+from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, features_progress, register_usage
 
 
 def head_dropout(rate: float):  # -> torch.nn.Module
@@ -34,10 +34,10 @@ def make_linear_head(x_train: np.ndarray, n_outputs: int, dropout: float = 0.0):
             self.linear = nn.Linear(x_train.shape[1], n_outputs)
             self.mc_dropout = head_dropout(dropout)
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             return self.mc_dropout((x - self.mean) / self.std)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return LinearHead()

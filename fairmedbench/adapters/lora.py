@@ -21,8 +21,9 @@ import hashlib
 import inspect
 import re
 import weakref
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -151,7 +152,7 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
             finally:
                 self._memo = None
 
-        def _encode(self, x: "torch.Tensor") -> "torch.Tensor":
+        def _encode(self, x: torch.Tensor) -> torch.Tensor:
             memo = self._memo
             if (memo is None or torch.is_grad_enabled() or x.is_inference()  # (no version counter to check)
                     or any(m.training for m in self.encoder.modules())):
@@ -171,22 +172,22 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
             memo[place] = (weakref.ref(base), x._version, memo[content])
             return memo[content]
 
-        def _run_encoder(self, x: "torch.Tensor") -> "torch.Tensor":
+        def _run_encoder(self, x: torch.Tensor) -> torch.Tensor:
             with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
                 return encode(clone, x.to(device)).float().cpu()
 
-        def train(self, mode: bool = True) -> "LoRAHead":
+        def train(self, mode: bool = True) -> LoRAHead:
             """The head follows `mode`; the encoder as `lora_train_mode` says."""
             super().train(mode)
             lora_train_mode(self.encoder, mode)
             return self
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             if torch.is_grad_enabled():
                 return self.mc_dropout(self._encode(x))
             return self.mc_dropout(torch.cat([self._encode(x[i:i + chunk]) for i in range(0, len(x), chunk)]))
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return LoRAHead().eval()

@@ -12,8 +12,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

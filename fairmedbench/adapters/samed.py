@@ -19,8 +19,9 @@ LoRA dropout follows training mode.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class SamedProblem:
                 super().__init__()
                 self.encoder = lora
 
-            def train(self, mode: bool = True) -> "LoRAEncoder":
+            def train(self, mode: bool = True) -> LoRAEncoder:
                 super().train(mode)
                 lora_train_mode(self.encoder, mode)
                 return self

@@ -120,7 +120,7 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
                 self.attn_v = nn.Linear(dim, 64)
                 self.attn_w = nn.Linear(64, 1)
 
-        def slices(self, x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+        def slices(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             """Slice representations (b, S, d) (zeros on padding) and the valid-slice mask (b, S)."""
             b, s = x.shape[:2]
             flat = x.reshape(b * s, *x.shape[2:])
@@ -130,7 +130,7 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
             full[valid] = rep
             return full.reshape(b, s, -1), valid.reshape(b, s)
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             rep, valid = self.slices(x)
             if agg == "max":
                 b, s, d = rep.shape  # output layers take (n, d) rows (the prototype head's einsum does)
@@ -142,7 +142,7 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
             a = self.attn_w(torch.tanh(self.attn_v(rep)))[..., 0].masked_fill(~valid, float("-inf"))
             return (torch.softmax(a, dim=1)[..., None] * rep).sum(dim=1)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return VolumeHead()

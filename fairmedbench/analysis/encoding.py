@@ -7,15 +7,16 @@ Torch-free: numpy, scipy and scikit-learn only (sklearn is imported inside the f
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
-from fairmedbench.metrics.groups import make_attribute
 from fairmedbench.metrics.auc import weighted_auc
+from fairmedbench.metrics.groups import make_attribute
 from fairmedbench.metrics.stats import ADJUST_METHODS, KSRecord, correct_ks, ks_between_groups
 
 CORRECT_PER = ("family", "attribute")

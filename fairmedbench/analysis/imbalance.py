@@ -8,8 +8,9 @@ flat, AUPRC and calibration not)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from fairmedbench.analysis.fairness_laws import LineFit, PointSummary, as_rows, line_fit, summarise_points
 from fairmedbench.errors import InputError

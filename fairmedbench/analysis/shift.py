@@ -18,8 +18,9 @@ seeded by the run seed on two named streams): the percentile interval of the B d
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -18,6 +18,7 @@ from fairmedbench.benchmark.run import RunOptions, RunOutcome, run
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
 
+
 @dataclass
 class Check:
     """One declared expectation against the measured signed difference."""

@@ -22,9 +22,10 @@ import hashlib
 import platform
 import shlex
 import shutil
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError

@@ -8,14 +8,15 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
+from fairmedbench.errors import InputError, MissingResourceError
 
 PROJECTED = re.compile(r"^PCA Mode \d+$")
 NUMBERED = re.compile(r"^(emb|embedding|feat|feature)[_ ]?\d+$", re.IGNORECASE)
@@ -133,7 +134,8 @@ def _named_modes(chosen: list[str], opts: InspectOptions, notes: list[str]) -> b
     return False
 
 
-def _feature_columns(df: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
+def _feature_columns(df: Any, opts: InspectOptions, source: str,
+                     notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
     """The feature matrix, its column names and whether they are already-projected modes."""
     from fairmedbench.analysis.encoding import check_features
 
@@ -354,8 +356,16 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     """Validate, load features, run every analysis, write inspect.json, the tidy table and the figures."""
     import pandas as pd
 
-    from fairmedbench.analysis.encoding import (CORRECT_PER, Modes, held_out_aucs, ks_family, logistic_probe,
-                                                multitask_head, pca_modes, tsne_2d)
+    from fairmedbench.analysis.encoding import (
+        CORRECT_PER,
+        Modes,
+        held_out_aucs,
+        ks_family,
+        logistic_probe,
+        multitask_head,
+        pca_modes,
+        tsne_2d,
+    )
     from fairmedbench.metrics.stats import ADJUST_METHODS
     from fairmedbench.report import figures
 
@@ -482,7 +492,8 @@ def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: I
     multi = {r.target for r in split_records if r.group == "__macro__"}
     shown = [r for r in split_records if " - " not in r.features and (r.group == "__macro__" or r.target not in multi)]
     if shown:
-        out.append(figures.auc_intervals([f"{r.target} ({r.features}{', macro' if r.group == '__macro__' else ''})" for r in shown], [r.value for r in shown],
+        names = [f"{r.target} ({r.features}{', macro' if r.group == '__macro__' else ''})" for r in shown]
+        out.append(figures.auc_intervals(names, [r.value for r in shown],
                                          [r.ci_low for r in shown], [r.ci_high for r in shown],
                                          title="SPLIT: attribute predicted from frozen features (held-out AUC)",
                                          path=folder / f"split-auc.{fmt}"))

@@ -86,7 +86,8 @@ def numpy_to_arrow(values: Any) -> Any:
     if values.ndim != 1:
         raise ValueError(f"columns must be 1-D, got shape {values.shape}")
     if values.dtype == bool:
-        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+        return pa.Array.from_buffers(pa.bool_(), len(values),
+                                     [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
     if values.dtype.kind in "iuf":
         data = np.ascontiguousarray(values)
         arrow_type = {"i": pa.int64, "u": pa.uint64, "f": pa.float64}[values.dtype.kind]()

@@ -6,7 +6,8 @@ cache is a small SQLite table (stdlib; its transactions make concurrent processe
 `$FMB_HASH_CACHE`, default `~/.cache/fairmedbench/content-hashes.sqlite`; a rerun re-reads only files whose
 (size, mtime_ns, inode, ctime_ns) changed. The ctime is in the key because size and mtime can be kept while the bytes
 change (an in-place edit followed by `os.utime`, or a copy tool preserving dates): the kernel sets ctime on every
-change and no user call can set it back, so such an edit is re-hashed. A cache that cannot be opened or written is skipped (every file is hashed again).
+change and no user call can set it back, so such an edit is re-hashed. A cache that cannot be opened or written is
+skipped (every file is hashed again).
 Torch-free: the results store and resolve read it.
 """
 
@@ -16,8 +17,8 @@ import hashlib
 import os
 import sqlite3
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 DIGEST_BYTES = 16  # 128-bit BLAKE2b: collisions are out of reach for any dataset
 _LOCK = threading.Lock()

@@ -18,9 +18,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -85,7 +86,8 @@ def cache_key(model: Any, split: Any, split_name: str, precision: str,
 def _item_dir(cache_dir: Path, model: Any, precision: str) -> Path:
     """Folder of the per-content features of one (model, weights, preprocessing, pooling, precision)."""
     parts = {**model.cache_identity(), "precision": precision, "format": CACHE_FORMAT}
-    return cache_dir / parts["model"] / "items" / hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return cache_dir / parts["model"] / "items" / key
 
 
 def _read_item(folder: Path, content: str) -> np.ndarray | None:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics.segmentation import binarize
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 JPEG_SUFFIXES = (".jpg", ".jpeg")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class Split:
         """Number of samples in each split."""
         return {name: len(self.ids.get(name, ())) for name in SPLIT_NAMES}
 
-    def bind(self, sample_ids: Sequence[str]) -> "Split":
+    def bind(self, sample_ids: Sequence[str]) -> Split:
         """Attach positions in `sample_ids`; every id of the split must be present there."""
         index = {str(s): i for i, s in enumerate(sample_ids)}
         positions = {}
@@ -113,7 +113,7 @@ class Split:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping, source: str = "split") -> "Split":
+    def from_dict(cls, data: Mapping, source: str = "split") -> Split:
         """Rebuild a split from `to_dict` output; checks format and fingerprint."""
         if not isinstance(data, Mapping) or data.get("format") != SPLIT_FORMAT:
             raise InputError(f"{source}: not a fairmedbench split file (field 'format' != {SPLIT_FORMAT!r})")
@@ -209,7 +209,8 @@ def _assign_patients(
     for p in sorted(pstrata):
         by_stratum.setdefault(pstrata[p], []).append(p)
     keys = sorted(by_stratum)
-    order = [by_stratum[keys[k]][j] for k in rng.permutation(len(keys)) for j in rng.permutation(len(by_stratum[keys[k]]))]
+    order = [by_stratum[keys[k]][j] for k in rng.permutation(len(keys))
+             for j in rng.permutation(len(by_stratum[keys[k]]))]
     fr = np.asarray(fractions, dtype=float)
     counts = np.zeros(len(fr))
     assign: dict[str, str] = {}

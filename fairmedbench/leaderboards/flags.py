@@ -9,8 +9,9 @@ Torch-free: numpy, scikit-learn and pyarrow only.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

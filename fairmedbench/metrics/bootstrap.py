@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -99,7 +100,7 @@ def small_group_reason(n: int, min_group_size: int) -> str:
             "this few samples is not reliable")
 
 
-def group_interval(report: "AttributeReport", metric: str, group: str, value: float, n: int,
+def group_interval(report: AttributeReport, metric: str, group: str, value: float, n: int,
                    draws: Sequence[np.ndarray] | None, min_group_size: int,
                    ci_level: float) -> tuple[float, float, float]:
     """(value, low, high) of one group's metric: no interval for a small group, else the bootstrap percentile

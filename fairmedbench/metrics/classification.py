@@ -9,8 +9,9 @@ resample, for a whole chunk of resamples at a time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,11 +19,23 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
-from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES, brier_decomposition
-from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
+from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES
+from fairmedbench.metrics.calibration import brier_decomposition
+from fairmedbench.metrics.groups import Attribute, make_attribute
+from fairmedbench.metrics.groups import intersect as cross
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
-from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
-                                         equity_scaled, gap_stats, resampling_record, signed_differences)
+from fairmedbench.metrics.result import (
+    GAP,
+    OVERALL,
+    AttributeReport,
+    FairnessResult,
+    adjust_tests,
+    attach_tests,
+    equity_scaled,
+    gap_stats,
+    resampling_record,
+    signed_differences,
+)
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
@@ -170,7 +183,7 @@ class _Plan:
     rows_p_all: np.ndarray
     rows_n_all: np.ndarray
 
-    def pooled(self) -> "_Plan":
+    def pooled(self) -> _Plan:
         """The plan of a permutation test: every group is the whole population under 0/1 weights (the permuted
         membership), so each group's sAUROC searches all negatives."""
         k = len(self.groups)
@@ -199,7 +212,7 @@ def _plan(y: np.ndarray, s: np.ndarray, codes: np.ndarray, groups: Sequence[str]
                  [rp_all[i] for i in slot_p], [rn_all[i] for i in slot_n], rp_all, rn_all)
 
 
-def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: "_Names",
+def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: _Names,
                       pooled: bool = False) -> dict[str, dict[str, np.ndarray]]:
     """Per-group and population metrics for rows of weights (point: one row of ones; bootstrap: counts;
     `pooled`: a permutation plan's 0/1 memberships over the whole population, whose weights are all ones)."""
@@ -605,8 +618,9 @@ def evaluate_classification(
                          "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
             "resampling_unit": resampling_unit_description(pids), "n_perm": n_perm,
             "tests": adjust_tests(reports) if n_perm else None,
-            "min_group_size": min_group_size, "operating_points": {"fpr_at_tpr": fpr_at_tpr,
-                                                                    "rates_at_fpr": rates_at_fpr}, "ece": prof.ece_description(ece_bins),
+            "min_group_size": min_group_size,
+            "operating_points": {"fpr_at_tpr": fpr_at_tpr, "rates_at_fpr": rates_at_fpr},
+            "ece": prof.ece_description(ece_bins),
             "thresholds": thresholds, "n_samples": n, "tasks": names_t,
             "attributes": [a.name for a in attrs]}
     return FairnessResult(reports, meta)

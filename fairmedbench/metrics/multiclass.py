@@ -7,7 +7,8 @@ subgroup disparity δ of Lu et al. (2021) are in fairmedbench.analysis.uncertain
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -283,8 +284,11 @@ def evaluate_multiclass(
     `<m>_diff` (second minus first, as in the binary engine). `patient_ids`: resample and permute whole patients;
     `n_perm` permutations test every gap and two-group difference (0 = none).
     """
-    from fairmedbench.metrics.classification import (patient_column_values, resampling_unit_description,
-                                                     resolve_attributes)
+    from fairmedbench.metrics.classification import (
+        patient_column_values,
+        resampling_unit_description,
+        resolve_attributes,
+    )
     from fairmedbench.metrics.result import adjust_tests
 
     bs.check_settings(n_boot, ci_level, min_group_size, n_perm)

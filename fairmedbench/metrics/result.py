@@ -43,11 +43,12 @@ class AttributeReport:
         return self.values.get(metric, {}).get(group, (math.nan,) * 3)[0]
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AttributeReport":
+    def from_dict(cls, d: dict[str, Any]) -> AttributeReport:
         """The report back from its `to_dict` form (None becomes NaN); documents older than a key get its default."""
         values = {m: {g: (_nan(c["value"]), _nan(c["ci_low"]), _nan(c["ci_high"])) for g, c in per.items()}
                   for m, per in d["metrics"].items()}
-        tests = {m: {k: (_nan(v) if k in TEST_KEYS else v) for k, v in t.items()} for m, t in d.get("tests", {}).items()}
+        tests = {m: {k: (_nan(v) if k in TEST_KEYS else v) for k, v in t.items()}
+                 for m, t in d.get("tests", {}).items()}
         return cls(d["task"], d["attribute"], list(d["groups"]), d["counts"], values, dict(d["skipped"]),
                    dict(d.get("gap_notes", {})), list(d.get("small_groups", [])), dict(d.get("worst_group", {})),
                    d["thresholds"], d.get("n_missing_attribute", 0), dict(d.get("ci_notes", {})), tests,

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
-from fairmedbench.metrics.classification import (patient_column_values, resampling_unit_description,
-                                                 resolve_attributes)
+from fairmedbench.metrics.classification import patient_column_values, resampling_unit_description, resolve_attributes
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.profiles import Profile, get_profile
-from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
-                                         equity_scaled, gap_stats, resampling_record, signed_differences)
+from fairmedbench.metrics.result import (
+    GAP,
+    OVERALL,
+    AttributeReport,
+    FairnessResult,
+    adjust_tests,
+    attach_tests,
+    equity_scaled,
+    gap_stats,
+    resampling_record,
+    signed_differences,
+)
 
 
 def _per_sample(name: str, values: Any, n: int | None, allow_nan: bool = False) -> np.ndarray:

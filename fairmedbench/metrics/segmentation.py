@@ -7,16 +7,16 @@ non-empty P -> 0.0. Group statistics (means, gaps, equity scaling, CIs) live els
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence, Union
 
 import numpy as np
 from scipy import ndimage
 
 from fairmedbench.errors import InputError
 
-ArrayLike = Union[np.ndarray, Sequence]
-Spacing = Union[float, Sequence[float], None]
+ArrayLike = np.ndarray | Sequence
+Spacing = float | Sequence[float] | None
 
 HD95_PERCENTILE = 95.0
 

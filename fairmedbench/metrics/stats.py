@@ -9,8 +9,9 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps

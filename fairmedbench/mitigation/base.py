@@ -40,7 +40,7 @@ from fairmedbench.registry.base import Registry
 if TYPE_CHECKING:
     from fairmedbench.tasks.base import Task
 
-MITIGATIONS: Registry[type["Mitigation"]] = Registry("mitigation", plugins=True)
+MITIGATIONS: Registry[type[Mitigation]] = Registry("mitigation", plugins=True)
 
 
 @dataclass

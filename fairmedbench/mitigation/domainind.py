@@ -59,14 +59,14 @@ class DomainInd(Mitigation):
                 self.base = head
                 self.group_heads = nn.ModuleList(copy.deepcopy(linear) for _ in range(n_groups))
 
-            def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+            def representation(self, x: torch.Tensor) -> torch.Tensor:
                 return self.base.representation(x)
 
-            def all_logits(self, rep: "torch.Tensor") -> "torch.Tensor":
+            def all_logits(self, rep: torch.Tensor) -> torch.Tensor:
                 """Logits of every group's head, (b, n_groups, K)."""
                 return torch.stack([h(rep) for h in self.group_heads], dim=1)
 
-            def classify(self, rep: "torch.Tensor", groups: "torch.Tensor | None") -> "torch.Tensor":
+            def classify(self, rep: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
                 """Training scores: each sample through its own group's head."""
                 if groups is None:
                     raise InputError(f"mitigation {name!r} needs the sensitive attribute at training")
@@ -74,7 +74,7 @@ class DomainInd(Mitigation):
                     raise InputError(f"mitigation {name!r}: group codes outside 0..{n_groups - 1}")
                 return self.all_logits(rep)[torch.arange(len(rep)), groups]
 
-            def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
                 z = self.all_logits(self.representation(x))
                 if combine == "sum_logits":
                     return z.mean(dim=1)

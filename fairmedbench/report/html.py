@@ -8,9 +8,10 @@ and `Shape` are the leaderboard's inline SVG (its scatter carries per-point tool
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from jinja2 import Environment, PackageLoader, PrefixLoader, StrictUndefined, select_autoescape
@@ -273,7 +274,8 @@ def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> 
             tables.append(Table(["", f"internal {m}", f"external {m}", "shift (external − internal) [95% CI]",
                                  "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal"))
         out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables,
-                    "what": "samples (all)" if ext.get("split") == "all" else "test samples", "method": ext["shift_method"],
+                    "what": "samples (all)" if ext.get("split") == "all" else "test samples",
+                    "method": ext["shift_method"],
                     "alignment": ext["alignment"]})
     return out
 

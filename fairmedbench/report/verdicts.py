@@ -19,8 +19,9 @@ Pure Python (plus the MetricSpec registry): no torch, no numpy.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any
 
 ALPHA = 0.05
 GAP_KEY = "__gap__"  # metrics.result.GAP, repeated to keep this module free of the metric engine's imports

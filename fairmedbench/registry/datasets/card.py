@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fairmedbench.registry.base import Registry
 
@@ -240,9 +241,11 @@ class DatasetCard:
             "split": {
                 "policy": self.split_policy,
                 "fractions": list(self.split_fractions),
-                "stratify": f"label x {self.stratify_attribute or (self.attributes[0].name if self.attributes else '-')}",
+                "stratify": "label x "
+                            f"{self.stratify_attribute or (self.attributes[0].name if self.attributes else '-')}",
             },
-            "prompts": {"templates": list(self.prompt_templates), "classes": {k: list(v) for k, v in self.class_prompts.items()}},
+            "prompts": {"templates": list(self.prompt_templates),
+                        "classes": {k: list(v) for k, v in self.class_prompts.items()}},
             "size": self.size,
             "license": self.license,
             "citation": self.citation,

@@ -12,14 +12,17 @@ from fairmedbench.registry.datasets.chexpert import FINDINGS, finding_label
 if TYPE_CHECKING:
     from fairmedbench.registry.datasets.dataset import ReadResult
 
-ACCESS = "https://physionet.org/content/mimic-cxr-jpg/ and https://physionet.org/content/mimiciv/ (credentialed PhysioNet access, DUA)"
+ACCESS = ("https://physionet.org/content/mimic-cxr-jpg/ and https://physionet.org/content/mimiciv/ "
+          "(credentialed PhysioNet access, DUA)")
 MIMIC_RACE = {
     **{v: "white" for v in ("WHITE", "WHITE - OTHER EUROPEAN", "WHITE - RUSSIAN", "WHITE - BRAZILIAN",
                             "WHITE - EASTERN EUROPEAN", "PORTUGUESE")},
     **{v: "black" for v in ("BLACK/AFRICAN AMERICAN", "BLACK/CAPE VERDEAN", "BLACK/CARIBBEAN ISLAND", "BLACK/AFRICAN")},
-    **{v: "asian" for v in ("ASIAN", "ASIAN - CHINESE", "ASIAN - SOUTH EAST ASIAN", "ASIAN - ASIAN INDIAN", "ASIAN - KOREAN")},
+    **{v: "asian" for v in ("ASIAN", "ASIAN - CHINESE", "ASIAN - SOUTH EAST ASIAN", "ASIAN - ASIAN INDIAN",
+                            "ASIAN - KOREAN")},
     **{v: "hispanic" for v in ("HISPANIC/LATINO", "HISPANIC OR LATINO", "HISPANIC/LATINO - PUERTO RICAN",
-                               "HISPANIC/LATINO - DOMINICAN", "HISPANIC/LATINO - GUATEMALAN", "HISPANIC/LATINO - SALVADORAN",
+                               "HISPANIC/LATINO - DOMINICAN", "HISPANIC/LATINO - GUATEMALAN",
+                               "HISPANIC/LATINO - SALVADORAN",
                                "HISPANIC/LATINO - MEXICAN", "HISPANIC/LATINO - COLUMBIAN", "HISPANIC/LATINO - HONDURAN",
                                "HISPANIC/LATINO - CUBAN", "HISPANIC/LATINO - CENTRAL AMERICAN", "SOUTH AMERICAN")},
     **{v: "other" for v in ("OTHER", "AMERICAN INDIAN/ALASKA NATIVE", "NATIVE HAWAIIAN OR OTHER PACIFIC ISLANDER",
@@ -77,7 +80,8 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
         keep = meta["ViewPosition"].isin(["PA", "AP"])
         counts["non_frontal_left_out"] = int((~keep).sum())
         meta = meta[keep]
-    df = meta.merge(labels, on=["subject_id", "study_id"], how="left").merge(split[["dicom_id", "split"]], on="dicom_id", how="left")
+    df = meta.merge(labels, on=["subject_id", "study_id"], how="left")
+    df = df.merge(split[["dicom_id", "split"]], on="dicom_id", how="left")
     df = df.merge(pat[["subject_id", "gender", "anchor_age"]], on="subject_id", how="left")
     if adm_path is not None:
         adm = read_table(adm_path, "MIMIC-IV admissions", ACCESS)
@@ -95,7 +99,8 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
     df["patient_id"] = df["subject_id"].astype(str)
     df["label"] = finding_label(df, target)
     sid, stid = df["subject_id"].astype(str), df["study_id"].astype(str)
-    df["image"] = [root / "files" / f"p{s[:2]}" / f"p{s}" / f"s{t}" / f"{d}.jpg" for s, t, d in zip(sid, stid, df["dicom_id"])]
+    df["image"] = [root / "files" / f"p{s[:2]}" / f"p{s}" / f"s{t}" / f"{d}.jpg"
+                   for s, t, d in zip(sid, stid, df["dicom_id"])]
     df["image"] = [str(p) if p.is_file() else None for p in df["image"]]
     df, c, n = keep_rows_with_files(df, "image", "image", keep_missing_images, ACCESS, root)
     counts.update(c)
@@ -109,7 +114,8 @@ register(DatasetCard(
     tasks=("classification",),
     modality="chest X-ray",
     dim=2,
-    label_definition="'any_finding' (default): 1 unless No Finding == 1 in mimic-cxr-2.0.0-chexpert; option target=<finding>",
+    label_definition="'any_finding' (default): 1 unless No Finding == 1 in mimic-cxr-2.0.0-chexpert; "
+                     "option target=<finding>",
     attributes=(sex_attribute("gender", "M", "F"), *age_attributes("anchor_age", 60),
                 AttributeSpec("race", "race", ("white", "black", "asian", "hispanic", "other"), mapping=MIMIC_RACE,
                               unknown_values=MIMIC_RACE_UNKNOWN,
@@ -127,5 +133,6 @@ register(DatasetCard(
     layout="mimic-cxr-2.0.0-metadata.csv.gz, -chexpert.csv.gz, -split.csv.gz (train/validate/test), "
            "files/pXX/pSUBJECT/sSTUDY/DICOM.jpg; MIMIC-IV hosp/patients.csv.gz (subject_id, gender, anchor_age) and "
            "hosp/admissions.csv.gz (race; 'ethnicity' in v1.0 core/)",
-    layout_status="confirmed file and column names; the race value list covers MIMIC-IV v2.2 strings, others fail loudly",
+    layout_status="confirmed file and column names; the race value list covers MIMIC-IV v2.2 strings, "
+                  "others fail loudly",
 ))

@@ -6,7 +6,8 @@ Random weights are built from config objects (never downloaded); real weights co
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,10 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, seeded
 from fairmedbench.registry.models.weights import (
-    ResolvedWeights, hub_unreachable, load_into, read_state_dict,
+    ResolvedWeights,
+    hub_unreachable,
+    load_into,
+    read_state_dict,
 )
 
 Tokenize = Callable[[Sequence[str]], dict[str, torch.Tensor]]

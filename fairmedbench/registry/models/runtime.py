@@ -9,7 +9,8 @@ import os
 import shutil
 import tempfile
 from collections import Counter, OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ class FoundationModel:
         self.module = module.eval()
         self.device = torch.device("cpu")
 
-    def to(self, device: str | torch.device) -> "FoundationModel":
+    def to(self, device: str | torch.device) -> FoundationModel:
         """Move the model to `device`."""
         self.device = torch.device(device)
         self.module.to(self.device)
@@ -77,7 +78,7 @@ class MapMemo:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.dir: str | None = None
-        self.index: "OrderedDict[tuple[str, str, str], tuple[str, tuple[int, ...], int]]" = OrderedDict()
+        self.index: OrderedDict[tuple[str, str, str], tuple[str, tuple[int, ...], int]] = OrderedDict()
         self.bytes = 0
         self.encoded: Counter[str] = Counter()
 

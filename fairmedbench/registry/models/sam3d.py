@@ -17,8 +17,9 @@ to the volume's grid (nearest).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,8 +30,7 @@ from torch import nn
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
 from fairmedbench.registry.models.runtime import seeded
-from fairmedbench.registry.models.volumetric import (VolumetricSegmenter, crop_box, resample_xyz,
-                                                     z_normalise_foreground)
+from fairmedbench.registry.models.volumetric import VolumetricSegmenter, crop_box, resample_xyz, z_normalise_foreground
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
 PROMPT_DIM = 384  # SAM-Med3D's prompt embedding width (build_sam3D.py: prompt_embed_dim)

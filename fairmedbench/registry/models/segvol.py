@@ -19,7 +19,8 @@ the demo is not run.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,7 +131,8 @@ class SegVolMaskDecoder(nn.Module):
     def forward(self, image_embeddings: torch.Tensor, text_embedding: torch.Tensor | None, image_pe: torch.Tensor,
                 sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Single-mask low-resolution logits (1, 1, 4h, 4w, 4d)."""
-        tokens = torch.cat([self.iou_token.weight, self.mask_tokens.weight], dim=0)[None].expand(sparse.shape[0], -1, -1)
+        tokens = torch.cat([self.iou_token.weight, self.mask_tokens.weight], dim=0)
+        tokens = tokens[None].expand(sparse.shape[0], -1, -1)
         tokens = torch.cat([tokens, sparse], dim=1)
         src = image_embeddings + dense
         b, c, h, w, d = src.shape
@@ -159,7 +161,8 @@ class SegVolTextEncoder(nn.Module):
     def forward(self, names: Sequence[str]) -> torch.Tensor:
         import open_clip
 
-        ids = open_clip.get_tokenizer("ViT-B-32")([TEXT_TEMPLATE.format(n) for n in names]).to(self.dim_align.weight.device)
+        tokenize = open_clip.get_tokenizer("ViT-B-32")
+        ids = tokenize([TEXT_TEMPLATE.format(n) for n in names]).to(self.dim_align.weight.device)
         out = self.clip_text_model(input_ids=ids, attention_mask=(ids != 0).long())
         return self.dim_align(out.pooler_output)
 

@@ -7,7 +7,8 @@ Imported only when a 3D model is loaded (torch at module level).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch

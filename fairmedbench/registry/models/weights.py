@@ -6,9 +6,10 @@ import hashlib
 import importlib.util
 import os
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.models.card import ModelCard
@@ -213,11 +214,11 @@ def read_state_dict(path: Path) -> dict[str, Any]:
 
             state: Any = load_file(str(path))
         else:
-            import torch
-
             # Training scripts pickle their argparse.Namespace beside the weights (C2L 'opt', MAE 'args'):
             # rebuilding one only sets attributes, so it is allowed; anything else pickled stays refused.
             import argparse
+
+            import torch
 
             with torch.serialization.safe_globals([argparse.Namespace]):
                 state = torch.load(str(path), map_location="cpu", weights_only=True)
