@@ -107,6 +107,8 @@ def make_prototype_head(prototypes: np.ndarray, scale: float, trainable: bool): 
     class PrototypeLogits(nn.Module):
         """Scaled cosine similarities to two class prototypes per label -> one logit per label."""
 
+        scale: torch.Tensor  # a buffer
+
         def __init__(self) -> None:
             super().__init__()
             # A frozen parameter rather than a buffer: the runner's optimiser needs a non-empty parameter list.

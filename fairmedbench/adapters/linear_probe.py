@@ -25,6 +25,9 @@ def make_linear_head(x_train: np.ndarray, n_outputs: int, dropout: float = 0.0):
     class LinearHead(nn.Module):
         """Standardise, then one linear layer; returns logits (n, n_outputs)."""
 
+        mean: torch.Tensor  # buffers
+        std: torch.Tensor
+
         def __init__(self) -> None:
             super().__init__()
             mean = x_train.mean(axis=0)

@@ -166,7 +166,7 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
                 return seen[2]
             # else by content: wrappers (volumes.make_volume_head) build new tensors of the same pixels every pass
             flat = x.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-            content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat, digest_size=32).digest())
+            content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat.data, digest_size=32).digest())
             if content not in memo:
                 memo[content] = self._run_encoder(x)
             memo[place] = (weakref.ref(base), x._version, memo[content])

@@ -105,6 +105,8 @@ class SamDecoderProblem:
         import torch
 
         def predict(image: np.ndarray, prompt: Prompt) -> np.ndarray:
+            if prompt.box is None:
+                raise InputError(f"the trained mask decoder predicts from a box prompt, got a {prompt.mode!r} prompt")
             image = np.asarray(image)
             h, w = image.shape[:2]
             [key] = self.encode([image])

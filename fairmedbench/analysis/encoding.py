@@ -196,7 +196,8 @@ def multitask_head(x: np.ndarray, targets: Sequence[Target], train: np.ndarray, 
 
     complete = np.all([t.codes >= 0 for t in targets], axis=0)
     fit, ev = train & complete, test & complete
-    blocks, spans = [], []
+    blocks: list[np.ndarray] = []
+    spans: list[tuple[int, int]] = []
     for t in targets:
         onehot = (t.codes[:, None] == np.arange(len(t.classes))[None, :]).astype(int)
         spans.append((sum(b.shape[1] for b in blocks), len(t.classes)))

@@ -195,8 +195,8 @@ def fairness_laws(rows: Any, share_group: str, metrics: Sequence[str] = ("auc", 
     fits, notes = [], []
     for (group, metric), sub in itertools.groupby(sorted(points, key=lambda p: (p.metric, p.group, p.x)),
                                                   key=lambda p: (p.group, p.metric)):
-        sub = [p for p in sub if p.n_seeds > 0]
-        fits.append(line_fit([p.x for p in sub], [p.mean for p in sub], group, metric, level))
+        seeded = [p for p in sub if p.n_seeds > 0]
+        fits.append(line_fit([p.x for p in seeded], [p.mean for p in seeded], group, metric, level))
     x0 = balanced_share(df["x"])
     if x0 != 0.5:
         notes.append(f"no run at share 0.5: groups are compared at the closest share, {x0:g}")

@@ -52,6 +52,6 @@ def imbalance(rows: Any, prevalence_on: str = "train", metrics: Sequence[str] = 
     fits = []
     for (metric, group), sub in itertools.groupby(sorted(points, key=lambda p: (p.metric, p.group, p.x)),
                                                   key=lambda p: (p.metric, p.group)):
-        sub = [p for p in sub if p.n_seeds > 0]
-        fits.append(line_fit([p.x for p in sub], [p.mean for p in sub], group, metric, level))
+        seeded = [p for p in sub if p.n_seeds > 0]
+        fits.append(line_fit([p.x for p in seeded], [p.mean for p in seeded], group, metric, level))
     return Imbalance(prevalence_on, points, fits)

@@ -235,7 +235,8 @@ def _entry(internal: np.ndarray, external: np.ndarray, n_boot: int, small: Seque
     involves a group below the minimum group size in either set (`small`), as the metric engine rules."""
     shift = external[0] - internal[0]
     lo, hi = (None, None) if small else _interval(external[1:] - internal[1:], n_boot)
-    out = {"internal": _num(internal[0]), "external": _num(external[0]), "shift": _num(shift), "ci_low": lo,
+    out: dict[str, float | bool | str | None] = {
+           "internal": _num(internal[0]), "external": _num(external[0]), "shift": _num(shift), "ci_low": lo,
            "ci_high": hi, "excludes_0": None if lo is None or hi is None else bool(lo > 0 or hi < 0)}
     if small:
         out["no_ci"] = f"group(s) {', '.join(small)} below the minimum group size in one of the two test sets"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,8 @@ def uncertainty_measures(mc: Any, n_bins: int = 10) -> dict[str, np.ndarray]:
             "bhattacharyya": np.sqrt(hist[:, 0] * hist[:, 1]).sum(axis=1) / n_bins}
 
 
-def patient_average(mc: Any, patient_ids: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+def patient_average(mc: np.ndarray, patient_ids: Sequence[Hashable] | np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Per-patient MC samples: for each pass t, the mean of the patient's per-image class probabilities.
 
     Returns ((T, n_patients, C), index of each patient's first image); patients in order of first appearance.
@@ -103,7 +104,7 @@ def patient_average(mc: Any, patient_ids: Sequence[Any]) -> tuple[np.ndarray, np
     rank[order] = np.arange(order.size)
     code = rank[inverse]
     sums = np.zeros((arr.shape[0], order.size, arr.shape[2]))
-    np.add.at(sums, (slice(None), code), arr)
+    np.add.at(sums, (slice(None), code), arr)  # type: ignore[arg-type]  # numpy's stubs reject this valid index
     return sums / np.bincount(code)[None, :, None], first[order]
 
 
@@ -231,7 +232,11 @@ def rejection_curves(y_true: Any, mean_probs: Any, unc: Any, groups: Any, *, mea
 
     su = np.sort(u)
     out_g: dict[str, dict[str, list[Any]]] = {a: {"n": [], "pm": []} for a in names}
-    thresholds, n_kept, disparity, undefined, small = [], [], [], [], {}
+    thresholds: list[float] = []
+    n_kept: list[int] = []
+    disparity: list[float] = []
+    undefined: list[str] = []
+    small: dict[str, list[float]] = {}
     for r in grid:
         tau = float(su[max(math.ceil(r * n - 1e-9), 1) - 1])
         keep = u <= tau

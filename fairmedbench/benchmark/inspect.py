@@ -305,9 +305,13 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
     from fairmedbench.analysis.encoding import check_features, make_target
     from fairmedbench.benchmark.datasets import load_with_split
 
+    if opts.model is None or opts.dataset is None:
+        raise InputError("inspect: give --embeddings, or --model with --dataset")
     notes: list[str] = []
-    ds, split = load_with_split(opts.dataset, opts.data_root, seed=opts.split_seed, **opts.dataset_options)  # type: ignore[arg-type]
+    ds, split = load_with_split(opts.dataset, opts.data_root, seed=opts.split_seed, **opts.dataset_options)
     card = ds.card
+    if card.label_column is None:
+        raise InputError(f"inspect: dataset {card.name!r} has no label column to probe")
     order = np.concatenate([split.train, split.val, split.test])
     n_fit = len(split.train) + len(split.val)
     samples = ds.samples.iloc[order]
@@ -317,7 +321,7 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
         card.attribute(a)
     attributes = [make_target(a, samples[f"attr:{a}"].to_numpy()) for a in names]
     _check_variables(label, attributes, opts, notes)
-    x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)  # type: ignore[arg-type]
+    x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)
     x = check_features(x, None, f"features of {opts.model}")
     held = np.arange(len(order)) >= n_fit
     provenance = {"dataset": {"name": card.name, "fingerprint": ds.fingerprint, "split_fingerprint": split.fingerprint,
@@ -420,10 +424,10 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     pairs = {inp.label.name: opts.label_pairs} if opts.label_pairs else None
     ks = ks_family(modes.values, modes.names, [inp.label, *inp.attributes], pairs=pairs, correction=opts.correction,
                    per=opts.correct_per, alpha=opts.alpha)
-    for r in ks.rows:
-        rows.append({"analysis": "ks", "features": "modes", "variable": r.variable, "mode": r.feature,
-                     "group": r.group_a, "group_b": r.group_b, "n": r.n_a, "n_b": r.n_b, "value": r.statistic,
-                     "p_value": r.p_value, "p_adjusted": r.p_adjusted, "reject": r.reject,
+    for t in ks.rows:
+        rows.append({"analysis": "ks", "features": "modes", "variable": t.variable, "mode": t.feature,
+                     "group": t.group_a, "group_b": t.group_b, "n": t.n_a, "n_b": t.n_b, "value": t.statistic,
+                     "p_value": t.p_value, "p_adjusted": t.p_adjusted, "reject": t.reject,
                      "correction": f"{ks.correction} per {ks.per}"})
     t_analysis = time.perf_counter() - t0 - t_load
     tsne = inp.tsne

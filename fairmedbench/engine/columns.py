@@ -41,7 +41,8 @@ def arrow_to_numpy(column: Any) -> np.ndarray:
     valid = _bits(arr.buffers()[0], arr.offset, n) if arr.null_count else None
     dtype = _numeric_dtype(t)
     if dtype is not None:
-        values = np.frombuffer(arr.buffers()[1], dtype=dtype, count=n, offset=arr.offset * dtype.itemsize).copy()
+        values: np.ndarray = np.frombuffer(arr.buffers()[1], dtype=dtype, count=n,
+                                           offset=arr.offset * dtype.itemsize).copy()
         if valid is None:
             return values
         values = values.astype(np.float64)

@@ -175,7 +175,7 @@ def _load_ids(ids_file: str, fingerprint: str | None, n: int | None) -> frozense
 
     local = Path(ids_file)
     data = local.read_bytes() if local.is_absolute() else \
-        resources.files(IDS_PACKAGE).joinpath(IDS_FOLDER, ids_file).read_bytes()
+        resources.files(IDS_PACKAGE).joinpath(IDS_FOLDER).joinpath(ids_file).read_bytes()
     ids = gzip.decompress(data).decode("utf-8").split()
     if len(ids) != n or test_fingerprint(ids) != fingerprint:
         raise ValueError(f"packaged test id list {ids_file} does not match its pins ({len(ids)} ids, fingerprint "

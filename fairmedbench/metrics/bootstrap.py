@@ -159,7 +159,7 @@ def _missing_id(v: object) -> bool:
 
 def units_in_order(units: Units, rows: np.ndarray) -> np.ndarray:
     """The distinct units of `rows`, in order of first appearance."""
-    u = units.of_row[rows]
+    u: np.ndarray = units.of_row[rows]
     _, first = np.unique(u, return_index=True)
     return u[np.sort(first)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from fairmedbench.metrics.result import (
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
+Side = Literal["left", "right"]  # numpy.searchsorted's: at or above a threshold ("left"), above it ("right")
 
 
 def _pct(x: float) -> str:
@@ -48,9 +49,12 @@ def _pct(x: float) -> str:
 def equal_width_binner(n_bins: int = 15) -> Binner:
     """Bins k/B <= p < (k+1)/B on [0, 1], last bin closed: bin = min(floor(p*B), B-1)."""
 
+    def bin_of(s: np.ndarray) -> np.ndarray:
+        bins: np.ndarray = np.minimum(np.floor(s * n_bins), n_bins - 1).astype(np.int64)
+        return bins
+
     def binner(sp: np.ndarray, sn: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        f = lambda s: np.minimum(np.floor(s * n_bins), n_bins - 1).astype(np.int64)  # noqa: E731
-        return f(sp), f(sn), n_bins
+        return bin_of(sp), bin_of(sn), n_bins
 
     return binner
 
@@ -70,8 +74,11 @@ def observed_range_binner(n_bins: int = 10) -> Binner:
         else:
             edges = np.linspace(mn, mx, n_bins + 1)
             edges[0] -= (mx - mn) * 0.001
-        f = lambda s: np.clip(np.searchsorted(edges, s, side="left") - 1, 0, n_bins - 1)  # noqa: E731
-        return f(sp), f(sn), n_bins
+
+        def bin_of(s: np.ndarray) -> np.ndarray:
+            return np.clip(np.searchsorted(edges, s, side="left") - 1, 0, n_bins - 1)
+
+        return bin_of(sp), bin_of(sn), n_bins
 
     return binner
 
@@ -91,7 +98,7 @@ class _Block:
         self.lo = np.searchsorted(sn, sp, side="left")
         self.hi = np.searchsorted(sn, sp, side="right")
         self.lo_pp = np.searchsorted(sp, sp, side="left")
-        side = "left" if thr.comparator == ">=" else "right"
+        side: Side = "left" if thr.comparator == ">=" else "right"
         self.undefined_threshold = bool(np.isnan(thr.value))
         self.kp = int(np.searchsorted(sp, thr.value, side=side))
         self.kn = int(np.searchsorted(sn, thr.value, side=side))
@@ -156,7 +163,7 @@ class _Block:
         return out
 
 
-def _rate_at(c: np.ndarray, sorted_scores: np.ndarray, t: np.ndarray, side: str) -> np.ndarray:
+def _rate_at(c: np.ndarray, sorted_scores: np.ndarray, t: np.ndarray, side: Side) -> np.ndarray:
     """Weight of sorted scores at or above (side='left') / above (side='right') per-row thresholds t.
 
     NaN where t is NaN (no operating point: the population lacks a class), never a count of 0.
@@ -363,9 +370,8 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     groups = list(attr.groups)
     plan = _plan(y, s, codes, groups, thr, binner)
-    ones = lambda m: np.ones((1, m))  # noqa: E731
-    point = _evaluate_weights(plan, [ones(len(b.sp)) for b in plan.blocks],
-                              [ones(len(b.sn)) for b in plan.blocks], names)
+    point = _evaluate_weights(plan, [np.ones((1, len(b.sp))) for b in plan.blocks],
+                              [np.ones((1, len(b.sn))) for b in plan.blocks], names)
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point if not m.startswith("_")}
     if profile.exclude_one_class_groups:
         two_class = [g for b, g in zip(plan.blocks, groups) if len(b.sp) and len(b.sn)]

@@ -30,7 +30,7 @@ class Attribute:
 CLOSED = ("left", "right")
 
 
-class Bins(list):
+class Bins(list[float]):
     """Bin edges (a list of floats) and the side each bin includes: 'left' = [e_i, e_i+1) (default),
     'right' = (e_i, e_i+1] (pandas.cut's default)."""
 
@@ -41,7 +41,7 @@ class Bins(list):
         self.closed = closed
 
 
-def bin_labels(edges: Sequence[float], closed: str = "left") -> list[str]:
+def bin_labels(edges: Sequence[float] | np.ndarray, closed: str = "left") -> list[str]:
     """Readable names: left-closed [e_i, e_i+1) -> '<40', '40-60', '>=60'; right-closed (e_i, e_i+1] ->
     '<=40', '(40,60]', '>60' (distinct names, so a table says which rule made it)."""
     fmt = [f"{e:g}" for e in edges]

@@ -112,7 +112,7 @@ def _kappa_weights(k: int, weights: str | None) -> np.ndarray:
     idx = np.arange(k)
     if weights is None:
         return 1.0 - np.eye(k)
-    d = np.abs(idx[:, None] - idx[None, :]).astype(float)
+    d: np.ndarray = np.abs(idx[:, None] - idx[None, :]).astype(float)
     return d if weights == "linear" else d**2
 
 
@@ -185,7 +185,8 @@ def _as_class_scores(y_score: Any, k: int | None, logits: bool) -> np.ndarray:
                          "a finite probability per class")
     if logits:
         e = np.exp(s - s.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        probs: np.ndarray = e / e.sum(axis=1, keepdims=True)
+        return probs
     if s.min() < 0 or s.max() > 1:
         raise InputError(f"y_score: class probabilities must be in [0, 1] (found min {s.min():g}, max "
                          f"{s.max():g}); if these are logits, say so (--logits / logits=True: softmax)")

@@ -254,7 +254,8 @@ def equity_scaled(overall: np.ndarray, per_group: dict[str, np.ndarray], defined
     if len(defined) < 2:
         return np.full_like(overall, np.nan)
     dev = sum(np.abs(per_group[g] - overall) for g in defined)
-    return overall / (1.0 + dev)
+    scaled: np.ndarray = overall / (1.0 + dev)
+    return scaled
 
 
 def signed_differences(per_group: dict[str, dict[str, np.ndarray]], groups: list[str],

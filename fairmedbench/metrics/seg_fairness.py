@@ -135,19 +135,22 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
     keep = attr.codes >= 0
     codes = attr.codes[keep]
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
-    parts = [d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]]
+    d_k, hd_k, iou_k = d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]
     groups = list(attr.groups)
     idx = [np.nonzero(codes == g)[0] for g in range(len(groups))]
     order = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
 
     def run(ws: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         per: dict[str, dict[str, np.ndarray]] = {}
-        sub = lambda a, i: None if a is None else a[i]  # noqa: E731
+
+        def sub(a: np.ndarray | None, i: np.ndarray) -> np.ndarray | None:
+            return None if a is None else a[i]
+
         for g, i, w in zip(groups, idx, ws):
-            for m, v in _weighted(w, *(sub(a, i) for a in parts)).items():
+            for m, v in _weighted(w, d_k[i], sub(hd_k, i), sub(iou_k, i)).items():
                 per.setdefault(m, {})[g] = v
         w_all = np.concatenate(ws, axis=1)
-        for m, v in _weighted(w_all, *(sub(a, order) for a in parts)).items():
+        for m, v in _weighted(w_all, d_k[order], sub(hd_k, order), sub(iou_k, order)).items():
             per.setdefault(m, {})[OVERALL] = v
         return per
 
@@ -155,9 +158,9 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
         """The same statistics with each group as 0/1 weights over all rows (a permutation's memberships)."""
         per: dict[str, dict[str, np.ndarray]] = {}
         for g, w in zip(groups, masks):
-            for m, v in _weighted(w, *parts).items():
+            for m, v in _weighted(w, d_k, hd_k, iou_k).items():
                 per.setdefault(m, {})[g] = v
-        for m, v in _weighted(np.ones_like(masks[0]), *parts).items():
+        for m, v in _weighted(np.ones_like(masks[0]), d_k, hd_k, iou_k).items():
             per.setdefault(m, {})[OVERALL] = v
         return per
 

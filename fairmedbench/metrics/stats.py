@@ -66,22 +66,22 @@ def adjust_pvalues(p: Any, method: str = "by") -> np.ndarray:
     """
     if method not in ADJUST_METHODS:
         raise InputError(f"method: unknown correction {method!r}; choose one of {', '.join(ADJUST_METHODS)}")
-    p = _as_finite_1d(p, "p")
-    if ((p < 0) | (p > 1)).any():
+    pv = _as_finite_1d(p, "p")
+    if ((pv < 0) | (pv > 1)).any():
         raise InputError("p: p-values must lie in [0, 1]")
-    m = p.size
+    m = pv.size
+    adjusted: np.ndarray
     if m == 0 or method == "none":
-        return p.copy()
-    if method in ("bh", "by"):
-        return sps.false_discovery_control(p, method=method)
-    if method == "bonferroni":
-        return np.minimum(p * m, 1.0)
-    # Holm: scipy has no Holm adjustment (statsmodels does, but is not a dependency for three lines)
-    order = np.argsort(p, kind="stable")
-    adj_sorted = np.minimum(np.maximum.accumulate((m - np.arange(m)) * p[order]), 1.0)
-    out = np.empty(m)
-    out[order] = adj_sorted
-    return out
+        adjusted = pv.copy()
+    elif method in ("bh", "by"):
+        adjusted = sps.false_discovery_control(pv, method=method)
+    elif method == "bonferroni":
+        adjusted = np.minimum(pv * m, 1.0)
+    else:  # Holm: scipy has no Holm adjustment (statsmodels does, but is not a dependency for three lines)
+        order = np.argsort(pv, kind="stable")
+        adjusted = np.empty(m)
+        adjusted[order] = np.minimum(np.maximum.accumulate((m - np.arange(m)) * pv[order]), 1.0)
+    return adjusted
 
 
 @dataclass(frozen=True)

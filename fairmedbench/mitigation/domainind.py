@@ -49,6 +49,7 @@ class DomainInd(Mitigation):
         linear = getattr(head, "linear", None)
         if not isinstance(linear, nn.Linear):
             raise InputError(f"mitigation {self.name!r} needs a head with a `.linear` output layer")
+        output_layer: nn.Linear = linear
         combine, name, softmax = self.hparams["combine"], self.name, self.n_classes > 0
 
         class DomainIndependentHead(nn.Module):
@@ -57,7 +58,7 @@ class DomainInd(Mitigation):
             def __init__(self) -> None:
                 super().__init__()
                 self.base = head
-                self.group_heads = nn.ModuleList(copy.deepcopy(linear) for _ in range(n_groups))
+                self.group_heads = nn.ModuleList(copy.deepcopy(output_layer) for _ in range(n_groups))
 
             def representation(self, x: torch.Tensor) -> torch.Tensor:
                 return self.base.representation(x)

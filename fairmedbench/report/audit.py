@@ -156,7 +156,8 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     tests, ks_skipped = score_ks(data, correction)
     notes = [n for rep in reports for n in result_notes(rep, meta.get("min_group_size"))] + list(doc.get("notes", []))
     inputs = doc.get("inputs", {})
-    source = next(iter(inputs.values()), {}).get("path", "demo predictions") if inputs else "predictions"
+    first: dict[str, Any] = next(iter(inputs.values()), {})
+    source = first.get("path", "demo predictions") if inputs else "predictions"
     prov = {"inputs": inputs, "command (process arguments)": list(command), "options": doc.get("spec"),
             "run_id": doc.get("run_id"), "created_at": doc.get("created_at"),
             "fairmedbench_version": doc.get("fairmedbench_version"), "git_commit": doc.get("git_commit"),

@@ -274,8 +274,9 @@ def datasets_page() -> str:
         if seen_by.get(name):
             lines.append("- **In the pretraining data of**: "
                          + ", ".join(f"[{code(m)}](models.md#{_anchor('model', m)})" for m in seen_by[name]))
-        for d in c.expected_disparities:
-            lines.append("- **Declared disparity**: " + ", ".join(f"{text(k)} = {text(v)}" for k, v in d.items()))
+        for disparity in c.expected_disparities:
+            lines.append("- **Declared disparity**: "
+                         + ", ".join(f"{text(k)} = {text(v)}" for k, v in disparity.items()))
         for n in c.notes:
             lines.append(f"- **Note**: {text(n)}")
         lines += ["", "Attributes:", ""]

@@ -85,8 +85,9 @@ class AttributeSpec:
             return "unmapped", None
         if math.isnan(x):
             return "unknown", None
+        edges = self.bins or ()  # never empty here: __post_init__ requires a mapping or bins
         for k, g in enumerate(self.groups):
-            if self.bins[k] <= x < self.bins[k + 1]:
+            if edges[k] <= x < edges[k + 1]:
                 return "group", g
         return "unmapped", None
 
@@ -101,12 +102,14 @@ class AttributeSpec:
         }
         if self.mapping is not None:
             out["mapping"] = dict(self.mapping)
-        else:
+        elif self.bins is not None:
+            bins = self.bins
+
             def edge(v: float) -> float | None:
                 return None if math.isinf(v) else v
 
             out["bins"] = [
-                {"group": g, "min": edge(self.bins[k]), "max_exclusive": edge(self.bins[k + 1])}
+                {"group": g, "min": edge(bins[k]), "max_exclusive": edge(bins[k + 1])}
                 for k, g in enumerate(self.groups)
             ]
         if self.unknown_values:

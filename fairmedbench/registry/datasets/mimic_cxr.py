@@ -58,6 +58,7 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
 
     paths = {k: _find(root, f"mimic-cxr-2.0.0-{k}") for k in ("metadata", "chexpert", "split")}
     missing = [f"mimic-cxr-2.0.0-{k}.csv.gz" for k, p in paths.items() if p is None]
+    found = {k: p for k, p in paths.items() if p is not None}
     if missing:
         raise MissingResourceError(f"MIMIC-CXR-JPG file(s) {missing} not found in {root}. Request access: {ACCESS}")
     iv = Path(mimic_iv_root) if mimic_iv_root else root
@@ -66,12 +67,12 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
         raise MissingResourceError(
             f"MIMIC-IV patients.csv.gz (sex, anchor_age) not found in {iv} (or its hosp/, core/); pass mimic_iv_root. "
             f"Request access: {ACCESS}")
-    meta = read_table(paths["metadata"], "MIMIC-CXR metadata", ACCESS)
-    require_columns(meta, ("dicom_id", "subject_id", "study_id", "ViewPosition"), paths["metadata"])
-    labels = read_table(paths["chexpert"], "MIMIC-CXR CheXpert labels", ACCESS)
-    require_columns(labels, ("subject_id", "study_id", *FINDINGS), paths["chexpert"])
-    split = read_table(paths["split"], "MIMIC-CXR split", ACCESS)
-    require_columns(split, ("dicom_id", "split"), paths["split"])
+    meta = read_table(found["metadata"], "MIMIC-CXR metadata", ACCESS)
+    require_columns(meta, ("dicom_id", "subject_id", "study_id", "ViewPosition"), found["metadata"])
+    labels = read_table(found["chexpert"], "MIMIC-CXR CheXpert labels", ACCESS)
+    require_columns(labels, ("subject_id", "study_id", *FINDINGS), found["chexpert"])
+    split = read_table(found["split"], "MIMIC-CXR split", ACCESS)
+    require_columns(split, ("dicom_id", "split"), found["split"])
     pat = read_table(pat_path, "MIMIC-IV patients", ACCESS)
     require_columns(pat, ("subject_id", "gender", "anchor_age"), pat_path)
     counts = {"rows_in_metadata": len(meta)}
@@ -105,7 +106,7 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
     df, c, n = keep_rows_with_files(df, "image", "image", keep_missing_images, ACCESS, root)
     counts.update(c)
     notes += n + ["age = MIMIC-IV anchor_age (age in the patient's anchor year, not at the study)"]
-    return ReadResult(df.reset_index(drop=True), notes, counts, source=str(paths["metadata"]))
+    return ReadResult(df.reset_index(drop=True), notes, counts, source=str(found["metadata"]))
 
 
 register(DatasetCard(

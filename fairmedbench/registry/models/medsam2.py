@@ -7,7 +7,7 @@ high-resolution feature maps. Imported only when the model is loaded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -16,6 +16,9 @@ from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter, seeded
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
+
+if TYPE_CHECKING:
+    from sam2.modeling.sam2_base import SAM2Base
 
 
 def _rope(kv_in_dim: int | None, feat: int) -> dict[str, Any]:
@@ -75,6 +78,8 @@ def medsam2_config(image_size: int = 512) -> dict[str, Any]:
 
 class MedSAM2Segmenter(PromptableSegmenter):
     """SAM 2 image path: Hiera + FPN features, prompt encoder, mask decoder with high-resolution skips."""
+
+    module: SAM2Base  # SAM 2's model, not SamParts: its own image path and decoder
 
     def _features(self, pixels: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         sam = self.module

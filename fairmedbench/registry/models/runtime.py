@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
 from fairmedbench.registry.models.preprocess import preprocess_image, resized_shape
 from fairmedbench.registry.models.weights import ResolvedWeights
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.sam import SamParts
 
 
 class FoundationModel:
@@ -138,6 +141,8 @@ class PromptableSegmenter(FoundationModel):
     (LoRA's trainable encoder) bypasses the memo.
     """
 
+    module: SamParts
+
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
         dev = pixels.device.type
         mode = str(torch.get_autocast_dtype(dev)) if torch.is_autocast_enabled(dev) else "fp32"
@@ -159,13 +164,12 @@ class PromptableSegmenter(FoundationModel):
         if "image_map" in vars(self) or pixels.device.type == "meta":  # a trainable copy; or FLOP counting
             return self.image_map(pixels).float()
         keys = [self._memo_key(pixels[i]) for i in range(pixels.shape[0])]
-        found = [MAP_MEMO.get(k) for k in keys]
-        todo = [i for i, f in enumerate(found) if f is None]
+        found = {i: m for i, m in enumerate(MAP_MEMO.get(k) for k in keys) if m is not None}
+        todo = [i for i in range(len(keys)) if i not in found]
         if todo:
             fresh = self.image_map(pixels[todo]).float()
-            for j, i in enumerate(todo):
-                found[i] = fresh[j]
-        return torch.stack([f.to(self.device) for f in found])
+            found.update({i: fresh[j] for j, i in enumerate(todo)})
+        return torch.stack([found[i].to(self.device) for i in range(len(keys))])
 
     def _map_of(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.maps(pixels)

@@ -96,6 +96,8 @@ class Sam3DParts(nn.Module):
 class Sam3DSegmenter(VolumetricSegmenter):
     """SAM-Med3D-style inference on one prompt-centred crop (see the module docstring)."""
 
+    module: Sam3DParts
+
     @torch.inference_mode()
     def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:

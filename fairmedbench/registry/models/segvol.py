@@ -45,6 +45,8 @@ LEGACY_TEXT_KEYS = ("text_encoder.clip_text_model.text_model.embeddings.position
 class _PositionEmbedding3D(nn.Module):
     """Random Fourier features of (x, y, z) as SegVol's PositionEmbeddingRandom (a 3-row Gaussian matrix)."""
 
+    positional_encoding_gaussian_matrix: torch.Tensor  # a buffer (3, num_pos_feats)
+
     def __init__(self, num_pos_feats: int) -> None:
         super().__init__()
         self.register_buffer("positional_encoding_gaussian_matrix", torch.randn((3, num_pos_feats)))
@@ -198,6 +200,8 @@ def foreground_normalise(x: np.ndarray) -> np.ndarray:
 class SegVolSegmenter(VolumetricSegmenter):
     """SegVol's zoom-out inference with point or box prompts and the target's name as text."""
 
+    module: SegVolParts
+
     @torch.inference_mode()
     def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:
@@ -252,13 +256,14 @@ def load_segvol(card: ModelCard, resolved: ResolvedWeights, *, spatial_size: Seq
     the 4x16x16 patch) and a small text tower (CLIPTextConfig of width 64, 2 layers): smoke tests only."""
     from transformers import CLIPTextConfig
 
-    small = spatial_size is not None and tuple(spatial_size) != tuple(card.loader_options["spatial_size"])
+    size = tuple(card.loader_options["spatial_size"] if spatial_size is None else spatial_size)
+    small = size != tuple(card.loader_options["spatial_size"])
     if small:
         if not resolved.is_random:
             raise InputError("spatial_size may only be changed for random-weight smoke tests")
-        if any(s % p or s < p for s, p in zip(spatial_size, PATCH)):
-            raise InputError(f"spatial_size={tuple(spatial_size)}: each axis a multiple of the patch {PATCH}")
-        card = dataclasses.replace(card, loader_options={**card.loader_options, "spatial_size": tuple(spatial_size)})
+        if any(s % p or s < p for s, p in zip(size, PATCH)):
+            raise InputError(f"spatial_size={size}: each axis a multiple of the patch {PATCH}")
+        card = dataclasses.replace(card, loader_options={**card.loader_options, "spatial_size": size})
     text_config = (CLIPTextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
                    if small else CLIPTextConfig())
     with seeded(resolved.seed):
