@@ -26,12 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.adapters.base import Prepared, RunContext, Usage, features_progress, register_usage
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 SCORERS = ("knn", "mahalanobis")
 
@@ -49,7 +53,7 @@ def make_anomaly_head(scorer: str, k: int):  # -> torch.nn.Module
             # frozen parameters rather than buffers: the runner's optimiser needs a non-empty parameter list
             self.mu = nn.Parameter(torch.zeros((), dtype=torch.float64), requires_grad=False)
             self.sigma = nn.Parameter(torch.ones((), dtype=torch.float64), requires_grad=False)
-            self.model: Any = None
+            self.model: Any = None  # the fitted scikit-learn estimator
             self.notes: dict[str, Any] = {}
 
         def fit_normal(self, x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray) -> None:
@@ -134,7 +138,7 @@ class AnomalyDetection(Usage):
             if scorer != "knn":
                 raise InputError("usage 'anomaly': k applies to scorer=knn only")
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Cached features of every split and the scorer head (fitted by the runner on normal training rows)."""
         from fairmedbench.engine.features import extract_features
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from fairmedbench.registry.base import Registry
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.datasets.card import DatasetCard
+    from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
 
 
 @dataclass
@@ -22,12 +27,12 @@ class RunContext:
     batch_size: int = 16
     num_workers: int | None = None
     channels_last: bool = False
-    dataset_card: Any = None
+    dataset_card: DatasetCard | None = None
     hparams: dict[str, Any] | None = None
     progress: Callable[[str, int, int], None] | None = None
 
 
-def features_progress(ctx: RunContext, model: Any, split: str) -> Callable[[int, int], None] | None:
+def features_progress(ctx: RunContext, model: FoundationModel, split: str) -> Callable[[int, int], None] | None:
     """`ctx.progress` as feature extraction's (done, total) callback, staged "features <model>/<dataset> <split>"."""
     if ctx.progress is None:
         return None
@@ -35,6 +40,19 @@ def features_progress(ctx: RunContext, model: Any, split: str) -> Callable[[int,
     stage = f"features {model.card.name}{'/' + dataset if dataset else ''} {split}"
     report = ctx.progress
     return lambda done, total: report(stage, done, total)
+
+
+def promptable(model: FoundationModel, usage: str) -> PromptableSegmenter:
+    """`model` as the SAM-style segmenter (image encoder, prompt encoder, mask decoder) a usage fine-tunes."""
+    from fairmedbench.errors import InputError
+    from fairmedbench.registry.models.runtime import PromptableSegmenter
+
+    if getattr(model, "volumetric", False):
+        raise InputError(f"usage {usage!r} trains a 2D mask decoder on image slices; model {model.card.name!r} "
+                         "segments whole volumes: use --usage sam-prompt")
+    if not isinstance(model, PromptableSegmenter):
+        raise InputError(f"usage {usage!r} fine-tunes a SAM-style mask decoder; model {model.card.name!r} has none")
+    return model
 
 
 @dataclass
@@ -107,15 +125,15 @@ class Usage:
                 return t
         return self.task
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
         raise NotImplementedError(f"usage {self.name!r} is not a classification usage")
 
-    def predictor(self, model: Any, ctx: RunContext) -> Callable[..., np.ndarray]:
+    def predictor(self, model: FoundationModel, ctx: RunContext) -> Callable[..., np.ndarray]:
         """Segmentation: a function (image, prompt) -> boolean mask."""
         raise NotImplementedError(f"usage {self.name!r} is not a segmentation usage")
 
-    def trainable(self, model: Any, ctx: RunContext) -> Any:
+    def trainable(self, model: FoundationModel, ctx: RunContext) -> Any:
         """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
         raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
 

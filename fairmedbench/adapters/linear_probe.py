@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, features_progress, register_usage
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 
 def head_dropout(rate: float):  # -> torch.nn.Module
@@ -60,7 +65,7 @@ class LinearProbe(Usage):
     hparams = MC_HPARAMS
     caches_features = True
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""
         from fairmedbench.engine.features import extract_features
 

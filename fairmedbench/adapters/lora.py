@@ -23,7 +23,7 @@ import re
 import weakref
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,10 @@ from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, 
 from fairmedbench.adapters.linear_probe import head_dropout
 from fairmedbench.engine.device import keep_freed_memory, resolve_precision
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 LORA_DEFAULTS = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.1}
 # (leaf module names, module type) tried in order; the first rule with a match in the image tower wins.
@@ -99,7 +103,8 @@ def lora_settings(hparams: dict[str, Any] | None,
             "head_dropout": float((hparams or {}).get("dropout", 0.0))}
 
 
-def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outputs: int, example: np.ndarray):
+def make_lora_head(model: FoundationModel, ctx: RunContext, settings: dict[str, Any], n_outputs: int,
+                   example: np.ndarray):
     """A fresh LoRA copy of `model`'s module plus a linear layer; returns logits (n, n_outputs).
 
     The encoder runs on `ctx.device`; representations come back to the CPU, where the runner keeps the
@@ -121,8 +126,8 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
     encoder.to(device)
     clone = copy.copy(model)  # the model's own encode_image on the LoRA copy, with gradients
     clone.module = encoder
-    if isinstance(model, PromptableSegmenter):
-        clone.image_map = encoder.image_encoder  # its map memo is keyed by the base weights: bypass it
+    if isinstance(clone, PromptableSegmenter):
+        clone.image_map = encoder.image_encoder  # type: ignore[method-assign]  # the memo is keyed by the base weights
     encode = inspect.unwrap(type(model).encode_image)
     chunk = max(1, ctx.batch_size)
     bf16 = resolve_precision(ctx.precision, device) == "bf16"
@@ -193,7 +198,7 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
     return LoRAHead().eval()
 
 
-def pixel_arrays(model: Any, view: Any) -> np.ndarray:
+def pixel_arrays(model: FoundationModel, view: Any) -> np.ndarray:
     """Every image of a split view in the model's preprocessing: (n, C, H, W) float32."""
     if len(view) == 0:
         raise InputError("a split is empty: LoRA needs images in train, val and test")
@@ -216,7 +221,7 @@ class LoRAFineTune(Usage):
     # linear probe's defaults.
     train_defaults = MappingProxyType({"lr": 5e-4, "epochs": 20, "patience": 5, "batch_size": 16})
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Preprocessed pixels per split and a LoRA head factory (a fresh LoRA copy per seed)."""
         settings = lora_settings(ctx.hparams)
         inputs = {name: pixel_arrays(model, view) for name, view in views.items()}

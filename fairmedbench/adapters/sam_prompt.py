@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -12,8 +12,12 @@ from fairmedbench.adapters.base import RunContext, Usage, register_usage
 from fairmedbench.adapters.prompts import PROMPT_MODES, Prompt
 from fairmedbench.errors import InputError
 
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import DatasetCard
+    from fairmedbench.registry.models.runtime import FoundationModel
 
-def check_dimensions(model: Any, dataset_card: Any) -> None:
+
+def check_dimensions(model: FoundationModel, dataset_card: DatasetCard | None) -> None:
     """InputError for a volumetric (3D) model on 2D data. A 2D model on volumes is prompted slice by slice."""
     if getattr(model, "volumetric", False) and dataset_card is not None and getattr(dataset_card, "dim", 2) != 3:
         raise InputError(f"model {model.card.name!r} segments 3D volumes; dataset {dataset_card.name!r} is 2D. "
@@ -32,7 +36,7 @@ class SamPrompt(Usage):
     hparams = MappingProxyType({"box_jitter": 0.0})
     prompt_modes = PROMPT_MODES
 
-    def predictor(self, model: Any, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:
+    def predictor(self, model: FoundationModel, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:
         """A function (image, prompt) -> boolean mask of the image's size."""
 
         from fairmedbench.engine.device import autocast, prepare_module

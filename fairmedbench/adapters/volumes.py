@@ -12,13 +12,18 @@ those of its slice of highest positive probability, in training as at inference.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.adapters.base import Prepared, RunContext, Usage
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 SLICE_AGGREGATIONS = ("max", "mean", "attention")
 DEFAULT_SLICES = "all"  # FairMedFM feeds every slice of an ADNI / COVID-CT-MD volume
@@ -159,13 +164,15 @@ def volume_settings(hparams: dict[str, Any] | None) -> tuple[str, str]:
     return policy, agg
 
 
-def prepare_classification(usage: Usage, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+def prepare_classification(usage: Usage, model: FoundationModel, views: Mapping[str, ImageSplit],
+                           ctx: RunContext) -> Prepared:
     """`usage.prepare` on 2D data; on a 3D dataset the same usage on slices, with a per-volume head."""
     card = ctx.dataset_card
-    if getattr(card, "dim", 2) != 3:
+    if card is None or card.dim != 3:
         given = [h for h in VOLUME_HPARAMS if h in (ctx.hparams or {})]
         if given:
-            raise InputError(f"hparam {', '.join(given)} applies to 3D datasets; {card.name!r} is 2D")
+            raise InputError(f"hparam {', '.join(given)} applies to 3D datasets; "
+                             f"{card.name if card else 'this dataset'!r} is 2D")
         return usage.prepare(model, views, ctx)
     policy, agg = volume_settings(ctx.hparams)
     slice_views = {name: SliceView(view, policy) for name, view in views.items()}

@@ -38,6 +38,9 @@ from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
 
 if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
     from fairmedbench.tasks.base import Task
 
 MITIGATIONS: Registry[type[Mitigation]] = Registry("mitigation", plugins=True)
@@ -50,10 +53,10 @@ class Batch:
     Segmentation passes mask logits (b, L, L), 0/1 mask targets (b, L, L) and group codes (representation None).
     """
 
-    logits: Any
-    y: Any
-    groups: Any
-    representation: Any
+    logits: torch.Tensor
+    y: torch.Tensor
+    groups: torch.Tensor | None
+    representation: torch.Tensor | None
 
 
 @dataclass
@@ -95,11 +98,11 @@ class Mitigation:
             raise InputError(f"mitigation {self.name!r}: a softmax head needs >= 2 classes, got {n_classes}")
         self.n_classes = int(n_classes)
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """The module to train (default: the head itself)."""
         return head
 
-    def extra_parameters(self) -> list[Any]:
+    def extra_parameters(self) -> list[nn.Parameter]:
         """Parameters of auxiliary modules the optimiser must also update."""
         return []
 
@@ -107,7 +110,7 @@ class Mitigation:
         """Training-sample order for one epoch (default: a seeded permutation of all samples)."""
         return rng.permutation(len(y))
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Reduce per-sample losses (a torch tensor) to the training objective."""
         return per_sample.mean()
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @register_mitigation
@@ -39,7 +42,7 @@ class DomainInd(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "combine", self.hparams["combine"], ("sum_logits", "mean_prob"))
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """A module with one output layer per group; forward(x) combines them without the attribute."""
         import torch
         from torch import nn
@@ -61,7 +64,7 @@ class DomainInd(Mitigation):
                 self.group_heads = nn.ModuleList(copy.deepcopy(output_layer) for _ in range(n_groups))
 
             def representation(self, x: torch.Tensor) -> torch.Tensor:
-                return self.base.representation(x)
+                return self.base.representation(x)  # type: ignore[operator]  # a classification head's method
 
             def all_logits(self, rep: torch.Tensor) -> torch.Tensor:
                 """Logits of every group's head, (b, n_groups, K)."""

@@ -21,10 +21,12 @@ from fairmedbench.mitigation._common import check_choice, check_positive, merge_
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.tasks.base import Task
 
 
-def _spread(values: Any, present: Any, how: str) -> Any:
+def _spread(values: torch.Tensor, present: torch.Tensor, how: str) -> torch.Tensor:
     """Per column of (G, K) `values`: variance or max - min over groups where `present`; 0 if fewer than 2."""
     import torch
 
@@ -72,7 +74,7 @@ class FairnessLoss(Mitigation):
                     "spread of group mean cross-entropies)")
         return super().unsupported(task)
 
-    def penalty(self, per_sample: Any, batch: Batch) -> Any:
+    def penalty(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """The differentiable gap between the batch's groups."""
         import torch
 
@@ -96,7 +98,7 @@ class FairnessLoss(Mitigation):
             total = total + _spread(onehot.T @ (mask * prob) / counts.clamp(min=1), counts > 0, how).mean()
         return total
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Mean task loss plus weight x the gap penalty."""
         return per_sample.mean() + self.hparams["weight"] * self.penalty(per_sample, batch)
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @register_mitigation
@@ -40,7 +43,7 @@ class InD(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "combine", self.hparams["combine"], ("sum_logits", "mean_prob"))
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """A module with one copy of `head` per group (`group_heads`, used by the training loop per sample's group);
         calling it combines every copy without the attribute."""
         import torch

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -25,8 +25,27 @@ if TYPE_CHECKING:
     from fairmedbench.registry.models.sam import SamParts
 
 
+#: a box prompt (x0, y0, x1, y1) in an image's pixels
+Box = Sequence[float] | np.ndarray
+
+
+class VolumePrompt(Protocol):
+    """One 3D prompt (adapters.prompts.Prompt): points (k, 3) with labels, or a box, in voxel coordinates."""
+
+    @property
+    def points(self) -> np.ndarray | None: ...
+
+    @property
+    def labels(self) -> np.ndarray | None: ...
+
+    @property
+    def box(self) -> np.ndarray | None: ...
+
+
 class FoundationModel:
     """Wraps a torch module; subclasses implement the capabilities their card declares."""
+
+    volumetric = False  # True for models that segment a whole volume from one 3D prompt (`segment_volume`)
 
     def __init__(self, card: ModelCard, weights: ResolvedWeights, module: torch.nn.Module) -> None:
         self.card = card
@@ -66,10 +85,15 @@ class FoundationModel:
         """Texts -> (B, embedding_dim) embeddings in the joint image-text space."""
         raise self._unsupported("encode_text")
 
-    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
+    def segment(self, image: np.ndarray, box: Box | None = None, points: Any = None,
                 point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
         """uint8 image and a box (x0, y0, x1, y1) and/or points in its pixels -> boolean mask of its (H, W)."""
         raise self._unsupported("segment")
+
+    def segment_volume(self, volume: np.ndarray, prompt: VolumePrompt, spacing: Sequence[float] | None = None,
+                       text: str | None = None) -> np.ndarray:
+        """uint8 (D, H, W) volume and one 3D prompt -> boolean (D, H, W) mask (volumetric models only)."""
+        raise self._unsupported("segment volumes")
 
 
 class MapMemo:
@@ -179,7 +203,7 @@ class PromptableSegmenter(FoundationModel):
         """Global average of the image encoder's feature map (frozen-feature embedding)."""
         return self.maps(pixels).mean(dim=(2, 3))
 
-    def prompt_tensors(self, h: int, w: int, box: Sequence[float] | None = None, points: Any = None,
+    def prompt_tensors(self, h: int, w: int, box: Box | None = None, points: Any = None,
                        point_labels: Any = None
                        ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
         """A box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) in an h x w image's pixels -> the prompt encoder's
@@ -202,6 +226,12 @@ class PromptableSegmenter(FoundationModel):
             xy = torch.tensor(pts * np.array([sx, sy]), dtype=torch.float32)[None].to(self.device)
             coords = (xy, torch.tensor(labels, dtype=torch.int64)[None].to(self.device))
         return boxes, coords
+
+    def box_tensor(self, h: int, w: int, box: Box) -> torch.Tensor:
+        """A box (x0, y0, x1, y1) in an h x w image's pixels -> the prompt encoder's boxes (1, 1, 4)."""
+        boxes, _ = self.prompt_tensors(h, w, box)
+        assert boxes is not None  # prompt_tensors returns the boxes of the box it is given
+        return boxes
 
     def decode(self, emb: torch.Tensor, boxes: torch.Tensor | None,
                coords: tuple[torch.Tensor, torch.Tensor] | None = None, multimask: bool = False,
@@ -250,7 +280,7 @@ class PromptableSegmenter(FoundationModel):
         return m[0, 0] >= 0.5
 
     @torch.inference_mode()
-    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
+    def segment(self, image: np.ndarray, box: Box | None = None, points: Any = None,
                 point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
         """Mask for a box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) with labels (1 = foreground), in the
         image's pixels, mapped back to the image size (SAM's post-processing).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +34,9 @@ from fairmedbench.registry.models.card import ModelCard
 from fairmedbench.registry.models.runtime import seeded
 from fairmedbench.registry.models.volumetric import VolumetricSegmenter
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.runtime import VolumePrompt
 
 PATCH = (4, 16, 16)
 DIM = 768
@@ -203,7 +206,7 @@ class SegVolSegmenter(VolumetricSegmenter):
     module: SegVolParts
 
     @torch.inference_mode()
-    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
+    def segment_volume(self, volume: np.ndarray, prompt: VolumePrompt, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:
         """uint8 (D, H, W) + 3D prompt (+ target name) -> boolean (D, H, W) mask."""
         self.check_prompt(volume, prompt)
