@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
@@ -31,7 +32,7 @@ class Target:
     classes: tuple[str, ...]
 
 
-def make_target(name: str, values: Any, *, min_classes: int = 2, what: str = "attribute") -> Target:
+def make_target(name: str, values: ArrayLike, *, min_classes: int = 2, what: str = "attribute") -> Target:
     """Encode a label or attribute column; one class (or none) is an InputError naming the column."""
     a = make_attribute(name, values)
     present = np.unique(a.codes[a.codes >= 0])
@@ -42,7 +43,7 @@ def make_target(name: str, values: Any, *, min_classes: int = 2, what: str = "at
     return Target(name, a.codes, a.groups)
 
 
-def check_features(x: Any, names: Sequence[str] | None = None, what: str = "embeddings") -> np.ndarray:
+def check_features(x: ArrayLike, names: Sequence[str] | None = None, what: str = "embeddings") -> np.ndarray:
     """A finite (n, d) float64 matrix; NaN or infinite entries are an InputError naming row and column."""
     try:
         arr = np.asarray(x, dtype=np.float64)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from scipy import stats as sps
@@ -22,6 +22,9 @@ from scipy import stats as sps
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.specs import metric_spec
 from fairmedbench.metrics.stats import seed_summary, welch_test
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_COLUMNS = ("x", "seed", "group", "metric", "value")
 
@@ -102,7 +105,11 @@ class FairnessLaws:
                 "balanced": pd.DataFrame([asdict(b) for b in self.balanced])}
 
 
-def as_rows(rows: Any) -> Any:
+#: sweep rows: a DataFrame, or one mapping per row (x, seed, group, metric, value)
+Rows: TypeAlias = "pd.DataFrame | Iterable[Mapping[str, object]]"
+
+
+def as_rows(rows: Rows) -> pd.DataFrame:
     """The input as a DataFrame with columns x, seed, group, metric, value; an InputError says what is missing."""
     import pandas as pd
 
@@ -130,17 +137,18 @@ def as_rows(rows: Any) -> Any:
     return df
 
 
-def summarise_points(df: Any, level: float = 0.95) -> list[PointSummary]:
+def summarise_points(df: pd.DataFrame, level: float = 0.95) -> list[PointSummary]:
     """Mean, std and t interval across seeds of every (x, group, metric), clipped to the metric's bounds."""
     out = []
-    for (x, group, metric), sub in df.groupby(["x", "group", "metric"], sort=True):
+    for (_, group, metric), sub in df.groupby(["x", "group", "metric"], sort=True):
+        x = float(sub["x"].iloc[0])  # the point's x (as_rows made it float)
         vals = sub["value"].to_numpy(dtype=float)
         ok = vals[np.isfinite(vals)]
         if ok.size == 0:
-            out.append(PointSummary(float(x), str(group), str(metric), 0, int(vals.size), *(math.nan,) * 4))
+            out.append(PointSummary(x, str(group), str(metric), 0, int(vals.size), *(math.nan,) * 4))
             continue
         s = seed_summary(ok, bounds=metric_spec(str(metric)).bounds, level=level)
-        out.append(PointSummary(float(x), str(group), str(metric), s.n, int(vals.size - ok.size), s.mean, s.std,
+        out.append(PointSummary(x, str(group), str(metric), s.n, int(vals.size - ok.size), s.mean, s.std,
                                 s.ci_low, s.ci_high))
     return out
 
@@ -181,7 +189,7 @@ def balanced_share(xs: Iterable[float], target: float = 0.5) -> float:
     return min(vals, key=lambda v: (abs(v - target), v))
 
 
-def fairness_laws(rows: Any, share_group: str, metrics: Sequence[str] = ("auc", "sauroc"),
+def fairness_laws(rows: Rows, share_group: str, metrics: Sequence[str] = ("auc", "sauroc"),
                   level: float = 0.95) -> FairnessLaws:
     """The fairness-law analysis of sweep rows (x = the share of `share_group` in the training set, seed, group,
     metric, value): per-share summaries, a line per (group, metric), the Welch test at the balanced share."""

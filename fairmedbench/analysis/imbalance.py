@@ -10,10 +10,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fairmedbench.analysis.fairness_laws import LineFit, PointSummary, as_rows, line_fit, summarise_points
+from fairmedbench.analysis.fairness_laws import LineFit, PointSummary, Rows, as_rows, line_fit, summarise_points
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    pass
 
 METRICS = ("auc", "ap", "balanced_brier", "ece", "calibration_loss", "balanced_calibration_loss")
 
@@ -36,7 +39,7 @@ class Imbalance:
                                       for f in self.fits])}
 
 
-def imbalance(rows: Any, prevalence_on: str = "train", metrics: Sequence[str] = METRICS,
+def imbalance(rows: Rows, prevalence_on: str = "train", metrics: Sequence[str] = METRICS,
               level: float = 0.95) -> Imbalance:
     """Rows (x = prevalence, seed, group, metric, value; group 'all' for the whole population) -> summaries and
     fits. Prevalence must lie in (0, 1): a set of one class has no AUROC."""

@@ -20,12 +20,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import AttributeSpec, DatasetCard
 
 #: the per-group utility whose shift is reported, per task (the task's headline)
 SHIFT_METRIC = {"classification": "auc", "multiclass": "macro_auc", "segmentation": "dsc"}
@@ -105,12 +108,12 @@ def parse_eval_dataset(text: str) -> EvalRequest:
     return EvalRequest(str(text), name, options, root, split)
 
 
-def _edges(attr: Any) -> tuple[float, ...] | None:
+def _edges(attr: AttributeSpec) -> tuple[float, ...] | None:
     return None if attr.bins is None else tuple(float(b) for b in attr.bins)
 
 
-def check_alignment(internal: Any, external: Any, task: str, attributes: Sequence[str], label_columns: str,
-                    what: str, sample_labels: bool = True) -> dict[str, Any]:
+def check_alignment(internal: DatasetCard, external: DatasetCard, task: str, attributes: Sequence[str],
+                    label_columns: str, what: str, sample_labels: bool = True) -> dict[str, Any]:
     """How the external card's labels and groups line up with the internal card's (a JSON-ready record), or
     InputError saying what cannot be aligned. `label_columns` is the run's `tasks` hparam (main | all);
     `sample_labels`: the task's samples carry class labels (Task.sample_labels), else masks."""

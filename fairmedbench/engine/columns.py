@@ -113,7 +113,7 @@ def read_columns(path: Path, kind: str) -> dict[str, np.ndarray]:
     return {name: arrow_to_numpy(col) for name, col in zip(table.column_names, table.columns)}
 
 
-def write_parquet_columns(path: Path | str, columns: dict[str, Any]) -> None:
+def write_parquet_columns(path: Path | str, columns: dict[str, np.ndarray]) -> None:
     """Write named numpy columns as one Parquet file (not atomic: see engine.store.write_columns)."""
     import pyarrow as pa
     import pyarrow.parquet as pq

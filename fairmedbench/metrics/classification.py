@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
@@ -490,7 +491,7 @@ def _as_2d(a: np.ndarray) -> np.ndarray:
     return a[:, None] if a.ndim == 1 else a
 
 
-def patient_column_values(patient_ids: Any, n: int) -> np.ndarray | None:
+def patient_column_values(patient_ids: ArrayLike | None, n: int) -> np.ndarray | None:
     """Patient ids as an object array of length n (None stays None: rows are the resampling unit)."""
     if patient_ids is None:
         return None
@@ -511,7 +512,7 @@ def resampling_unit_description(patient_ids: np.ndarray | None) -> str:
 
 
 def resolve_attributes(
-    attributes: Mapping[str, Any], n: int, bins: Mapping[str, Sequence[float]] | None = None,
+    attributes: Mapping[str, ArrayLike], n: int, bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
 ) -> list[Attribute]:
     """Encode raw attribute columns (binning those named in `bins`) and optionally add their crossing."""
@@ -535,16 +536,16 @@ def resolve_attributes(
 
 
 def evaluate_classification(
-    y_true: Any,
-    y_score: Any,
-    attributes: Mapping[str, Any],
+    y_true: ArrayLike,
+    y_score: ArrayLike,
+    attributes: Mapping[str, ArrayLike],
     *,
     task_names: Sequence[str] | None = None,
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
     threshold: str | None = None,
-    val_y_true: Any = None,
-    val_y_score: Any = None,
+    val_y_true: ArrayLike | None = None,
+    val_y_score: ArrayLike | None = None,
     profile: str | Profile = "default",
     n_boot: int = 2000,
     seed: int = 0,
@@ -555,7 +556,7 @@ def evaluate_classification(
     ece_bins: int = 15,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
-    patient_ids: Any = None,
+    patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Every classification metric of METRICS.md per task and attribute, with bootstrap CIs.
@@ -590,6 +591,8 @@ def evaluate_classification(
         raise InputError(f"{len(names_t)} task names for {y.shape[1]} label columns")
     vy = vs = None
     if val_y_true is not None:
+        if val_y_score is None:
+            raise InputError("val y_score: validation labels were given without their scores")
         vy = _as_2d(as_labels(val_y_true, "val y_true"))
         vs = _as_2d(as_scores(val_y_score, "val y_score", logits=logits))
         if vy.shape[1] != y.shape[1] or vy.shape != vs.shape:

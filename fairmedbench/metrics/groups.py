@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 
@@ -78,7 +79,7 @@ def _label(v: Any) -> str:
     return str(v).strip()
 
 
-def _factorize(values: Any) -> tuple[np.ndarray, list[Any]]:
+def _factorize(values: ArrayLike) -> tuple[np.ndarray, list[Any]]:
     """Codes into the distinct raw values (-1 for missing) and those values; loops only over distinct values."""
     arr = np.asarray(values).ravel()
     if arr.dtype.kind in "iub":
@@ -100,7 +101,7 @@ def _factorize(values: Any) -> tuple[np.ndarray, list[Any]]:
 
 
 def make_attribute(
-    name: str, values: Any, bins: Sequence[float] | None = None, max_groups: int = MAX_GROUPS
+    name: str, values: ArrayLike, bins: Sequence[float] | None = None, max_groups: int = MAX_GROUPS
 ) -> Attribute:
     """Encode raw values (strings or numbers) as groups; numeric values are binned when `bins` is given
     (edges, left-closed, or a `Bins` that says which side is closed)."""

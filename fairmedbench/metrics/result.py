@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OVERALL = "__overall__"
 GAP = "__gap__"
@@ -116,13 +119,14 @@ class FairnessResult:
                                  **{k: t.get(k, nan) for k in TEST_KEYS}})
         return rows
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> pd.DataFrame:
         """Tidy pandas DataFrame of `records()`."""
         import pandas as pd
 
-        return pd.DataFrame(self.records(), columns=list(TIDY_COLUMNS))
+        frame: pd.DataFrame = pd.DataFrame(self.records(), columns=list(TIDY_COLUMNS))
+        return frame
 
-    def _pivot(self, which: str) -> Any:
+    def _pivot(self, which: str) -> pd.DataFrame:
         df = self.to_frame()
         if which == "groups":
             df = df[~df["group"].isin([OVERALL, GAP])]
@@ -130,20 +134,22 @@ class FairnessResult:
         else:
             df = df[df["group"] == which]
             index = ["task", "attribute"]
-        return df.pivot_table(index=index, columns="metric", values="value", aggfunc="first", dropna=False)
+        table: pd.DataFrame = df.pivot_table(index=index, columns="metric", values="value", aggfunc="first",
+                                             dropna=False)
+        return table
 
     @property
-    def overall(self) -> Any:
+    def overall(self) -> pd.DataFrame:
         """Point values on the whole population, one row per (task, attribute)."""
         return self._pivot(OVERALL)
 
     @property
-    def by_group(self) -> Any:
+    def by_group(self) -> pd.DataFrame:
         """Point values per group, one row per (task, attribute, group)."""
         return self._pivot("groups")
 
     @property
-    def gaps(self) -> Any:
+    def gaps(self) -> pd.DataFrame:
         """Between-group quantities (gaps, ES scores, worst group), one row per (task, attribute)."""
         return self._pivot(GAP)
 

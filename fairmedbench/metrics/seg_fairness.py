@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
@@ -27,7 +27,7 @@ from fairmedbench.metrics.result import (
 )
 
 
-def _per_sample(name: str, values: Any, n: int | None, allow_nan: bool = False) -> np.ndarray:
+def _per_sample(name: str, values: ArrayLike, n: int | None, allow_nan: bool = False) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float64).ravel()
     except (TypeError, ValueError):
@@ -81,12 +81,12 @@ def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]
 
 
 def evaluate_segmentation(
-    dsc: Any,
-    attributes: Mapping[str, Any],
+    dsc: ArrayLike,
+    attributes: Mapping[str, ArrayLike],
     *,
-    iou: Any = None,
-    hd95: Any = None,
-    empty_gt: Any = None,
+    iou: ArrayLike | None = None,
+    hd95: ArrayLike | None = None,
+    empty_gt: ArrayLike | None = None,
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
     profile: str | Profile = "default",
@@ -94,7 +94,7 @@ def evaluate_segmentation(
     seed: int = 0,
     ci_level: float = 0.95,
     min_group_size: int = 30,
-    patient_ids: Any = None,
+    patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Group DSC (mean of per-sample DSC), ΔDSC, ES-DSC, skew ratio, per-sample skewness, IoU/HD95, with CIs.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from fairmedbench.errors import InputError
@@ -21,7 +22,7 @@ from fairmedbench.errors import InputError
 ADJUST_METHODS = ("by", "bh", "holm", "bonferroni", "none")
 
 
-def _as_finite_1d(x: Any, name: str) -> np.ndarray:
+def _as_finite_1d(x: ArrayLike, name: str) -> np.ndarray:
     """A finite 1-D float array, or an InputError naming `name`."""
     try:
         arr = np.asarray(x, dtype=float)
@@ -38,7 +39,7 @@ def _as_finite_1d(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def group_labels(groups: Any, n: int, name: str = "groups") -> tuple[np.ndarray, list[Any]]:
+def group_labels(groups: ArrayLike, n: int, name: str = "groups") -> tuple[np.ndarray, list[Any]]:
     """Validate a column of group labels of length n; return it and its sorted distinct labels."""
     g = np.asarray(groups)
     if g.ndim != 1:
@@ -58,7 +59,7 @@ def group_labels(groups: Any, n: int, name: str = "groups") -> tuple[np.ndarray,
     return g, uniq.tolist()
 
 
-def adjust_pvalues(p: Any, method: str = "by") -> np.ndarray:
+def adjust_pvalues(p: ArrayLike, method: str = "by") -> np.ndarray:
     """Multiple-testing adjusted p-values, clipped to [0, 1], in the input order.
 
     by: Benjamini–Yekutieli (default), bh: Benjamini–Hochberg (both step-up, FDR), holm: Holm
@@ -121,8 +122,8 @@ def correct_ks(records: Sequence[KSRecord], correction: str, alpha: float) -> li
 
 
 def ks_between_groups(
-    values: Any,
-    groups: Any,
+    values: ArrayLike,
+    groups: ArrayLike,
     feature_names: Sequence[str] | None = None,
     correction: str = "by",
     alpha: float = 0.05,
@@ -192,7 +193,7 @@ class SeedSummary:
     clipped: bool = False
 
 
-def seed_summary(values: Any, bounds: tuple[float, float] | None = None, level: float = 0.95) -> SeedSummary:
+def seed_summary(values: ArrayLike, bounds: tuple[float, float] | None = None, level: float = 0.95) -> SeedSummary:
     """n, mean, std (ddof=1) and the t interval mean ± t_{n-1}·std/√n (NaN std and CI when n < 2).
 
     With few seeds the normal quantile 1.96 is far too narrow (t_1 = 12.7 at 95%). `bounds` (e.g. (0, 1) for
@@ -229,7 +230,7 @@ class WelchResult:
     note: str | None
 
 
-def welch_test(a: Any, b: Any) -> WelchResult:
+def welch_test(a: ArrayLike, b: ArrayLike) -> WelchResult:
     """Welch's t-test between two configurations' per-seed results (scipy ttest_ind, equal_var=False)."""
     a = _as_finite_1d(a, "a")
     b = _as_finite_1d(b, "b")
@@ -268,7 +269,7 @@ class FriedmanResult:
 
 
 def friedman_nemenyi(
-    scores: Any,
+    scores: ArrayLike,
     method_names: Sequence[str],
     higher_is_better: bool = True,
     alpha: float = 0.05,
