@@ -11,12 +11,19 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError, MissingResourceError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fairmedbench.analysis.encoding import AUCRecord, Modes, Target
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.datasets.dataset import Dataset
 
 PROJECTED = re.compile(r"^PCA Mode \d+$")
 NUMBERED = re.compile(r"^(emb|embedding|feat|feature)[_ ]?\d+$", re.IGNORECASE)
@@ -73,8 +80,8 @@ class Inputs:
 
     x: np.ndarray
     feature_names: list[str]
-    label: Any
-    attributes: list[Any]
+    label: Target
+    attributes: list[Target]
     train: np.ndarray
     holdout: np.ndarray
     projected: bool
@@ -89,12 +96,12 @@ class InspectOutcome:
     """The saved document, the tidy table and where files went."""
 
     document: dict[str, Any]
-    table: Any
+    table: pd.DataFrame
     paths: dict[str, str]
     notes: list[str]
 
 
-def read_table(path: Path, what: str) -> Any:
+def read_table(path: Path, what: str) -> pd.DataFrame:
     """A CSV/TSV/Parquet (or, for embeddings, .npy) table with errors that name the file."""
     from fairmedbench.benchmark.evaluate import read_predictions
 
@@ -134,7 +141,7 @@ def _named_modes(chosen: list[str], opts: InspectOptions, notes: list[str]) -> b
     return False
 
 
-def _feature_columns(df: Any, opts: InspectOptions, source: str,
+def _feature_columns(df: pd.DataFrame, opts: InspectOptions, source: str,
                      notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
     """The feature matrix, its column names and whether they are already-projected modes."""
     from fairmedbench.analysis.encoding import check_features
@@ -182,7 +189,7 @@ def _feature_columns(df: Any, opts: InspectOptions, source: str,
     return check_features(x, chosen, f"embeddings in {source}"), chosen, projected
 
 
-def _list_column(col: Any, name: str, source: str) -> tuple[np.ndarray, list[str]]:
+def _list_column(col: pd.Series, name: str, source: str) -> tuple[np.ndarray, list[str]]:
     """Rows of a list column (Parquet lists, or strings like '[0.1, 0.2]') as one matrix."""
     import json
 
@@ -208,7 +215,8 @@ def _list_column(col: Any, name: str, source: str) -> tuple[np.ndarray, list[str
         [f"{name}[{j}]" for j in range(x.shape[1])]
 
 
-def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[Any, list[Any]]:
+def _variables(meta: pd.DataFrame, opts: InspectOptions, source: str, notes: list[str]
+               ) -> tuple[Target, list[Target]]:
     from fairmedbench.analysis.encoding import make_target
 
     cols = [str(c) for c in meta.columns]
@@ -232,7 +240,7 @@ def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -
             [make_target(a, meta[a].to_numpy()) for a in attributes])
 
 
-def _check_variables(label: Any, attributes: list[Any], opts: InspectOptions, notes: list[str]) -> None:
+def _check_variables(label: Target, attributes: list[Target], opts: InspectOptions, notes: list[str]) -> None:
     """Before any expensive work: --label-pair names real classes; rows without a value are announced."""
     unknown = sorted({c for pair in opts.label_pairs for c in pair} - set(label.classes))
     if unknown:
@@ -279,7 +287,7 @@ def load_embeddings(opts: InspectOptions) -> Inputs:
     return Inputs(x, names, label, attributes, ~held, held, projected, tsne, {}, provenance, notes)
 
 
-def _lp_features(model_name: str, weights: str | None, ds: Any, split: Any, opts: InspectOptions,
+def _lp_features(model_name: str, weights: str | None, ds: Dataset, split: Split, opts: InspectOptions,
                  progress: Callable[[str, int, int], None] | None) -> tuple[np.ndarray, dict[str, Any]]:
     """Frozen features of every split (train, val, test rows in that order) through the linear-probe usage,
     so they come from (and go to) the same feature cache as `benchmark run`."""
@@ -474,8 +482,8 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     return InspectOutcome(doc, table, paths, notes)
 
 
-def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: Inputs,
-             split_records: list[Any]) -> list[Path]:
+def _figures(folder: Path, fmt: str, modes: Modes, tsne: np.ndarray | None, inp: Inputs,
+             split_records: list[AUCRecord]) -> list[Path]:
     """Joint scatter + marginal densities of modes 1+2, 3+4 and t-SNE for the label and each attribute,
     the explained variance (when known) and the SPLIT AUCs with CIs."""
     from fairmedbench.report import figures

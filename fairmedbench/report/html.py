@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jinja2 import Environment, PackageLoader, PrefixLoader, StrictUndefined, select_autoescape
@@ -20,6 +20,9 @@ from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics, find_spec, headline_metric, metric_spec, table_metrics
+
+if TYPE_CHECKING:
+    from fairmedbench.report.verdicts import Verdict
 
 # Every page of the package: "report/<name>" from fairmedbench/report/templates, "leaderboards/<name>" from
 # fairmedbench/leaderboards/templates; both extend report/base.html.j2. Autoescape is on for every template.
@@ -102,7 +105,7 @@ def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = Fal
     return Cell(interval_text(c, signed), "num", why)
 
 
-def verdict_cell(v: Any) -> Cell:
+def verdict_cell(v: Verdict) -> Cell:
     """A report.verdicts.Verdict as a table cell: its short answer, the full sentence and evidence as tooltip."""
     css = {"disparity": "yes", "no-evidence": "no", "better": "no", "worse": "yes", "changed": "yes",
            "no-difference": "no"}.get(v.key, "na")

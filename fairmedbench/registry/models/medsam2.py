@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -18,7 +19,10 @@ from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegm
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
     from sam2.modeling.sam2_base import SAM2Base
+
+    from fairmedbench.registry.models.runtime import Box
 
 
 def _rope(kv_in_dim: int | None, feat: int) -> dict[str, Any]:
@@ -106,11 +110,9 @@ class MedSAM2Segmenter(PromptableSegmenter):
                          "(SAM 2's mask decoder also reads high-resolution features); use --usage sam-prompt")
 
     @torch.inference_mode()
-    def segment(self, image: Any, box: Any = None, points: Any = None, point_labels: Any = None,
-                multimask: bool | None = None) -> Any:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """Mask for a box and/or points in the image's pixels (SAM2ImagePredictor's single-image path)."""
-        import numpy as np
-
         image = np.asarray(image)
         h, w = image.shape[:2]
         boxes, coords = self.prompt_tensors(h, w, box, points, point_labels)

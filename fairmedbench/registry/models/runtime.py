@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -22,6 +22,8 @@ from fairmedbench.registry.models.preprocess import preprocess_image, resized_sh
 from fairmedbench.registry.models.weights import ResolvedWeights
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
     from fairmedbench.registry.models.sam import SamParts
 
 
@@ -85,8 +87,8 @@ class FoundationModel:
         """Texts -> (B, embedding_dim) embeddings in the joint image-text space."""
         raise self._unsupported("encode_text")
 
-    def segment(self, image: np.ndarray, box: Box | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """uint8 image and a box (x0, y0, x1, y1) and/or points in its pixels -> boolean mask of its (H, W)."""
         raise self._unsupported("segment")
 
@@ -203,8 +205,8 @@ class PromptableSegmenter(FoundationModel):
         """Global average of the image encoder's feature map (frozen-feature embedding)."""
         return self.maps(pixels).mean(dim=(2, 3))
 
-    def prompt_tensors(self, h: int, w: int, box: Box | None = None, points: Any = None,
-                       point_labels: Any = None
+    def prompt_tensors(self, h: int, w: int, box: Box | None = None, points: ArrayLike | None = None,
+                       point_labels: ArrayLike | None = None
                        ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
         """A box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) in an h x w image's pixels -> the prompt encoder's
         boxes (1, 1, 4) and (coords, labels) in the model's input pixels; InputError outside the image."""
@@ -280,8 +282,8 @@ class PromptableSegmenter(FoundationModel):
         return m[0, 0] >= 0.5
 
     @torch.inference_mode()
-    def segment(self, image: np.ndarray, box: Box | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """Mask for a box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) with labels (1 = foreground), in the
         image's pixels, mapped back to the image size (SAM's post-processing).
 

@@ -36,6 +36,8 @@ from fairmedbench.registry.models.volumetric import VolumetricSegmenter
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
 if TYPE_CHECKING:
+    from transformers import CLIPTextConfig
+
     from fairmedbench.registry.models.runtime import VolumePrompt
 
 PATCH = (4, 16, 16)
@@ -156,7 +158,7 @@ class SegVolMaskDecoder(nn.Module):
 class SegVolTextEncoder(nn.Module):
     """CLIP text tower + a linear map to the decoder width (the official TextEncoder's modules)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: CLIPTextConfig) -> None:
         super().__init__()
         from transformers import CLIPTextModel
 
@@ -175,7 +177,7 @@ class SegVolTextEncoder(nn.Module):
 class SegVolParts(nn.Module):
     """Container named as the release (image_encoder., prompt_encoder., mask_decoder., text_encoder.)."""
 
-    def __init__(self, spatial_size: Sequence[int], text_config: Any) -> None:
+    def __init__(self, spatial_size: Sequence[int], text_config: CLIPTextConfig) -> None:
         super().__init__()
         from monai.networks.nets import ViT
 

@@ -8,7 +8,7 @@ Imported only when a 3D model is loaded (torch at module level).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,6 +16,9 @@ import torch.nn.functional as F
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.runtime import Box, FoundationModel, VolumePrompt
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 class VolumetricSegmenter(FoundationModel):
@@ -29,8 +32,8 @@ class VolumetricSegmenter(FoundationModel):
         modes = set(self.card.prompt_modes or ("bbox", "rand"))
         return tuple(k for k, has in (("points", bool(modes - {"bbox"})), ("box", "bbox" in modes)) if has)
 
-    def segment(self, image: np.ndarray, box: Box | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """Not offered: this model segments volumes; see `segment_volume`."""
         raise InputError(f"model {self.card.name!r} segments 3D volumes, not 2D images: use a 3D dataset "
                          "(benchmark list datasets) or a 2D model")

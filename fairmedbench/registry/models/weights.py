@@ -9,10 +9,13 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.models.card import ModelCard
+
+if TYPE_CHECKING:
+    import torch
 
 Source = Literal["path", "hub", "package", "random"]
 
@@ -239,7 +242,7 @@ def read_state_dict(path: Path) -> dict[str, Any]:
     return state
 
 
-def load_into(module: Any, state: dict[str, Any], *, what: str,
+def load_into(module: torch.nn.Module, state: dict[str, Any], *, what: str,
               key_map: Callable[[str], str | None] | None = None,
               ignore_missing: Iterable[str] = (), ignore_unexpected: Iterable[str] = ()) -> None:
     """Map checkpoint keys onto `module` and load; refuse (InputError) on missing/unexpected keys or shapes."""
