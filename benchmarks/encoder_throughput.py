@@ -106,7 +106,9 @@ def main() -> int:
     split = PngSplit(paths)
     n, bs = len(paths), args.batch_size
     print(f"device={device} torch={torch.__version__} threads={torch.get_num_threads()} "
-          f"images={n} batch={bs} workers={args.num_workers if args.num_workers is not None else default_workers(device)} weights={model.weights.identity[:12]}")
+          f"images={n} batch={bs} "
+          f"workers={args.num_workers if args.num_workers is not None else default_workers(device)} "
+          f"weights={model.weights.identity[:12]}")
 
     # 1. harness end-to-end vs bare forward on tensors of the same shape (alternating, best of rounds)
     extract_features(model, PngSplit(paths[:bs]), split_name="warmup", cache_dir=None, batch_size=bs,
@@ -143,8 +145,8 @@ def main() -> int:
     real_batches = [pixels]
     ref_s, ref = timed_forward(encoder, real_batches, device, "fp32", False)
     ref_emb = ref.mean(dim=(2, 3))
-    print(f"{'variant (' + str(m) + ' real images)':<26}{'img/s':>8}{'GFLOP/s':>9}{'of fp32 peak':>14}{'of own peak':>13}"
-          f"{'min cos':>9}{'max rel err':>13}")
+    print(f"{'variant (' + str(m) + ' real images)':<26}{'img/s':>8}{'GFLOP/s':>9}{'of fp32 peak':>14}"
+          f"{'of own peak':>13}{'min cos':>9}{'max rel err':>13}")
     variants = [("fp32", "fp32", False, encoder), ("fp32 channels-last", "fp32", True, encoder),
                 ("bf16 autocast", "bf16", False, encoder), ("bf16 channels-last", "bf16", True, encoder)]
     if not args.no_compile:

@@ -27,8 +27,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -127,13 +128,6 @@ def main() -> int:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fairmedbench import cli
-    from fairmedbench.engine import features as feats_mod
-    from fairmedbench.engine import store
-    from fairmedbench.engine.device import autocast, encoder_batch_size, resolve_precision
-    from fairmedbench.registry import models as models_mod
-    from fairmedbench.registry.models import runtime
-    from fairmedbench.benchmark import resolve as resolve_mod
     import fairmedbench.adapters  # noqa: F401  (registers usages, imports their modules before patching)
     import fairmedbench.benchmark.controls  # noqa: F401
     import fairmedbench.metrics.classification as mcls
@@ -141,6 +135,13 @@ def main() -> int:
     import fairmedbench.tasks.classification as tclass
     import fairmedbench.tasks.common as tcommon
     import fairmedbench.tasks.segmentation as tseg
+    from fairmedbench import cli
+    from fairmedbench.benchmark import resolve as resolve_mod
+    from fairmedbench.engine import features as feats_mod
+    from fairmedbench.engine import store
+    from fairmedbench.engine.device import autocast, encoder_batch_size, resolve_precision
+    from fairmedbench.registry import models as models_mod
+    from fairmedbench.registry.models import runtime
 
     print(f"cpu: {cpu_flags()}")
     print(f"torch {torch.__version__}: {torch.get_num_threads()} intra-op threads, "

@@ -16,7 +16,8 @@ import difflib
 import importlib
 import os
 import sys
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from fairmedbench.errors import InputError
 
@@ -67,11 +68,23 @@ class Registry(Generic[T]):
         return self._items
 
     def add(self, name: str, item: T) -> T:
-        """Register `item` under `name`; a duplicate name is an error."""
+        """Register `item` under `name`; a duplicate name, or an item whose own `name` differs, is an error."""
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
+        own = getattr(item, "name", name)
+        if own != name:
+            raise ValueError(f"{self.kind} {name!r}: the item names itself {own!r}; register it under its own name "
+                             "(add_named)")
         self._items[name] = item
         return item
+
+    def add_named(self, item: T) -> T:
+        """Register `item` under its own `name` attribute (a card's, a profile's, a plugin class's): the key is
+        written once, where the item is defined."""
+        name = getattr(item, "name", None)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} {item!r} has no `name` to be registered under")
+        return self.add(name, item)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator form of `add`."""

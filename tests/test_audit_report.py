@@ -53,7 +53,8 @@ def test_score_ks_matches_scipy_with_by_over_the_family() -> None:
             for i, a in enumerate(groups):
                 for b in groups[i + 1:]:
                     raw.append(((attr, cls, a, b), ks_2samp(part.p[part[attr] == a], part.p[part[attr] == b])))
-    ours = {(t.attribute, t.label, t.group_a, t.group_b): t for t in tests}
+    ours = {(t.variable, ("negatives", "positives").index(t.within), t.group_a, t.group_b): t for t in tests}
+    assert all(t.feature == "y" for t in tests)
     assert set(ours) == {k for k, _ in raw}  # 'clean' has no positives: only its negatives are compared
     want = false_discovery_control([r.pvalue for _, r in raw], method="by")
     for (key, r), q in zip(raw, want):

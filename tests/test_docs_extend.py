@@ -106,7 +106,8 @@ def test_add_a_dataset_guide(tmp_path: Path) -> None:
     assert data["label_counts"] == {"0": 20, "1": 20}
     assert sum(data["split"]["sizes"].values()) == 40
     doc, pred = one_result(tmp_path, "c2l", "toy-spots", "lp")
-    assert doc["inputs"]["dataset"]["name"] == "toy-spots" and set(pred["sample_id"]) <= {f"img{i:03d}" for i in range(40)}
+    assert doc["inputs"]["dataset"]["name"] == "toy-spots"
+    assert set(pred["sample_id"]) <= {f"img{i:03d}" for i in range(40)}
     check_auc_recomputes(doc, pred)
 
 

@@ -9,8 +9,8 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,7 +56,8 @@ def test_catalogues_list_every_registered_name(site: Path) -> None:
     from fairmedbench.registry.models import MODELS
 
     for rel, kind, registry in (("catalogue/models", "model", MODELS), ("catalogue/datasets", "dataset", DATASETS),
-                                ("catalogue/usages", "usage", USAGES), ("catalogue/mitigations", "mitigation", MITIGATIONS),
+                                ("catalogue/usages", "usage", USAGES),
+                                ("catalogue/mitigations", "mitigation", MITIGATIONS),
                                 ("reference/profiles", "profile", PROFILES)):
         page = _page(site, rel)
         assert _ids(page, kind) == {_slug(n) for n in registry.names()}, rel
@@ -90,7 +91,8 @@ def test_model_pages_say_weights_licence_pretraining_and_layout_status(site: Pat
 def test_dataset_pages_give_tasks_attributes_layout_and_licence(site: Path) -> None:
     page = _page(site, "catalogue/datasets")
     nih = page[page.index('id="dataset-nih-cxr14"'):page.index('id="dataset-papila"')]
-    assert "Data_Entry_2017_v2020.csv" in nih and "<code>official</code>" in nih and "public (NIH Clinical Center)" in nih
+    assert "Data_Entry_2017_v2020.csv" in nih and "<code>official</code>" in nih
+    assert "public (NIH Clinical Center)" in nih
     assert "<code>Patient Gender</code>" in nih and "<code>M</code> → male" in nih and "&gt;=60 = [60, ∞)" in nih
     assert "In the pretraining data of" in nih and "#model-c2l" in nih
     assert "<strong>Size (as published)</strong>: 112,120 frontal chest X-rays" in nih

@@ -12,8 +12,14 @@ import pytest
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from fairmedbench.analysis.encoding import (held_out_aucs, holdout_split, ks_family, logistic_probe, make_target,
-                                            multitask_head)
+from fairmedbench.analysis.encoding import (
+    held_out_aucs,
+    holdout_split,
+    ks_family,
+    logistic_probe,
+    make_target,
+    multitask_head,
+)
 from fairmedbench.cli import main
 
 
@@ -45,12 +51,12 @@ def test_ks_family_matches_scipy_and_corrects_over_the_family() -> None:
     sex = make_target("sex", np.array(["F", "M"] * 45))
     grp = make_target("site", np.repeat(["a", "b", "c"], 30))
     fam = ks_family(modes, ["m1", "m2"], [sex, grp])
-    assert [(r.mode, r.variable, r.group_a, r.group_b) for r in fam.rows][:4] == [
+    assert [(r.feature, r.variable, r.group_a, r.group_b) for r in fam.rows][:4] == [
         ("m1", "sex", "F", "M"), ("m1", "site", "a", "b"), ("m1", "site", "a", "c"), ("m1", "site", "b", "c")]
     assert len(fam.rows) == 8
     raw = []
     for r in fam.rows:
-        j = 0 if r.mode == "m1" else 1
+        j = 0 if r.feature == "m1" else 1
         if r.variable == "sex":
             a, b = modes[0::2, j], modes[1::2, j]
         else:
@@ -100,7 +106,8 @@ def test_split_probe_finds_an_encoded_attribute_and_not_an_absent_one() -> None:
     sex, race = make_target("sex", df["sex"]), make_target("race", df["race"])
     held = holdout_split(len(df), df["label"].to_numpy(), 0.3, 0, df["patient_id"].to_numpy())
     noise = np.random.default_rng(9).normal(size=x.shape)
-    probs = {"model": logistic_probe(x, sex.codes, ~held, held), "random": logistic_probe(noise, sex.codes, ~held, held)}
+    probs = {"model": logistic_probe(x, sex.codes, ~held, held),
+             "random": logistic_probe(noise, sex.codes, ~held, held)}
     recs = {r.features: r for r in held_out_aucs("sex", sex.codes[held], probs, sex.classes, reference="random",
                                                 n_boot=500)}
     assert recs["model"].value > 0.85
@@ -210,7 +217,8 @@ def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.Ca
     cache = tmp_path / "cache"
     rc, out, err = _run(capsys, "inspect", "--model", "imagenet-resnet50", "--weights", "random", "--dataset",
                         "synth-contrast", "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu",
-                        "--cache-dir", str(cache), "--n-boot", "50", "--no-tsne", "--imagenet-model", "imagenet-vit-b16",
+                        "--cache-dir", str(cache), "--n-boot", "50", "--no-tsne",
+                        "--imagenet-model", "imagenet-vit-b16",
                         "--out", str(tmp_path / "o"), "--json")
     assert rc == 0, err
     doc = json.loads(out)

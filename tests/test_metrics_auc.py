@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from fairmedbench.metrics import OVERALL, evaluate_classification
-from fairmedbench.metrics import paired
-from fairmedbench.metrics.auc import weighted_auc
+from fairmedbench.metrics import OVERALL, evaluate_classification, paired
+from fairmedbench.metrics.auc import auc, weighted_auc
 
 
 def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -24,6 +23,16 @@ def test_weighted_auc_equals_sklearn_with_sample_weight():
     got = weighted_auc(y, s, w)
     for row, g in zip(w, got):
         assert g == pytest.approx(roc_auc_score(y, s, sample_weight=row), abs=1e-12)
+
+
+def test_unweighted_auc_is_the_mann_whitney_u_and_nan_with_one_class():
+    from scipy.stats import mannwhitneyu
+
+    y, s = _data(250, 3)
+    u = mannwhitneyu(s[y == 1], s[y == 0]).statistic
+    assert auc(y, s) == u / ((y == 1).sum() * (y == 0).sum())  # exactly: both count ties 1/2 in one division
+    assert auc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert np.isnan(auc(np.ones(5), np.linspace(0, 1, 5)))
 
 
 def test_engine_and_paired_bootstrap_use_the_same_auc():

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics import bootstrap as bs
+from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.multiclass import evaluate_multiclass
 from fairmedbench.metrics.result import GAP
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation

@@ -16,8 +16,8 @@ import pytest
 from scipy.stats import skew
 from sklearn.metrics import average_precision_score, brier_score_loss, roc_auc_score
 
-from fairmedbench.metrics import GAP, OVERALL, evaluate_classification
 from fairmedbench.errors import InputError
+from fairmedbench.metrics import GAP, OVERALL, evaluate_classification
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.classification import _evaluate_weights, _Names, _plan, equal_width_binner
 from fairmedbench.metrics.groups import make_attribute
@@ -72,8 +72,14 @@ def test_sklearn_sauroc(cls):
 
 
 def test_fairlearn_rates_and_differences_same_groups(cls):
-    from fairlearn.metrics import (MetricFrame, demographic_parity_difference, equalized_odds_difference,
-                                   false_positive_rate, selection_rate, true_positive_rate)
+    from fairlearn.metrics import (
+        MetricFrame,
+        demographic_parity_difference,
+        equalized_odds_difference,
+        false_positive_rate,
+        selection_rate,
+        true_positive_rate,
+    )
 
     y, s, g, r = cls
     pred = (s >= 0.5).astype(int)

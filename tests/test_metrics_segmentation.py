@@ -11,9 +11,19 @@ from hypothesis import given, settings
 from hypothesis.extra.numpy import arrays
 
 from fairmedbench.errors import InputError
-from fairmedbench.metrics.segmentation import (binarize, dice, dice_batch, dice_from_counts, dice_per_volume,
-                                               dice_per_volume_from_counts, hd95, hd95_batch, iou,
-                                               iou_from_counts, overlap_counts)
+from fairmedbench.metrics.segmentation import (
+    binarize,
+    dice,
+    dice_batch,
+    dice_from_counts,
+    dice_per_volume,
+    dice_per_volume_from_counts,
+    hd95,
+    hd95_batch,
+    iou,
+    iou_from_counts,
+    overlap_counts,
+)
 
 
 def _random_masks(seed: int, n: int = 8, shape: tuple[int, ...] = (9, 11)) -> tuple[np.ndarray, np.ndarray]:

@@ -10,8 +10,14 @@ import pytest
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import GAP, evaluate_classification
 from fairmedbench.metrics.seg_fairness import evaluate_segmentation
-from fairmedbench.metrics.specs import (METRIC_SPECS, board_metrics, headline_metric, metric_spec, summary_metrics,
-                                        table_metrics)
+from fairmedbench.metrics.specs import (
+    METRIC_SPECS,
+    board_metrics,
+    headline_metric,
+    metric_spec,
+    summary_metrics,
+    table_metrics,
+)
 
 
 def _emitted(result) -> dict[str, set[str]]:

@@ -8,19 +8,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PLUGIN = """
 print("plugin imported")
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
-MITIGATIONS.add("plugin-erm", Mitigation)
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
+
+
+@register_mitigation
+class PluginErm(Mitigation):
+    name = "plugin-erm"
 """
 
 
 def _python(code: str, folder: Path, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("FMB_PLUGINS", "PYTHONPATH")}
     base.update(PYTHONPATH=f"{ROOT}{os.pathsep}{folder}", **env)
-    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=base, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=base, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_env_plugin_is_loaded_once_and_only_when_a_registry_is_consulted(tmp_path: Path) -> None:
@@ -57,9 +64,24 @@ def test_a_missing_plugin_is_one_line_and_its_names_stay_unknown(tmp_path: Path)
 
 
 def test_a_plugin_name_clash_with_a_builtin_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "clash.py").write_text("from fairmedbench.mitigation.base import MITIGATIONS, Mitigation\n"
+    (tmp_path / "clash.py").write_text("from fairmedbench.mitigation.base import Mitigation, register_mitigation\n"
                                        "import fairmedbench.mitigation\n"
-                                       "MITIGATIONS.add('groupdro', Mitigation)\n")
+                                       "register_mitigation(type('Mine', (Mitigation,), {'name': 'groupdro'}))\n")
     out = _python("from fairmedbench.mitigation import MITIGATIONS; MITIGATIONS.get('erm')", tmp_path,
                   FMB_PLUGINS="clash")
     assert out.returncode == 1 and "mitigation 'groupdro' is registered twice" in out.stderr
+
+
+def test_the_key_is_the_item_s_own_name() -> None:
+    """A usage or mitigation is registered under its class's `name`; an item filed under another key is refused
+    (its results would record a name other than the one it was chosen by)."""
+    from fairmedbench.adapters import USAGES, Usage
+    from fairmedbench.mitigation import MITIGATIONS, Mitigation
+
+    assert all(USAGES.get(n).name == n for n in USAGES.names())
+    assert all(MITIGATIONS.get(n).name == n for n in MITIGATIONS.names())
+    with pytest.raises(ValueError, match="names itself 'erm'"):
+        MITIGATIONS.add("not-erm", Mitigation)
+    with pytest.raises(ValueError, match="has no `name`"):
+        USAGES.add_named(Usage())
+    assert "not-erm" not in MITIGATIONS and "" not in USAGES

@@ -9,8 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairmedbench.analysis.resample import (ResampleSpec, apply_test_resample, balance_groups, parse_test_resample,
-                                            resample_test_set)
+from fairmedbench.analysis.resample import (
+    ResampleSpec,
+    apply_test_resample,
+    balance_groups,
+    parse_test_resample,
+    resample_test_set,
+)
 from fairmedbench.cli import main
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
@@ -60,7 +65,8 @@ def test_balanced_keeps_prevalence_and_rates_at_global_fpr20_agree_within_sampli
     assert res.counts["A"]["n"] == res.counts["B"]["n"] == (df["grp"] == "A").sum()  # the smaller group, whole
     for g, want in (("A", 0.1), ("B", 0.5)):  # each group keeps its own prevalence
         c = res.counts[g]
-        assert c["n_pos"] == round(c["n"] * df.loc[df.grp == g, "label"].mean()) and abs(c["n_pos"] / c["n"] - want) < 0.03
+        assert c["n_pos"] == round(c["n"] * df.loc[df.grp == g, "label"].mean())
+        assert abs(c["n_pos"] / c["n"] - want) < 0.03
     after = _evaluate(df.iloc[res.positions])
     # The acceptance check: FPR at the global FPR-0.2 threshold agrees across groups after resampling, within
     # 4 binomial standard errors of the difference (~0.06 here). It agreed before too: FPR is conditional on

@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 from scipy.stats import entropy as scipy_entropy
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 
-from fairmedbench.analysis.uncertainty import (binary_as_classes, patient_average, rejection_curves, retention_grid,
-                                               uncertainty_block, uncertainty_measures)
+from fairmedbench.analysis.uncertainty import (
+    binary_as_classes,
+    patient_average,
+    rejection_curves,
+    retention_grid,
+    uncertainty_block,
+    uncertainty_measures,
+)
 from fairmedbench.errors import InputError
 
 

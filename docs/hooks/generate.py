@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mkdocs.structure.pages import Page
 
 
-def on_files(files: "Files", config: "MkDocsConfig") -> "Files":
+def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Add every generated page (metric sheet, catalogues) as an in-memory file."""
     from mkdocs.structure.files import File
 
@@ -30,6 +30,6 @@ def on_files(files: "Files", config: "MkDocsConfig") -> "Files":
     return files
 
 
-def on_page_markdown(markdown: str, page: "Page", config: "MkDocsConfig", files: "Files") -> str:
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     """Replace `<!-- readme: MARK -->` by the README's fenced block under `<!-- MARK -->`."""
     return insert_readme_blocks(markdown, (ROOT / "README.md").read_text(encoding="utf-8"))

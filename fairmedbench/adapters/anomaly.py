@@ -24,13 +24,18 @@ PatchCore). Neither reconstructs images, so the paper's reconstruction-based sco
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, features_progress, register_usage
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 SCORERS = ("knn", "mahalanobis")
 
@@ -48,7 +53,7 @@ def make_anomaly_head(scorer: str, k: int):  # -> torch.nn.Module
             # frozen parameters rather than buffers: the runner's optimiser needs a non-empty parameter list
             self.mu = nn.Parameter(torch.zeros((), dtype=torch.float64), requires_grad=False)
             self.sigma = nn.Parameter(torch.ones((), dtype=torch.float64), requires_grad=False)
-            self.model: Any = None
+            self.model: Any = None  # the fitted scikit-learn estimator
             self.notes: dict[str, Any] = {}
 
         def fit_normal(self, x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray) -> None:
@@ -91,21 +96,22 @@ def make_anomaly_head(scorer: str, k: int):  # -> torch.nn.Module
                 d = np.sqrt(np.maximum(self.model.mahalanobis(z), 0.0))
             return np.maximum(d, 1e-300)
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             return x
 
-        def linear(self, x: "torch.Tensor") -> "torch.Tensor":
+        def linear(self, x: torch.Tensor) -> torch.Tensor:
             if self.model is None:
                 raise RuntimeError("the anomaly head is used before fit_normal")
             logs = torch.as_tensor(np.log(self.distance(x.detach().cpu().numpy())), dtype=torch.float64)
             return ((logs - self.mu) / self.sigma)[:, None]
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return AnomalyHead()
 
 
+@register_usage
 class AnomalyDetection(Usage):
     """Frozen cached features; a kNN or Mahalanobis scorer fitted on normal training samples, no gradient step."""
 
@@ -132,7 +138,7 @@ class AnomalyDetection(Usage):
             if scorer != "knn":
                 raise InputError("usage 'anomaly': k applies to scorer=knn only")
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Cached features of every split and the scorer head (fitted by the runner on normal training rows)."""
         from fairmedbench.engine.features import extract_features
 
@@ -153,7 +159,5 @@ class AnomalyDetection(Usage):
                                  "columns: leave out tasks=all")
             return make_anomaly_head(scorer, k)
 
-        return Prepared(inputs, make_head, {"features": notes, "scorer": scorer, **({"k": k} if scorer == "knn" else {})})
-
-
-USAGES.add("anomaly", AnomalyDetection())
+        return Prepared(inputs, make_head,
+                        {"features": notes, "scorer": scorer, **({"k": k} if scorer == "knn" else {})})

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from fairmedbench.registry.base import Registry
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.datasets.card import DatasetCard
+    from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
 
 
 @dataclass
@@ -21,12 +27,12 @@ class RunContext:
     batch_size: int = 16
     num_workers: int | None = None
     channels_last: bool = False
-    dataset_card: Any = None
+    dataset_card: DatasetCard | None = None
     hparams: dict[str, Any] | None = None
     progress: Callable[[str, int, int], None] | None = None
 
 
-def features_progress(ctx: RunContext, model: Any, split: str) -> Callable[[int, int], None] | None:
+def features_progress(ctx: RunContext, model: FoundationModel, split: str) -> Callable[[int, int], None] | None:
     """`ctx.progress` as feature extraction's (done, total) callback, staged "features <model>/<dataset> <split>"."""
     if ctx.progress is None:
         return None
@@ -34,6 +40,19 @@ def features_progress(ctx: RunContext, model: Any, split: str) -> Callable[[int,
     stage = f"features {model.card.name}{'/' + dataset if dataset else ''} {split}"
     report = ctx.progress
     return lambda done, total: report(stage, done, total)
+
+
+def promptable(model: FoundationModel, usage: str) -> PromptableSegmenter:
+    """`model` as the SAM-style segmenter (image encoder, prompt encoder, mask decoder) a usage fine-tunes."""
+    from fairmedbench.errors import InputError
+    from fairmedbench.registry.models.runtime import PromptableSegmenter
+
+    if getattr(model, "volumetric", False):
+        raise InputError(f"usage {usage!r} trains a 2D mask decoder on image slices; model {model.card.name!r} "
+                         "segments whole volumes: use --usage sam-prompt")
+    if not isinstance(model, PromptableSegmenter):
+        raise InputError(f"usage {usage!r} fine-tunes a SAM-style mask decoder; model {model.card.name!r} has none")
+    return model
 
 
 @dataclass
@@ -50,7 +69,7 @@ class Prepared:
 MC_HPARAMS: Mapping[str, Any] = MappingProxyType({"dropout": 0.0, "mc_samples": 0})
 
 
-def check_mc_hparams(usage: "Usage", given: Mapping[str, Any]) -> None:
+def check_mc_hparams(usage: Usage, given: Mapping[str, Any]) -> None:
     """`mc_samples` (--mc-samples) only on a usage with head dropout, T >= 2, dropout rate in (0, 1); cheap, so
     a run refuses it before any work."""
     from fairmedbench.engine.hparams import coerce
@@ -106,15 +125,15 @@ class Usage:
                 return t
         return self.task
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Classification: turn each split view into model inputs (e.g. cached features) and a head."""
         raise NotImplementedError(f"usage {self.name!r} is not a classification usage")
 
-    def predictor(self, model: Any, ctx: RunContext) -> Callable[..., np.ndarray]:
+    def predictor(self, model: FoundationModel, ctx: RunContext) -> Callable[..., np.ndarray]:
         """Segmentation: a function (image, prompt) -> boolean mask."""
         raise NotImplementedError(f"usage {self.name!r} is not a segmentation usage")
 
-    def trainable(self, model: Any, ctx: RunContext) -> Any:
+    def trainable(self, model: FoundationModel, ctx: RunContext) -> Any:
         """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
         raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
 
@@ -124,11 +143,18 @@ class Usage:
 
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""
-        return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires), "learns": self.learns,
-                "hparams": dict(self.hparams), "about": self.about}
+        return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires),
+                "learns": self.learns, "hparams": dict(self.hparams), "about": self.about}
 
 
 USAGES: Registry[Usage] = Registry("usage", plugins=True)
+U = TypeVar("U", bound=Usage)
+
+
+def register_usage(cls: type[U]) -> type[U]:
+    """Class decorator: register an instance of the usage under the class's `name`, the key's one source."""
+    USAGES.add_named(cls())
+    return cls
 
 
 def compatible_usages(capabilities: tuple[str, ...] | list[str], tasks: tuple[str, ...] | list[str]) -> list[str]:

@@ -3,13 +3,19 @@ CLIP-Adapt), logits = scale * cosine(image feature, prototype), on cached image 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, register_usage
 from fairmedbench.adapters.clip_zeroshot import PROMPT_HPARAMS, prepare_clip
 
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
+
+@register_usage
 class ClipAdapt(Usage):
     """The zero-shot head with its prototypes trained by the runner (the logit scale stays fixed)."""
 
@@ -26,9 +32,6 @@ class ClipAdapt(Usage):
     # away from the text initialisation within a few steps.
     train_defaults = MappingProxyType({"lr": 1e-3})
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and a prototype head to train."""
         return prepare_clip(self, model, views, ctx, trainable=True)
-
-
-USAGES.add("clip-adapt", ClipAdapt())

@@ -8,13 +8,18 @@ softmax over the two classes' scaled cosine similarities, i.e. sigmoid(scale * (
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import Prepared, RunContext, Usage, features_progress, register_usage
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 # Where a model has no logit scale of its own (BLIP and BLIP-2 retrieval models in transformers): CLIP's
 # maximum, 1 / 0.01, as FairMedFM's CLIP wrappers use.
@@ -62,7 +67,7 @@ def label_prompts(card: Any, hparams: dict[str, Any] | None) -> dict[str, list[l
     return out
 
 
-def class_embeddings(model: Any, prompts: dict[str, list[list[str]]], ctx: RunContext) -> np.ndarray:
+def class_embeddings(model: FoundationModel, prompts: dict[str, list[list[str]]], ctx: RunContext) -> np.ndarray:
     """Prompt-ensembled class embeddings (K labels, 2 classes, D), unit norm, from `model.encode_text`."""
     import torch
     import torch.nn.functional as F
@@ -81,7 +86,7 @@ def class_embeddings(model: Any, prompts: dict[str, list[list[str]]], ctx: RunCo
     return np.stack(out).astype(np.float32)
 
 
-def logit_scale(model: Any, hparams: dict[str, Any] | None) -> tuple[float, str]:
+def logit_scale(model: FoundationModel, hparams: dict[str, Any] | None) -> tuple[float, str]:
     """The scale of cosine similarities: hparam `logit_scale`, else exp of the model's own learned (log)
     logit scale (CLIP, SigLIP, MedCLIP, PubMedCLIP, PLIP), else 100. Returns (scale, where it came from)."""
     hp = hparams or {}
@@ -107,6 +112,8 @@ def make_prototype_head(prototypes: np.ndarray, scale: float, trainable: bool): 
     class PrototypeLogits(nn.Module):
         """Scaled cosine similarities to two class prototypes per label -> one logit per label."""
 
+        scale: torch.Tensor  # a buffer
+
         def __init__(self) -> None:
             super().__init__()
             # A frozen parameter rather than a buffer: the runner's optimiser needs a non-empty parameter list.
@@ -114,7 +121,7 @@ def make_prototype_head(prototypes: np.ndarray, scale: float, trainable: bool): 
             self.prototypes = nn.Parameter(init, requires_grad=trainable)
             self.register_buffer("scale", torch.tensor(float(scale)))
 
-        def forward(self, rep: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, rep: torch.Tensor) -> torch.Tensor:
             sims = torch.einsum("nd,kcd->nkc", rep, F.normalize(self.prototypes, dim=-1))
             return self.scale * (sims[..., 1] - sims[..., 0])
 
@@ -125,16 +132,17 @@ def make_prototype_head(prototypes: np.ndarray, scale: float, trainable: bool): 
             super().__init__()
             self.linear = PrototypeLogits()
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             return F.normalize(x, dim=-1)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return PrototypeHead()
 
 
-def prepare_clip(usage: Usage, model: Any, views: dict[str, Any], ctx: RunContext, trainable: bool) -> Prepared:
+def prepare_clip(usage: Usage, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext,
+                 trainable: bool) -> Prepared:
     """Normalised cached image features per split and a prototype head initialised from the prompts."""
     from fairmedbench.engine.features import extract_features
 
@@ -165,6 +173,7 @@ def prepare_clip(usage: Usage, model: Any, views: dict[str, Any], ctx: RunContex
     return Prepared(inputs, make_head, notes)
 
 
+@register_usage
 class ClipZeroShot(Usage):
     """Fixed text prototypes: no training; the runner still picks the threshold on validation."""
 
@@ -176,9 +185,6 @@ class ClipZeroShot(Usage):
     volumes = True
     caches_features = True
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Cached, normalised image features and the fixed zero-shot head."""
         return prepare_clip(self, model, views, ctx, trainable=False)
-
-
-USAGES.add("clip-zs", ClipZeroShot())

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fairmedbench.adapters.base import MC_HPARAMS, USAGES, Prepared, RunContext, Usage, features_progress
+from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, features_progress, register_usage
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 
 def head_dropout(rate: float):  # -> torch.nn.Module
@@ -25,6 +30,9 @@ def make_linear_head(x_train: np.ndarray, n_outputs: int, dropout: float = 0.0):
     class LinearHead(nn.Module):
         """Standardise, then one linear layer; returns logits (n, n_outputs)."""
 
+        mean: torch.Tensor  # buffers
+        std: torch.Tensor
+
         def __init__(self) -> None:
             super().__init__()
             mean = x_train.mean(axis=0)
@@ -34,15 +42,16 @@ def make_linear_head(x_train: np.ndarray, n_outputs: int, dropout: float = 0.0):
             self.linear = nn.Linear(x_train.shape[1], n_outputs)
             self.mc_dropout = head_dropout(dropout)
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             return self.mc_dropout((x - self.mean) / self.std)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return LinearHead()
 
 
+@register_usage
 class LinearProbe(Usage):
     """Frozen encoder features, computed once per (model, weights, preprocessing, split) and cached."""
 
@@ -56,7 +65,7 @@ class LinearProbe(Usage):
     hparams = MC_HPARAMS
     caches_features = True
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Extract (or read from the cache) the features of every split."""
         from fairmedbench.engine.features import extract_features
 
@@ -74,6 +83,3 @@ class LinearProbe(Usage):
             return make_linear_head(x_train, k, rate)
 
         return Prepared(inputs, make_head, {"features": notes})
-
-
-USAGES.add("lp", LinearProbe())

@@ -21,15 +21,20 @@ import hashlib
 import inspect
 import re
 import weakref
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import MC_HPARAMS, USAGES, Prepared, RunContext, Usage
+from fairmedbench.adapters.base import MC_HPARAMS, Prepared, RunContext, Usage, register_usage
 from fairmedbench.adapters.linear_probe import head_dropout
 from fairmedbench.engine.device import keep_freed_memory, resolve_precision
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 LORA_DEFAULTS = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.1}
 # (leaf module names, module type) tried in order; the first rule with a match in the image tower wins.
@@ -98,7 +103,8 @@ def lora_settings(hparams: dict[str, Any] | None,
             "head_dropout": float((hparams or {}).get("dropout", 0.0))}
 
 
-def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outputs: int, example: np.ndarray):
+def make_lora_head(model: FoundationModel, ctx: RunContext, settings: dict[str, Any], n_outputs: int,
+                   example: np.ndarray):
     """A fresh LoRA copy of `model`'s module plus a linear layer; returns logits (n, n_outputs).
 
     The encoder runs on `ctx.device`; representations come back to the CPU, where the runner keeps the
@@ -120,8 +126,8 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
     encoder.to(device)
     clone = copy.copy(model)  # the model's own encode_image on the LoRA copy, with gradients
     clone.module = encoder
-    if isinstance(model, PromptableSegmenter):
-        clone.image_map = encoder.image_encoder  # its map memo is keyed by the base weights: bypass it
+    if isinstance(clone, PromptableSegmenter):
+        clone.image_map = encoder.image_encoder  # type: ignore[method-assign]  # the memo is keyed by the base weights
     encode = inspect.unwrap(type(model).encode_image)
     chunk = max(1, ctx.batch_size)
     bf16 = resolve_precision(ctx.precision, device) == "bf16"
@@ -151,7 +157,7 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
             finally:
                 self._memo = None
 
-        def _encode(self, x: "torch.Tensor") -> "torch.Tensor":
+        def _encode(self, x: torch.Tensor) -> torch.Tensor:
             memo = self._memo
             if (memo is None or torch.is_grad_enabled() or x.is_inference()  # (no version counter to check)
                     or any(m.training for m in self.encoder.modules())):
@@ -165,40 +171,41 @@ def make_lora_head(model: Any, ctx: RunContext, settings: dict[str, Any], n_outp
                 return seen[2]
             # else by content: wrappers (volumes.make_volume_head) build new tensors of the same pixels every pass
             flat = x.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-            content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat, digest_size=32).digest())
+            content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat.data, digest_size=32).digest())
             if content not in memo:
                 memo[content] = self._run_encoder(x)
             memo[place] = (weakref.ref(base), x._version, memo[content])
             return memo[content]
 
-        def _run_encoder(self, x: "torch.Tensor") -> "torch.Tensor":
+        def _run_encoder(self, x: torch.Tensor) -> torch.Tensor:
             with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
                 return encode(clone, x.to(device)).float().cpu()
 
-        def train(self, mode: bool = True) -> "LoRAHead":
+        def train(self, mode: bool = True) -> LoRAHead:
             """The head follows `mode`; the encoder as `lora_train_mode` says."""
             super().train(mode)
             lora_train_mode(self.encoder, mode)
             return self
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             if torch.is_grad_enabled():
                 return self.mc_dropout(self._encode(x))
             return self.mc_dropout(torch.cat([self._encode(x[i:i + chunk]) for i in range(0, len(x), chunk)]))
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return LoRAHead().eval()
 
 
-def pixel_arrays(model: Any, view: Any) -> np.ndarray:
+def pixel_arrays(model: FoundationModel, view: Any) -> np.ndarray:
     """Every image of a split view in the model's preprocessing: (n, C, H, W) float32."""
     if len(view) == 0:
         raise InputError("a split is empty: LoRA needs images in train, val and test")
     return np.stack([model.preprocess(view.load_image(k)) for k in range(len(view))]).astype(np.float32)
 
 
+@register_usage
 class LoRAFineTune(Usage):
     """LoRA on the image tower plus a linear head; the runner trains it and selects on validation."""
 
@@ -214,7 +221,7 @@ class LoRAFineTune(Usage):
     # linear probe's defaults.
     train_defaults = MappingProxyType({"lr": 5e-4, "epochs": 20, "patience": 5, "batch_size": 16})
 
-    def prepare(self, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+    def prepare(self, model: FoundationModel, views: Mapping[str, ImageSplit], ctx: RunContext) -> Prepared:
         """Preprocessed pixels per split and a LoRA head factory (a fresh LoRA copy per seed)."""
         settings = lora_settings(ctx.hparams)
         inputs = {name: pixel_arrays(model, view) for name, view in views.items()}
@@ -230,6 +237,3 @@ class LoRAFineTune(Usage):
                           "image_tower": image_tower_prefix(model.module).rstrip(".") or "whole model"},
                  "pixels": {name: list(x.shape) for name, x in inputs.items()}}
         return Prepared(inputs, make_head, notes)
-
-
-USAGES.add("lora", LoRAFineTune())

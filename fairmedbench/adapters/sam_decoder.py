@@ -12,14 +12,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, RunContext, Usage
+from fairmedbench.adapters.base import RunContext, Usage, promptable, register_usage
 from fairmedbench.adapters.prompts import Prompt
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
 
 
 def image_key(image: np.ndarray) -> str:
@@ -34,7 +38,7 @@ class SamDecoderProblem:
     trained = "mask decoder"
     frozen = "image encoder and prompt encoder"
 
-    def __init__(self, model: Any, ctx: RunContext) -> None:
+    def __init__(self, model: PromptableSegmenter, ctx: RunContext) -> None:
         from fairmedbench.engine.device import prepare_module
 
         prepare_module(model.module, ctx.device, ctx.channels_last)
@@ -96,7 +100,7 @@ class SamDecoderProblem:
         import torch
 
         emb = torch.stack([self.maps[k] for k in keys]).to(self.ctx.device, torch.float32)
-        boxes_t = torch.cat([self.model.prompt_tensors(h, w, box)[0] for box, (h, w) in zip(boxes, shapes)])
+        boxes_t = torch.cat([self.model.box_tensor(h, w, box) for box, (h, w) in zip(boxes, shapes)])
         return self.model.decode(emb, boxes_t, decoder=trained.decoder)[:, 0]
 
     def predictor(self, trained: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]:
@@ -104,6 +108,8 @@ class SamDecoderProblem:
         import torch
 
         def predict(image: np.ndarray, prompt: Prompt) -> np.ndarray:
+            if prompt.box is None:
+                raise InputError(f"the trained mask decoder predicts from a box prompt, got a {prompt.mode!r} prompt")
             image = np.asarray(image)
             h, w = image.shape[:2]
             [key] = self.encode([image])
@@ -124,6 +130,7 @@ class SamDecoderProblem:
                 "decoder_precision": "fp32", "low_res_size": self.size}
 
 
+@register_usage
 class SamDecoder(Usage):
     """Fine-tune the mask decoder on the train split with box prompts from the ground truth."""
 
@@ -135,12 +142,6 @@ class SamDecoder(Usage):
     prompt_modes = ("bbox",)
     learns = True
 
-    def trainable(self, model: Any, ctx: RunContext) -> SamDecoderProblem:
+    def trainable(self, model: FoundationModel, ctx: RunContext) -> SamDecoderProblem:
         """The decoder-training problem of this model."""
-        if getattr(model, "volumetric", False):
-            raise InputError(f"usage {self.name!r} trains a 2D mask decoder on image slices; model "
-                             f"{model.card.name!r} segments whole volumes: use --usage sam-prompt")
-        return SamDecoderProblem(model, ctx)
-
-
-USAGES.add("sam-decoder", SamDecoder())
+        return SamDecoderProblem(promptable(model, self.name), ctx)

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, RunContext, Usage
+from fairmedbench.adapters.base import RunContext, Usage, register_usage
 from fairmedbench.adapters.prompts import PROMPT_MODES, Prompt
 from fairmedbench.errors import InputError
 
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import DatasetCard
+    from fairmedbench.registry.models.runtime import FoundationModel
 
-def check_dimensions(model: Any, dataset_card: Any) -> None:
+
+def check_dimensions(model: FoundationModel, dataset_card: DatasetCard | None) -> None:
     """InputError for a volumetric (3D) model on 2D data. A 2D model on volumes is prompted slice by slice."""
     if getattr(model, "volumetric", False) and dataset_card is not None and getattr(dataset_card, "dim", 2) != 3:
         raise InputError(f"model {model.card.name!r} segments 3D volumes; dataset {dataset_card.name!r} is 2D. "
                          "Use a 3D dataset (e.g. synth3d-contrast) or a 2D model (e.g. litemedsam)")
 
 
+@register_usage
 class SamPrompt(Usage):
     """Box or point prompts; multimask output with the mask of highest predicted IoU. A volumetric model gets one
     3D prompt per volume and segments the whole volume."""
@@ -30,7 +36,7 @@ class SamPrompt(Usage):
     hparams = MappingProxyType({"box_jitter": 0.0})
     prompt_modes = PROMPT_MODES
 
-    def predictor(self, model: Any, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:
+    def predictor(self, model: FoundationModel, ctx: RunContext) -> Callable[[np.ndarray, Prompt], np.ndarray]:
         """A function (image, prompt) -> boolean mask of the image's size."""
 
         from fairmedbench.engine.device import autocast, prepare_module
@@ -53,6 +59,3 @@ class SamPrompt(Usage):
                 return model.segment(image, box=prompt.box, points=prompt.points, point_labels=prompt.labels)
 
         return predict
-
-
-USAGES.add("sam-prompt", SamPrompt())

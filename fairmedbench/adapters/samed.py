@@ -19,15 +19,20 @@ LoRA dropout follows training mode.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable, Sequence
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.adapters.base import USAGES, RunContext, Usage
+from fairmedbench.adapters.base import RunContext, Usage, promptable, register_usage
 from fairmedbench.adapters.lora import lora_settings, lora_targets, lora_train_mode
 from fairmedbench.adapters.prompts import Prompt
 from fairmedbench.adapters.sam_decoder import image_key
+from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
 
 SAMED_LORA = MappingProxyType({"lora_r": 4, "lora_alpha": 4, "lora_dropout": 0.0})  # SAMed: rank 4, no scaling
 
@@ -38,7 +43,7 @@ class SamedProblem:
     trained = "LoRA on the image encoder's attention qkv projections, and the mask decoder"
     frozen = "image encoder weights (BatchNorm statistics included) and prompt encoder"
 
-    def __init__(self, model: Any, ctx: RunContext) -> None:
+    def __init__(self, model: PromptableSegmenter, ctx: RunContext) -> None:
         from fairmedbench.engine.device import prepare_module
 
         prepare_module(model.module, ctx.device, ctx.channels_last)
@@ -76,7 +81,7 @@ class SamedProblem:
                 super().__init__()
                 self.encoder = lora
 
-            def train(self, mode: bool = True) -> "LoRAEncoder":
+            def train(self, mode: bool = True) -> LoRAEncoder:
                 super().train(mode)
                 lora_train_mode(self.encoder, mode)
                 return self
@@ -113,7 +118,7 @@ class SamedProblem:
         import torch
 
         emb = self._maps(trained.encoder, [self.images[k] for k in keys])
-        boxes_t = torch.cat([self.model.prompt_tensors(h, w, box)[0] for box, (h, w) in zip(boxes, shapes)])
+        boxes_t = torch.cat([self.model.box_tensor(h, w, box) for box, (h, w) in zip(boxes, shapes)])
         return self.model.decode(emb, boxes_t, decoder=trained.decoder)[:, 0]
 
     def predictor(self, trained: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]:
@@ -121,11 +126,13 @@ class SamedProblem:
         import torch
 
         def predict(image: np.ndarray, prompt: Prompt) -> np.ndarray:
+            if prompt.box is None:
+                raise InputError(f"the trained model predicts from a box prompt, got a {prompt.mode!r} prompt")
             image = np.asarray(image)
             h, w = image.shape[:2]
             with torch.inference_mode():
                 emb = self._maps(trained.encoder, [image])
-                boxes = self.model.prompt_tensors(h, w, prompt.box)[0]
+                boxes = self.model.box_tensor(h, w, prompt.box)
                 low_res = self.model.decode(emb, boxes, decoder=trained.decoder)
                 return (self.model.to_image(low_res, h, w)[0] > 0).cpu().numpy()
 
@@ -146,6 +153,7 @@ class SamedProblem:
                 "encoder_precision": self.ctx.precision, "decoder_precision": "fp32", "low_res_size": self.size}
 
 
+@register_usage
 class Samed(Usage):
     """SAMed: LoRA on the SAM image encoder's attention + the mask decoder, fine-tuned with box prompts."""
 
@@ -158,9 +166,6 @@ class Samed(Usage):
     prompt_modes = ("bbox",)
     learns = True
 
-    def trainable(self, model: Any, ctx: RunContext) -> SamedProblem:
+    def trainable(self, model: FoundationModel, ctx: RunContext) -> SamedProblem:
         """The end-to-end LoRA + decoder training problem of this model."""
-        return SamedProblem(model, ctx)
-
-
-USAGES.add("samed", Samed())
+        return SamedProblem(promptable(model, self.name), ctx)

@@ -12,13 +12,18 @@ those of its slice of highest positive probability, in training as at inference.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.adapters.base import Prepared, RunContext, Usage
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.engine.features import ImageSplit
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 SLICE_AGGREGATIONS = ("max", "mean", "attention")
 DEFAULT_SLICES = "all"  # FairMedFM feeds every slice of an ADNI / COVID-CT-MD volume
@@ -120,7 +125,7 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
                 self.attn_v = nn.Linear(dim, 64)
                 self.attn_w = nn.Linear(64, 1)
 
-        def slices(self, x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+        def slices(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             """Slice representations (b, S, d) (zeros on padding) and the valid-slice mask (b, S)."""
             b, s = x.shape[:2]
             flat = x.reshape(b * s, *x.shape[2:])
@@ -130,7 +135,7 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
             full[valid] = rep
             return full.reshape(b, s, -1), valid.reshape(b, s)
 
-        def representation(self, x: "torch.Tensor") -> "torch.Tensor":
+        def representation(self, x: torch.Tensor) -> torch.Tensor:
             rep, valid = self.slices(x)
             if agg == "max":
                 b, s, d = rep.shape  # output layers take (n, d) rows (the prototype head's einsum does)
@@ -142,7 +147,7 @@ def make_volume_head(slice_head: Any, agg: str, example: np.ndarray):  # -> torc
             a = self.attn_w(torch.tanh(self.attn_v(rep)))[..., 0].masked_fill(~valid, float("-inf"))
             return (torch.softmax(a, dim=1)[..., None] * rep).sum(dim=1)
 
-        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(self.representation(x))
 
     return VolumeHead()
@@ -159,13 +164,15 @@ def volume_settings(hparams: dict[str, Any] | None) -> tuple[str, str]:
     return policy, agg
 
 
-def prepare_classification(usage: Usage, model: Any, views: dict[str, Any], ctx: RunContext) -> Prepared:
+def prepare_classification(usage: Usage, model: FoundationModel, views: Mapping[str, ImageSplit],
+                           ctx: RunContext) -> Prepared:
     """`usage.prepare` on 2D data; on a 3D dataset the same usage on slices, with a per-volume head."""
     card = ctx.dataset_card
-    if getattr(card, "dim", 2) != 3:
+    if card is None or card.dim != 3:
         given = [h for h in VOLUME_HPARAMS if h in (ctx.hparams or {})]
         if given:
-            raise InputError(f"hparam {', '.join(given)} applies to 3D datasets; {card.name!r} is 2D")
+            raise InputError(f"hparam {', '.join(given)} applies to 3D datasets; "
+                             f"{card.name if card else 'this dataset'!r} is 2D")
         return usage.prepare(model, views, ctx)
     policy, agg = volume_settings(ctx.hparams)
     slice_views = {name: SliceView(view, policy) for name, view in views.items()}

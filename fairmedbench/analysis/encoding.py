@@ -7,16 +7,18 @@ Torch-free: numpy, scipy and scikit-learn only (sklearn is imported inside the f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
+from fairmedbench.metrics.auc import weighted_auc
 from fairmedbench.metrics.groups import make_attribute
-from fairmedbench.metrics.paired import weighted_auc
-from fairmedbench.metrics.stats import ADJUST_METHODS, adjust_pvalues, ks_between_groups
+from fairmedbench.metrics.stats import ADJUST_METHODS, KSRecord, correct_ks, ks_between_groups
 
 CORRECT_PER = ("family", "attribute")
 
@@ -30,7 +32,7 @@ class Target:
     classes: tuple[str, ...]
 
 
-def make_target(name: str, values: Any, *, min_classes: int = 2, what: str = "attribute") -> Target:
+def make_target(name: str, values: ArrayLike, *, min_classes: int = 2, what: str = "attribute") -> Target:
     """Encode a label or attribute column; one class (or none) is an InputError naming the column."""
     a = make_attribute(name, values)
     present = np.unique(a.codes[a.codes >= 0])
@@ -41,7 +43,7 @@ def make_target(name: str, values: Any, *, min_classes: int = 2, what: str = "at
     return Target(name, a.codes, a.groups)
 
 
-def check_features(x: Any, names: Sequence[str] | None = None, what: str = "embeddings") -> np.ndarray:
+def check_features(x: ArrayLike, names: Sequence[str] | None = None, what: str = "embeddings") -> np.ndarray:
     """A finite (n, d) float64 matrix; NaN or infinite entries are an InputError naming row and column."""
     try:
         arr = np.asarray(x, dtype=np.float64)
@@ -195,7 +197,8 @@ def multitask_head(x: np.ndarray, targets: Sequence[Target], train: np.ndarray, 
 
     complete = np.all([t.codes >= 0 for t in targets], axis=0)
     fit, ev = train & complete, test & complete
-    blocks, spans = [], []
+    blocks: list[np.ndarray] = []
+    spans: list[tuple[int, int]] = []
     for t in targets:
         onehot = (t.codes[:, None] == np.arange(len(t.classes))[None, :]).astype(int)
         spans.append((sum(b.shape[1] for b in blocks), len(t.classes)))
@@ -249,27 +252,12 @@ def tsne_2d(x: np.ndarray, seed: int = 0, perplexity: float = 30.0) -> np.ndarra
     return TSNE(n_components=2, init="pca", learning_rate="auto", perplexity=p, random_state=seed).fit_transform(x)
 
 
-@dataclass(frozen=True)
-class KSRow:
-    """One two-sample KS test of a mode between two classes/groups of a variable."""
-
-    variable: str
-    mode: str
-    group_a: str
-    group_b: str
-    n_a: int
-    n_b: int
-    statistic: float
-    p_value: float
-    p_adjusted: float
-    reject: bool
-
-
 @dataclass
 class KSFamily:
-    """Every KS test, corrected together (`per="family"`) or within each variable (`per="attribute"`)."""
+    """Every KS test, corrected together (`per="family"`) or within each variable (`per="attribute"`); each
+    record names its `variable`, its mode as `feature`, and its groups in the variable's class order."""
 
-    rows: list[KSRow]
+    rows: list[KSRecord]
     correction: str
     per: str
     alpha: float
@@ -287,7 +275,7 @@ def ks_family(modes: np.ndarray, mode_names: Sequence[str], variables: Sequence[
     if per not in CORRECT_PER:
         raise InputError(f"--correct-per {per!r}: choose one of {', '.join(CORRECT_PER)}")
     pairs = pairs or {}
-    raw: list[tuple[str, str, str, str, int, int, float, float]] = []
+    raw: list[KSRecord] = []
     skipped: dict[str, dict[str, str]] = {}
     for v in variables:
         names = np.array(v.classes, dtype=object)
@@ -309,19 +297,16 @@ def ks_family(modes: np.ndarray, mode_names: Sequence[str], variables: Sequence[
             na, nb = (r.n_a, r.n_b) if a == str(r.group_a) else (r.n_b, r.n_a)
             if wanted and (a, b) not in {tuple(sorted(p, key=order.__getitem__)) for p in wanted}:
                 continue
-            raw.append((v.name, r.feature, a, b, na, nb, r.statistic, r.p_value))
+            raw.append(replace(r, variable=v.name, group_a=a, group_b=b, n_a=na, n_b=nb))
     mode_rank = {m: i for i, m in enumerate(mode_names)}
-    raw.sort(key=lambda t: (mode_rank[t[1]], [x.name for x in variables].index(t[0])))
-    adj = np.empty(len(raw))
+    var_names = [x.name for x in variables]
+    raw.sort(key=lambda r: (mode_rank[r.feature], var_names.index(r.variable)))
     if per == "family":
-        adj[:] = adjust_pvalues([t[7] for t in raw], correction) if raw else []
+        rows = correct_ks(raw, correction, alpha)
     else:
-        for v in variables:
-            idx = [i for i, t in enumerate(raw) if t[0] == v.name]
-            if idx:
-                adj[idx] = adjust_pvalues([raw[i][7] for i in idx], correction)
-    rows = [KSRow(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], float(q), bool(q <= alpha))
-            for t, q in zip(raw, adj)]
+        per_variable = {name: iter(correct_ks([r for r in raw if r.variable == name], correction, alpha))
+                        for name in var_names}
+        rows = [next(per_variable[r.variable]) for r in raw]
     return KSFamily(rows, correction, per, alpha, skipped)
 
 

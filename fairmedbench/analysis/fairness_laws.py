@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from scipy import stats as sps
@@ -21,6 +22,9 @@ from scipy import stats as sps
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.specs import metric_spec
 from fairmedbench.metrics.stats import seed_summary, welch_test
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_COLUMNS = ("x", "seed", "group", "metric", "value")
 
@@ -101,7 +105,11 @@ class FairnessLaws:
                 "balanced": pd.DataFrame([asdict(b) for b in self.balanced])}
 
 
-def as_rows(rows: Any) -> Any:
+#: sweep rows: a DataFrame, or one mapping per row (x, seed, group, metric, value)
+Rows: TypeAlias = "pd.DataFrame | Iterable[Mapping[str, object]]"
+
+
+def as_rows(rows: Rows) -> pd.DataFrame:
     """The input as a DataFrame with columns x, seed, group, metric, value; an InputError says what is missing."""
     import pandas as pd
 
@@ -129,17 +137,18 @@ def as_rows(rows: Any) -> Any:
     return df
 
 
-def summarise_points(df: Any, level: float = 0.95) -> list[PointSummary]:
+def summarise_points(df: pd.DataFrame, level: float = 0.95) -> list[PointSummary]:
     """Mean, std and t interval across seeds of every (x, group, metric), clipped to the metric's bounds."""
     out = []
-    for (x, group, metric), sub in df.groupby(["x", "group", "metric"], sort=True):
+    for (_, group, metric), sub in df.groupby(["x", "group", "metric"], sort=True):
+        x = float(sub["x"].iloc[0])  # the point's x (as_rows made it float)
         vals = sub["value"].to_numpy(dtype=float)
         ok = vals[np.isfinite(vals)]
         if ok.size == 0:
-            out.append(PointSummary(float(x), str(group), str(metric), 0, int(vals.size), *(math.nan,) * 4))
+            out.append(PointSummary(x, str(group), str(metric), 0, int(vals.size), *(math.nan,) * 4))
             continue
         s = seed_summary(ok, bounds=metric_spec(str(metric)).bounds, level=level)
-        out.append(PointSummary(float(x), str(group), str(metric), s.n, int(vals.size - ok.size), s.mean, s.std,
+        out.append(PointSummary(x, str(group), str(metric), s.n, int(vals.size - ok.size), s.mean, s.std,
                                 s.ci_low, s.ci_high))
     return out
 
@@ -180,7 +189,7 @@ def balanced_share(xs: Iterable[float], target: float = 0.5) -> float:
     return min(vals, key=lambda v: (abs(v - target), v))
 
 
-def fairness_laws(rows: Any, share_group: str, metrics: Sequence[str] = ("auc", "sauroc"),
+def fairness_laws(rows: Rows, share_group: str, metrics: Sequence[str] = ("auc", "sauroc"),
                   level: float = 0.95) -> FairnessLaws:
     """The fairness-law analysis of sweep rows (x = the share of `share_group` in the training set, seed, group,
     metric, value): per-share summaries, a line per (group, metric), the Welch test at the balanced share."""
@@ -194,8 +203,8 @@ def fairness_laws(rows: Any, share_group: str, metrics: Sequence[str] = ("auc", 
     fits, notes = [], []
     for (group, metric), sub in itertools.groupby(sorted(points, key=lambda p: (p.metric, p.group, p.x)),
                                                   key=lambda p: (p.group, p.metric)):
-        sub = [p for p in sub if p.n_seeds > 0]
-        fits.append(line_fit([p.x for p in sub], [p.mean for p in sub], group, metric, level))
+        seeded = [p for p in sub if p.n_seeds > 0]
+        fits.append(line_fit([p.x for p in seeded], [p.mean for p in seeded], group, metric, level))
     x0 = balanced_share(df["x"])
     if x0 != 0.5:
         notes.append(f"no run at share 0.5: groups are compared at the closest share, {x0:g}")

@@ -8,11 +8,15 @@ flat, AUPRC and calibration not)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fairmedbench.analysis.fairness_laws import LineFit, PointSummary, as_rows, line_fit, summarise_points
+from fairmedbench.analysis.fairness_laws import LineFit, PointSummary, Rows, as_rows, line_fit, summarise_points
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    pass
 
 METRICS = ("auc", "ap", "balanced_brier", "ece", "calibration_loss", "balanced_calibration_loss")
 
@@ -35,7 +39,7 @@ class Imbalance:
                                       for f in self.fits])}
 
 
-def imbalance(rows: Any, prevalence_on: str = "train", metrics: Sequence[str] = METRICS,
+def imbalance(rows: Rows, prevalence_on: str = "train", metrics: Sequence[str] = METRICS,
               level: float = 0.95) -> Imbalance:
     """Rows (x = prevalence, seed, group, metric, value; group 'all' for the whole population) -> summaries and
     fits. Prevalence must lie in (0, 1): a set of one class has no AUROC."""
@@ -51,6 +55,6 @@ def imbalance(rows: Any, prevalence_on: str = "train", metrics: Sequence[str] = 
     fits = []
     for (metric, group), sub in itertools.groupby(sorted(points, key=lambda p: (p.metric, p.group, p.x)),
                                                   key=lambda p: (p.metric, p.group)):
-        sub = [p for p in sub if p.n_seeds > 0]
-        fits.append(line_fit([p.x for p in sub], [p.mean for p in sub], group, metric, level))
+        seeded = [p for p in sub if p.n_seeds > 0]
+        fits.append(line_fit([p.x for p in seeded], [p.mean for p in seeded], group, metric, level))
     return Imbalance(prevalence_on, points, fits)

@@ -5,8 +5,9 @@ balanced sets (equal positives and negatives in every group). Seeded; the chosen
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,8 @@ def _prepare(samples: pd.DataFrame, group_col: str, label_col: str, id_col: str)
             raise InputError(f"resampling: column {col!r} not in the sample table (have {list(samples.columns)[:15]})")
     labels = samples[label_col]
     if not set(pd.unique(labels.dropna())) <= {0, 1}:
-        raise InputError(f"resampling: label column {label_col!r} must be binary 0/1, has {sorted(pd.unique(labels.dropna()))[:5]}")
+        raise InputError(f"resampling: label column {label_col!r} must be binary 0/1, "
+                         f"has {sorted(pd.unique(labels.dropna()))[:5]}")
     df = pd.DataFrame({"pos": np.arange(len(samples)), "group": samples[group_col].to_numpy(),
                        "label": labels.to_numpy(), "id": samples[id_col].astype(str).to_numpy()})
     df = df[df["group"].notna() & df["label"].notna()]
@@ -57,7 +59,8 @@ def _prepare(samples: pd.DataFrame, group_col: str, label_col: str, id_col: str)
 
 def _draw(rng: np.random.Generator, pool: np.ndarray, k: int, replace: bool, what: str) -> np.ndarray:
     if k > len(pool) and not replace:
-        raise InputError(f"resampling: {what} needs {k} samples but has {len(pool)}; lower n_per_group or pass replace=True")
+        raise InputError(f"resampling: {what} needs {k} samples but has {len(pool)}; lower n_per_group or pass "
+                         "replace=True")
     if k == 0:
         return pool[:0]
     if len(pool) == 0:
@@ -80,7 +83,8 @@ def _result(method, seed, chosen, df, params) -> Resampled:
     sub = by_pos.loc[chosen]
     counts: dict[str, dict[str, int]] = {}
     for g, part in sub.groupby("group", sort=True):
-        counts[str(g)] = {"n": int(len(part)), "n_pos": int(part["label"].sum()), "n_neg": int((part["label"] == 0).sum())}
+        counts[str(g)] = {"n": int(len(part)), "n_pos": int(part["label"].sum()),
+                          "n_neg": int((part["label"] == 0).sum())}
     return Resampled(method, int(seed), chosen.astype(np.int64), tuple(sub["id"].tolist()), counts, params)
 
 

@@ -20,13 +20,17 @@ each quantity is computed per seed on shared draws, then averaged; `shift_block`
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import AttributeSpec, DatasetCard
 
 #: the per-group utility whose shift is reported, per task (the task's headline)
 SHIFT_METRIC = {"classification": "auc", "multiclass": "macro_auc", "segmentation": "dsc"}
@@ -106,12 +110,12 @@ def parse_eval_dataset(text: str) -> EvalRequest:
     return EvalRequest(str(text), name, options, root, split)
 
 
-def _edges(attr: Any) -> tuple[float, ...] | None:
+def _edges(attr: AttributeSpec) -> tuple[float, ...] | None:
     return None if attr.bins is None else tuple(float(b) for b in attr.bins)
 
 
-def check_alignment(internal: Any, external: Any, task: str, attributes: Sequence[str], label_columns: str,
-                    what: str, sample_labels: bool = True) -> dict[str, Any]:
+def check_alignment(internal: DatasetCard, external: DatasetCard, task: str, attributes: Sequence[str],
+                    label_columns: str, what: str, sample_labels: bool = True) -> dict[str, Any]:
     """How the external card's labels and groups line up with the internal card's (a JSON-ready record), or
     InputError saying what cannot be aligned. `label_columns` is the run's `tasks` hparam (main | all);
     `sample_labels`: the task's samples carry class labels (Task.sample_labels), else masks."""
@@ -236,7 +240,8 @@ def _entry(internal: np.ndarray, external: np.ndarray, n_boot: int, small: Seque
     involves a group below the minimum group size in either set (`small`), as the metric engine rules."""
     shift = external[0] - internal[0]
     lo, hi = (None, None) if small else _interval(external[1:] - internal[1:], n_boot)
-    out = {"internal": _num(internal[0]), "external": _num(external[0]), "shift": _num(shift), "ci_low": lo,
+    out: dict[str, float | bool | str | None] = {
+           "internal": _num(internal[0]), "external": _num(external[0]), "shift": _num(shift), "ci_low": lo,
            "ci_high": hi, "excludes_0": None if lo is None or hi is None else bool(lo > 0 or hi < 0)}
     if small:
         out["no_ci"] = f"group(s) {', '.join(small)} below the minimum group size in one of the two test sets"

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.auc import auc
 
 MEASURES = ("naive", "variance", "entropy", "bhattacharyya")
 PERFORMANCE = ("kappa", "kappa_quadratic", "accuracy", "auc")
@@ -28,13 +31,13 @@ MIN_GROUP_N = 10  # a group with fewer kept cases than this at some retention is
 _PROB_TOL = 1e-4
 
 
-def binary_as_classes(p_positive: Any) -> np.ndarray:
+def binary_as_classes(p_positive: ArrayLike) -> np.ndarray:
     """Sigmoid outputs (..., ) of a binary task as two-class probabilities (..., 2): [1 - p, p]."""
     p = np.asarray(p_positive, dtype=float)
     return np.stack([1.0 - p, p], axis=-1)
 
 
-def check_mc(mc: Any, name: str = "MC samples") -> np.ndarray:
+def check_mc(mc: ArrayLike, name: str = "MC samples") -> np.ndarray:
     """(T, n, C) class probabilities with T >= 2, C >= 2, finite, in [0, 1], each row summing to 1."""
     try:
         arr = np.asarray(mc, dtype=float)
@@ -56,7 +59,7 @@ def check_mc(mc: Any, name: str = "MC samples") -> np.ndarray:
     return np.clip(arr, 0.0, 1.0)
 
 
-def uncertainty_measures(mc: Any, n_bins: int = 10) -> dict[str, np.ndarray]:
+def uncertainty_measures(mc: ArrayLike, n_bins: int = 10) -> dict[str, np.ndarray]:
     """The four measures of Lu et al. (Eqs. 1-4) per case, from MC samples (T, n, C); p̄ = mean over t.
 
     naive = 1 − max_c p̄_c;  variance = (1/C) Σ_c Var_t(p_t,c) (population variance, ddof 0);
@@ -86,7 +89,8 @@ def uncertainty_measures(mc: Any, n_bins: int = 10) -> dict[str, np.ndarray]:
             "bhattacharyya": np.sqrt(hist[:, 0] * hist[:, 1]).sum(axis=1) / n_bins}
 
 
-def patient_average(mc: Any, patient_ids: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+def patient_average(mc: np.ndarray, patient_ids: Sequence[Hashable] | np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Per-patient MC samples: for each pass t, the mean of the patient's per-image class probabilities.
 
     Returns ((T, n_patients, C), index of each patient's first image); patients in order of first appearance.
@@ -101,7 +105,7 @@ def patient_average(mc: Any, patient_ids: Sequence[Any]) -> tuple[np.ndarray, np
     rank[order] = np.arange(order.size)
     code = rank[inverse]
     sums = np.zeros((arr.shape[0], order.size, arr.shape[2]))
-    np.add.at(sums, (slice(None), code), arr)
+    np.add.at(sums, (slice(None), code), arr)  # type: ignore[arg-type]  # numpy's stubs reject this valid index
     return sums / np.bincount(code)[None, :, None], first[order]
 
 
@@ -111,17 +115,6 @@ def retention_grid(step: float = 0.05, lowest: float = 0.5) -> tuple[float, ...]
         raise InputError(f"retention step {step!r} must be in (0, 0.5] and the lowest retention {lowest!r} in (0, 1]")
     k = int(math.floor((1.0 - lowest) / step + 1e-9))
     return tuple(round(1.0 - i * step, 10) for i in range(k + 1))
-
-
-def _auc(y: np.ndarray, s: np.ndarray) -> float:
-    """Mann-Whitney AUC (ties count 1/2); NaN with one class."""
-    from scipy.stats import rankdata
-
-    n1 = int(y.sum())
-    n0 = y.size - n1
-    if n1 == 0 or n0 == 0:
-        return math.nan
-    return float((rankdata(s)[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
 def performance(pm: str, y: np.ndarray, mean_probs: np.ndarray) -> tuple[float, str]:
@@ -136,7 +129,7 @@ def performance(pm: str, y: np.ndarray, mean_probs: np.ndarray) -> tuple[float, 
     if pm == "auc":
         if c != 2:
             raise InputError(f"performance 'auc' is for binary tasks; this one has {c} classes: use kappa")
-        v = _auc(y, mean_probs[:, 1])
+        v = auc(y, mean_probs[:, 1])
         return v, "" if not math.isnan(v) else f"AUC undefined: the {n} kept cases hold one class"
     pred = mean_probs.argmax(axis=1)
     if pm == "accuracy":
@@ -176,8 +169,9 @@ def _none(v: float) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
-def rejection_curves(y_true: Any, mean_probs: Any, unc: Any, groups: Any, *, measure: str = "uncertainty",
-                     attribute: str = "group", pm: str | None = None, retention: Sequence[float] | None = None,
+def rejection_curves(y_true: ArrayLike, mean_probs: ArrayLike, unc: ArrayLike, groups: ArrayLike, *,
+                     measure: str = "uncertainty", attribute: str = "group", pm: str | None = None,
+                     retention: Sequence[float] | None = None,
                      pair_aggregation: str = "sum", min_group_n: int = MIN_GROUP_N) -> RejectionCurves:
     """Rejection curves per group and δ, as Lu et al. (2021) define them.
 
@@ -240,7 +234,11 @@ def rejection_curves(y_true: Any, mean_probs: Any, unc: Any, groups: Any, *, mea
 
     su = np.sort(u)
     out_g: dict[str, dict[str, list[Any]]] = {a: {"n": [], "pm": []} for a in names}
-    thresholds, n_kept, disparity, undefined, small = [], [], [], [], {}
+    thresholds: list[float] = []
+    n_kept: list[int] = []
+    disparity: list[float] = []
+    undefined: list[str] = []
+    small: dict[str, list[float]] = {}
     for r in grid:
         tau = float(su[max(math.ceil(r * n - 1e-9), 1) - 1])
         keep = u <= tau
@@ -275,7 +273,7 @@ def rejection_curves(y_true: Any, mean_probs: Any, unc: Any, groups: Any, *, mea
                            [_none(d) for d in disparity], _none(delta), undefined, notes)
 
 
-def _per_patient(y: np.ndarray, attrs: dict[str, np.ndarray], patient_ids: Any, mc: np.ndarray
+def _per_patient(y: np.ndarray, attrs: dict[str, np.ndarray], patient_ids: ArrayLike, mc: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
     """MC samples, labels and groups per patient when every patient has one label and one group per attribute;
     else the images unchanged, with the reason."""
@@ -296,7 +294,8 @@ def _per_patient(y: np.ndarray, attrs: dict[str, np.ndarray], patient_ids: Any, 
             f"({mc.shape[1]} images -> {pmc.shape[1]} patients)")
 
 
-def uncertainty_block(y_true: Any, mc: Any, attributes: dict[str, Any], *, patient_ids: Any = None,
+def uncertainty_block(y_true: ArrayLike, mc: ArrayLike, attributes: Mapping[str, ArrayLike], *,
+                      patient_ids: ArrayLike | None = None,
                       measures: Sequence[str] = MEASURES, pm: str | None = None,
                       retention: Sequence[float] | None = None, pair_aggregation: str = "sum",
                       n_bins: int = 10, min_group_n: int = MIN_GROUP_N) -> dict[str, Any]:
@@ -337,7 +336,7 @@ def unc_column(measure: str, task: str, tasks: Sequence[str]) -> str:
     return f"unc:{measure}" if len(tasks) == 1 else f"unc:{measure}:{task}"
 
 
-def mc_columns(mc: Any, tasks: Sequence[str], n_bins: int = 10) -> dict[str, np.ndarray]:
+def mc_columns(mc: ArrayLike, tasks: Sequence[str], n_bins: int = 10) -> dict[str, np.ndarray]:
     """Per-sample columns of a binary (sigmoid) run's MC samples (T, n, K tasks): `mc:<t>:<task>` = the pass-t
     probability of class 1 and `unc:<measure>[:<task>]` = each measure of the sample (image level)."""
     arr = np.asarray(mc, dtype=float)
@@ -349,7 +348,7 @@ def mc_columns(mc: Any, tasks: Sequence[str], n_bins: int = 10) -> dict[str, np.
     return out
 
 
-def mc_class_columns(mc: Any, classes: Sequence[str], n_bins: int = 10) -> dict[str, np.ndarray]:
+def mc_class_columns(mc: ArrayLike, classes: Sequence[str], n_bins: int = 10) -> dict[str, np.ndarray]:
     """Per-sample columns of a multi-class (softmax) run's MC samples (T, n, C): `mc:<t>:<class>` = the pass-t
     probability of the class (in class-index order) and `unc:<measure>` (image level)."""
     arr = check_mc(mc)
@@ -358,8 +357,8 @@ def mc_class_columns(mc: Any, classes: Sequence[str], n_bins: int = 10) -> dict[
     return out
 
 
-def run_uncertainty(y: Any, mc: Any, tasks: Sequence[str], attributes: dict[str, Any],
-                    patient_ids: Any = None) -> dict[str, Any]:
+def run_uncertainty(y: ArrayLike, mc: ArrayLike, tasks: Sequence[str], attributes: Mapping[str, ArrayLike],
+                    patient_ids: ArrayLike | None = None) -> dict[str, Any]:
     """A binary (sigmoid) run's `uncertainty` block: per task column, `uncertainty_block` of its test cases
     (labels (n, K), MC samples (T, n, K)); the defaults of `benchmark evaluate --uncertainty`."""
     yy = np.asarray(y).reshape(len(np.asarray(y)), -1)

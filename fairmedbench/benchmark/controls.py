@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.spec import RunOptions, RunSpec
+
 
 @dataclass
 class Check:
@@ -28,8 +30,8 @@ class Check:
     attribute: str
     metric: str
     expected: str
-    diff: tuple[float | None, float | None, float | None]
-    order: tuple[str, str]
+    diff: tuple[float | None, ...]  # (value, CI low, CI high) of order[1] - order[0]
+    order: tuple[str, ...]
     passed: bool
     p_value: float | None = None
 
@@ -59,8 +61,8 @@ def controls_options(n: int, test_share: float) -> dict[str, Any]:
 ALPHA = 0.05
 
 
-def _verdict(expectation: dict[str, Any], diff: tuple, order: tuple[str, str], p: float | None
-             ) -> tuple[str, bool]:
+def _verdict(expectation: Mapping[str, str], diff: tuple[float | None, ...], order: tuple[str, ...],
+             p: float | None) -> tuple[str, bool]:
     value = diff[0]
     if value is None or p is None or math.isnan(p):
         return "undefined", False

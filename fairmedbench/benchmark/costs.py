@@ -16,7 +16,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from fairmedbench.registry.models.card import ModelCard
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fairmedbench" / "costs.json"
 PATCH = 16
@@ -41,7 +46,7 @@ def _remember(key: str, value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def _image(card: Any, device: str) -> Any:
+def _image(card: ModelCard, device: str) -> torch.Tensor:
     import torch
 
     pre = card.preprocessing

@@ -48,7 +48,8 @@ def describe_dataset(name: str, data_root: str | os.PathLike | None = None, seed
         "report": ds.report,
     }
     if card.label_column and card.label_column in ds.samples:
-        data["label_counts"] = {str(k): int(v) for k, v in ds.samples[card.label_column].value_counts().sort_index().items()}
+        counts = ds.samples[card.label_column].value_counts().sort_index()
+        data["label_counts"] = {str(k): int(v) for k, v in counts.items()}
     try:
         split = ds.split(seed=seed)
     except InputError as exc:  # a dataset too small or without its official lists still describes

@@ -22,9 +22,10 @@ import hashlib
 import platform
 import shlex
 import shutil
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
@@ -192,8 +193,8 @@ def evaluate_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
             placed[key] = name
     _command(folder, command)
     store.write_json(folder / "environment.json", _environment(doc))
-    src = next(iter(doc.get("inputs", {}).values()), {})
-    source = src.get("path", "demo predictions") if isinstance(src, dict) else "predictions"
+    first: object = next(iter(doc.get("inputs", {}).values()), {})
+    source = first.get("path", "demo predictions") if isinstance(first, dict) else "predictions"
     files = [(placed["report"], "the audit page: disparities first, per-group tables, curves, KS tests", BIAS)
              if "report" in placed else ("(no audit page)", "the audit page covers binary classification only", "—"),
              (placed["result"], "metrics per group with intervals, gaps, tests, thresholds, inputs with hashes",

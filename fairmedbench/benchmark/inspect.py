@@ -8,16 +8,24 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.spec import option
+from fairmedbench.errors import InputError, MissingResourceError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fairmedbench.analysis.encoding import AUCRecord, Modes, Target
+    from fairmedbench.engine.splits import Split
+    from fairmedbench.registry.datasets.dataset import Dataset
 
 PROJECTED = re.compile(r"^PCA Mode \d+$")
 NUMBERED = re.compile(r"^(emb|embedding|feat|feature)[_ ]?\d+$", re.IGNORECASE)
@@ -96,8 +104,8 @@ class Inputs:
 
     x: np.ndarray
     feature_names: list[str]
-    label: Any
-    attributes: list[Any]
+    label: Target
+    attributes: list[Target]
     train: np.ndarray
     holdout: np.ndarray
     projected: bool
@@ -112,12 +120,12 @@ class InspectOutcome:
     """The saved document, the tidy table and where files went."""
 
     document: dict[str, Any]
-    table: Any
+    table: pd.DataFrame
     paths: dict[str, str]
     notes: list[str]
 
 
-def read_table(path: Path, what: str) -> Any:
+def read_table(path: Path, what: str) -> pd.DataFrame:
     """A CSV/TSV/Parquet (or, for embeddings, .npy) table with errors that name the file."""
     from fairmedbench.benchmark.evaluate import read_predictions
 
@@ -157,7 +165,8 @@ def _named_modes(chosen: list[str], opts: InspectOptions, notes: list[str]) -> b
     return False
 
 
-def _feature_columns(df: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
+def _feature_columns(df: pd.DataFrame, opts: InspectOptions, source: str,
+                     notes: list[str]) -> tuple[np.ndarray, list[str], bool]:
     """The feature matrix, its column names and whether they are already-projected modes."""
     from fairmedbench.analysis.encoding import check_features
 
@@ -204,7 +213,7 @@ def _feature_columns(df: Any, opts: InspectOptions, source: str, notes: list[str
     return check_features(x, chosen, f"embeddings in {source}"), chosen, projected
 
 
-def _list_column(col: Any, name: str, source: str) -> tuple[np.ndarray, list[str]]:
+def _list_column(col: pd.Series, name: str, source: str) -> tuple[np.ndarray, list[str]]:
     """Rows of a list column (Parquet lists, or strings like '[0.1, 0.2]') as one matrix."""
     import json
 
@@ -230,7 +239,8 @@ def _list_column(col: Any, name: str, source: str) -> tuple[np.ndarray, list[str
         [f"{name}[{j}]" for j in range(x.shape[1])]
 
 
-def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -> tuple[Any, list[Any]]:
+def _variables(meta: pd.DataFrame, opts: InspectOptions, source: str, notes: list[str]
+               ) -> tuple[Target, list[Target]]:
     from fairmedbench.analysis.encoding import make_target
 
     cols = [str(c) for c in meta.columns]
@@ -254,7 +264,7 @@ def _variables(meta: Any, opts: InspectOptions, source: str, notes: list[str]) -
             [make_target(a, meta[a].to_numpy()) for a in attributes])
 
 
-def _check_variables(label: Any, attributes: list[Any], opts: InspectOptions, notes: list[str]) -> None:
+def _check_variables(label: Target, attributes: list[Target], opts: InspectOptions, notes: list[str]) -> None:
     """Before any expensive work: --label-pair names real classes; rows without a value are announced."""
     unknown = sorted({c for pair in opts.label_pairs for c in pair} - set(label.classes))
     if unknown:
@@ -301,7 +311,7 @@ def load_embeddings(opts: InspectOptions) -> Inputs:
     return Inputs(x, names, label, attributes, ~held, held, projected, tsne, {}, provenance, notes)
 
 
-def _lp_features(model_name: str, weights: str | None, ds: Any, split: Any, opts: InspectOptions,
+def _lp_features(model_name: str, weights: str | None, ds: Dataset, split: Split, opts: InspectOptions,
                  progress: Callable[[str, int, int], None] | None) -> tuple[np.ndarray, dict[str, Any]]:
     """Frozen features of every split (train, val, test rows in that order) through the linear-probe usage,
     so they come from (and go to) the same feature cache as `benchmark run`."""
@@ -327,9 +337,13 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
     from fairmedbench.analysis.encoding import check_features, make_target
     from fairmedbench.benchmark.datasets import load_with_split
 
+    if opts.model is None or opts.dataset is None:
+        raise InputError("inspect: give --embeddings, or --model with --dataset")
     notes: list[str] = []
-    ds, split = load_with_split(opts.dataset, opts.data_root, seed=opts.split_seed, **opts.dataset_options)  # type: ignore[arg-type]
+    ds, split = load_with_split(opts.dataset, opts.data_root, seed=opts.split_seed, **opts.dataset_options)
     card = ds.card
+    if card.label_column is None:
+        raise InputError(f"inspect: dataset {card.name!r} has no label column to probe")
     order = np.concatenate([split.train, split.val, split.test])
     n_fit = len(split.train) + len(split.val)
     samples = ds.samples.iloc[order]
@@ -339,7 +353,7 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
         card.attribute(a)
     attributes = [make_target(a, samples[f"attr:{a}"].to_numpy()) for a in names]
     _check_variables(label, attributes, opts, notes)
-    x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)  # type: ignore[arg-type]
+    x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)
     x = check_features(x, None, f"features of {opts.model}")
     held = np.arange(len(order)) >= n_fit
     provenance = {"dataset": {"name": card.name, "fingerprint": ds.fingerprint, "split_fingerprint": split.fingerprint,
@@ -378,8 +392,16 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     """Validate, load features, run every analysis, write inspect.json, the tidy table and the figures."""
     import pandas as pd
 
-    from fairmedbench.analysis.encoding import (CORRECT_PER, Modes, held_out_aucs, ks_family, logistic_probe,
-                                                multitask_head, pca_modes, tsne_2d)
+    from fairmedbench.analysis.encoding import (
+        CORRECT_PER,
+        Modes,
+        held_out_aucs,
+        ks_family,
+        logistic_probe,
+        multitask_head,
+        pca_modes,
+        tsne_2d,
+    )
     from fairmedbench.metrics.stats import ADJUST_METHODS
     from fairmedbench.report import figures
 
@@ -434,10 +456,10 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     pairs = {inp.label.name: opts.label_pairs} if opts.label_pairs else None
     ks = ks_family(modes.values, modes.names, [inp.label, *inp.attributes], pairs=pairs, correction=opts.correction,
                    per=opts.correct_per, alpha=opts.alpha)
-    for r in ks.rows:
-        rows.append({"analysis": "ks", "features": "modes", "variable": r.variable, "mode": r.mode,
-                     "group": r.group_a, "group_b": r.group_b, "n": r.n_a, "n_b": r.n_b, "value": r.statistic,
-                     "p_value": r.p_value, "p_adjusted": r.p_adjusted, "reject": r.reject,
+    for t in ks.rows:
+        rows.append({"analysis": "ks", "features": "modes", "variable": t.variable, "mode": t.feature,
+                     "group": t.group_a, "group_b": t.group_b, "n": t.n_a, "n_b": t.n_b, "value": t.statistic,
+                     "p_value": t.p_value, "p_adjusted": t.p_adjusted, "reject": t.reject,
                      "correction": f"{ks.correction} per {ks.per}"})
     t_analysis = time.perf_counter() - t0 - t_load
     tsne = inp.tsne
@@ -471,7 +493,10 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
                   "explained_variance_ratio": list(modes.explained_variance_ratio)
                   if modes.explained_variance_ratio else None},
         "ks": {"correction": ks.correction, "per": ks.per, "alpha": ks.alpha, "n_tests": len(ks.rows),
-               "skipped": ks.skipped, "tests": [asdict(r) for r in ks.rows]},
+               "skipped": ks.skipped, "tests": [
+                   {"variable": r.variable, "mode": r.feature, "group_a": r.group_a, "group_b": r.group_b, "n_a": r.n_a,
+                    "n_b": r.n_b, "statistic": r.statistic, "p_value": r.p_value, "p_adjusted": r.p_adjusted,
+                    "reject": r.reject} for r in ks.rows]},
         "figures": [str(p.relative_to(out_dir)) for p in fig_paths],
         "notes": notes,
         "timings": {"load": t_load, "analysis": t_analysis, "total": time.perf_counter() - t0},
@@ -481,8 +506,8 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
     return InspectOutcome(doc, table, paths, notes)
 
 
-def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: Inputs,
-             split_records: list[Any]) -> list[Path]:
+def _figures(folder: Path, fmt: str, modes: Modes, tsne: np.ndarray | None, inp: Inputs,
+             split_records: list[AUCRecord]) -> list[Path]:
     """Joint scatter + marginal densities of modes 1+2, 3+4 and t-SNE for the label and each attribute,
     the explained variance (when known) and the SPLIT AUCs with CIs."""
     from fairmedbench.report import figures
@@ -503,7 +528,8 @@ def _figures(folder: Path, fmt: str, modes: Any, tsne: np.ndarray | None, inp: I
     multi = {r.target for r in split_records if r.group == "__macro__"}
     shown = [r for r in split_records if " - " not in r.features and (r.group == "__macro__" or r.target not in multi)]
     if shown:
-        out.append(figures.auc_intervals([f"{r.target} ({r.features}{', macro' if r.group == '__macro__' else ''})" for r in shown], [r.value for r in shown],
+        names = [f"{r.target} ({r.features}{', macro' if r.group == '__macro__' else ''})" for r in shown]
+        out.append(figures.auc_intervals(names, [r.value for r in shown],
                                          [r.ci_low for r in shown], [r.ci_high for r in shown],
                                          title="SPLIT: attribute predicted from frozen features (held-out AUC)",
                                          path=folder / f"split-auc.{fmt}"))

@@ -19,15 +19,15 @@ from fairmedbench.spec import BASELINE_MITIGATION, RunConfig, RunSpec
 
 if TYPE_CHECKING:
     from fairmedbench.adapters.base import Usage
-    from fairmedbench.analysis.shift import EvalRequest
-    from fairmedbench.tasks.common import ExternalSet
     from fairmedbench.analysis.sampling import Sampling
+    from fairmedbench.analysis.shift import EvalRequest
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.datasets.card import DatasetCard
     from fairmedbench.registry.datasets.dataset import Dataset
     from fairmedbench.registry.models.card import ModelCard
     from fairmedbench.registry.models.weights import ResolvedWeights
     from fairmedbench.tasks.base import Task
+    from fairmedbench.tasks.common import ExternalSet
 
 # The usage chosen when none is asked for: the first of these the model and dataset allow, per task.
 USAGE_PREFERENCE = {"classification": ("lp", "clip-zs", "clip-adapt", "lora"), "segmentation": ("sam-prompt",),

@@ -37,9 +37,10 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.benchmark.studies import Cell, Study, group_reasons, runnable
 from fairmedbench.engine import store
@@ -226,8 +227,8 @@ def encode(spec: Any, opts: Any) -> None:
     """Fill the feature cache for `spec`'s model and dataset exactly as its run will read it (same views, same
     context), without training anything."""
     from fairmedbench.adapters import RunContext
-    from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.benchmark.resolve import resolve_run
+    from fairmedbench.engine.device import encoder_batch_size
     from fairmedbench.registry.models import load_model
     from fairmedbench.tasks.common import prepare_inputs
 
@@ -579,5 +580,6 @@ def render_result(result: SweepResult) -> str:
 
     counts = Counter(c.status for c in result.plan.cells)
     return (f"study {result.plan.study.name}: {result.encodes} encodes, {result.ran} runs computed, "
-            f"{counts.get('done', 0)} cells done, {counts.get('failed', 0)} failed, {counts.get('skipped', 0)} skipped; "
+            f"{counts.get('done', 0)} cells done, {counts.get('failed', 0)} failed, "
+            f"{counts.get('skipped', 0)} skipped; "
             f"state in {result.plan.study.name}/plan.json under <out>/studies")

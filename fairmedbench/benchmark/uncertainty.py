@@ -21,8 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.analysis.uncertainty import (MEASURES, binary_as_classes, rejection_curves, retention_grid,
-                                               uncertainty_block)
+from fairmedbench.analysis.uncertainty import (
+    MEASURES,
+    binary_as_classes,
+    rejection_curves,
+    retention_grid,
+    uncertainty_block,
+)
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 
@@ -70,7 +75,8 @@ def _mc_array(table: Any, rows: np.ndarray, passes: dict[str, list[str]], task: 
     if not passes:
         return None
     if task in passes or len(passes) == 1:  # binary: the pass's probability of class 1
-        mc = binary_as_classes(np.stack([_numeric(table[c][rows], c) for c in passes.get(task, next(iter(passes.values())))]))
+        columns_of_task = passes.get(task, next(iter(passes.values())))
+        mc = binary_as_classes(np.stack([_numeric(table[c][rows], c) for c in columns_of_task]))
         return mc, _numeric(y_raw, "labels")
     names = list(passes)  # the file's column order is the class-index order
     mc = np.stack([np.stack([_numeric(table[c][rows], c) for c in passes[n]]) for n in names], axis=-1)  # (T, n, C)
@@ -120,7 +126,8 @@ def evaluate_uncertainty(path: str | Path, uncertainty: str, *, label: str | Non
             raise InputError(f"--uncertainty {uncertainty}: a measure needs MC-dropout columns mc:<t>:<name> "
                              f"(benchmark run --mc-samples T writes them); {path} has none")
         mc, y = from_mc
-        pid = np.asarray(table[patient_column][rows], dtype=object) if patient_column and patient_column in columns else None
+        pid = (np.asarray(table[patient_column][rows], dtype=object) if patient_column and patient_column in columns
+               else None)
         block = uncertainty_block(y, mc, groups, patient_ids=pid, measures=[uncertainty], pm=pm,
                                   retention=retention, pair_aggregation=pair_aggregation, n_bins=n_bins)
         return {**doc, **block}

@@ -41,7 +41,8 @@ def arrow_to_numpy(column: Any) -> np.ndarray:
     valid = _bits(arr.buffers()[0], arr.offset, n) if arr.null_count else None
     dtype = _numeric_dtype(t)
     if dtype is not None:
-        values = np.frombuffer(arr.buffers()[1], dtype=dtype, count=n, offset=arr.offset * dtype.itemsize).copy()
+        values: np.ndarray = np.frombuffer(arr.buffers()[1], dtype=dtype, count=n,
+                                           offset=arr.offset * dtype.itemsize).copy()
         if valid is None:
             return values
         values = values.astype(np.float64)
@@ -86,7 +87,8 @@ def numpy_to_arrow(values: Any) -> Any:
     if values.ndim != 1:
         raise ValueError(f"columns must be 1-D, got shape {values.shape}")
     if values.dtype == bool:
-        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+        return pa.Array.from_buffers(pa.bool_(), len(values),
+                                     [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
     if values.dtype.kind in "iuf":
         data = np.ascontiguousarray(values)
         arrow_type = {"i": pa.int64, "u": pa.uint64, "f": pa.float64}[values.dtype.kind]()
@@ -111,7 +113,7 @@ def read_columns(path: Path, kind: str) -> dict[str, np.ndarray]:
     return {name: arrow_to_numpy(col) for name, col in zip(table.column_names, table.columns)}
 
 
-def write_parquet_columns(path: Path | str, columns: dict[str, Any]) -> None:
+def write_parquet_columns(path: Path | str, columns: dict[str, np.ndarray]) -> None:
     """Write named numpy columns as one Parquet file (not atomic: see engine.store.write_columns)."""
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -6,7 +6,8 @@ cache is a small SQLite table (stdlib; its transactions make concurrent processe
 `$FMB_HASH_CACHE`, default `~/.cache/fairmedbench/content-hashes.sqlite`; a rerun re-reads only files whose
 (size, mtime_ns, inode, ctime_ns) changed. The ctime is in the key because size and mtime can be kept while the bytes
 change (an in-place edit followed by `os.utime`, or a copy tool preserving dates): the kernel sets ctime on every
-change and no user call can set it back, so such an edit is re-hashed. A cache that cannot be opened or written is skipped (every file is hashed again).
+change and no user call can set it back, so such an edit is re-hashed. A cache that cannot be opened or written is
+skipped (every file is hashed again).
 Torch-free: the results store and resolve read it.
 """
 
@@ -16,8 +17,8 @@ import hashlib
 import os
 import sqlite3
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 DIGEST_BYTES = 16  # 128-bit BLAKE2b: collisions are out of reach for any dataset
 _LOCK = threading.Lock()
@@ -30,10 +31,13 @@ def cache_path() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "fairmedbench" / "content-hashes.sqlite"
 
 
-def hash_file(path: str | os.PathLike) -> str:
+def hash_file(path: str | os.PathLike[str]) -> str:
     """BLAKE2b-128 hex digest of a file's bytes (read in 1 MiB chunks; no cache)."""
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, lambda: hashlib.blake2b(digest_size=DIGEST_BYTES)).hexdigest()
+    digest = hashlib.blake2b(digest_size=DIGEST_BYTES)
+    with open(path, "rb") as fh:  # (hashlib.file_digest would do this from Python 3.11 on)
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def hash_bytes(data: bytes | memoryview) -> str:
@@ -53,10 +57,10 @@ def _connect() -> sqlite3.Connection | None:
         return None
 
 
-def file_digests(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
+def file_digests(files: Iterable[str | os.PathLike[str]]) -> dict[str, str]:
     """Digest of each path's bytes (path as given -> hex), read from the cache where (size, mtime_ns, inode,
     ctime_ns) match, else computed and stored. A missing file is FileNotFoundError naming it."""
-    paths = list(dict.fromkeys(str(p) for p in paths))
+    paths = list(dict.fromkeys(str(p) for p in files))
     stats: dict[str, tuple[str, int, int, int, int]] = {}
     for p in paths:
         st = os.stat(p)

@@ -18,15 +18,19 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from fairmedbench.engine.device import autocast, resolve_precision, select_device
 from fairmedbench.engine.store import remove_stale_staging, staging_dir
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 CACHE_FORMAT = 2
 
@@ -39,6 +43,21 @@ class ImageSplit(Protocol):
     def __len__(self) -> int: ...
 
     def load_image(self, i: int) -> np.ndarray: ...
+
+
+class Encoder(Protocol):
+    """What extraction needs from a loaded model (registry.models.runtime.FoundationModel)."""
+
+    @property
+    def module(self) -> torch.nn.Module: ...
+
+    def cache_identity(self) -> dict[str, str]: ...
+
+    def preprocess(self, image: np.ndarray) -> np.ndarray: ...
+
+    def to(self, device: str) -> object: ...
+
+    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass
@@ -65,11 +84,11 @@ def sample_ids_of(split: Any) -> list[str]:
     return ids
 
 
-def cache_key(model: Any, split: Any, split_name: str, precision: str,
+def cache_key(model: Encoder, split: object, split_name: str, precision: str,
               content: list[str] | None = None) -> tuple[str, dict[str, Any]]:
     """Hash of every part that changes the features, and the parts themselves: the samples' `content` keys when
     given (the data's identity is what it holds), else the split's fingerprint and name."""
-    parts = dict(model.cache_identity())
+    parts: dict[str, str | int] = dict(model.cache_identity())
     if content is not None:
         parts.update(content=hashlib.sha256("\n".join(content).encode()).hexdigest())
     else:
@@ -82,15 +101,18 @@ def cache_key(model: Any, split: Any, split_name: str, precision: str,
     return hashlib.sha256(blob).hexdigest(), parts
 
 
-def _item_dir(cache_dir: Path, model: Any, precision: str) -> Path:
+def _item_dir(cache_dir: Path, model: Encoder, precision: str) -> Path:
     """Folder of the per-content features of one (model, weights, preprocessing, pooling, precision)."""
-    parts = {**model.cache_identity(), "precision": precision, "format": CACHE_FORMAT}
-    return cache_dir / parts["model"] / "items" / hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    identity = model.cache_identity()
+    parts = {**identity, "precision": precision, "format": CACHE_FORMAT}
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return cache_dir / identity["model"] / "items" / key
 
 
 def _read_item(folder: Path, content: str) -> np.ndarray | None:
     try:
-        return np.load(folder / content[:2] / f"{content}.npy")
+        row: np.ndarray = np.load(folder / content[:2] / f"{content}.npy")
+        return row
     except (OSError, ValueError):  # absent, or a torn file from a killed writer: encode again
         return None
 
@@ -107,7 +129,7 @@ class _Pixels:
     """torch Dataset view of the split's samples at `rows`: loads and preprocesses one image per item (runs in
     workers)."""
 
-    def __init__(self, split: Any, preprocess: Any, rows: list[int]) -> None:
+    def __init__(self, split: ImageSplit, preprocess: Callable[[np.ndarray], np.ndarray], rows: list[int]) -> None:
         self.split, self.preprocess, self.rows = split, preprocess, rows
 
     def __len__(self) -> int:
@@ -140,7 +162,7 @@ def default_workers(device: str) -> int:
     return max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
-def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_dir: str | Path | None,
+def extract_features(model: Encoder, split: ImageSplit, *, split_name: str, cache_dir: str | Path | None,
                      batch_size: int = 32, num_workers: int | None = None, device: str = "auto",
                      precision: str = "fp32", channels_last: bool = False,
                      progress: Callable[[int, int], None] | None = None) -> Features:
@@ -161,7 +183,7 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
     if content is not None and len(content) != len(ids):
         raise InputError(f"split has {len(ids)} samples but {len(content)} content keys")
     key, parts = cache_key(model, split, split_name, precision, content)
-    name = parts["model"]
+    name = str(parts["model"])
     if cache_dir is not None:
         cache_dir = Path(cache_dir)
         hit = read_cached(cache_dir, name, key)
@@ -209,8 +231,9 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
             model.to(device)
             if channels_last:
                 model.module.to(memory_format=torch.channels_last)
+            pixels = cast("torch.utils.data.Dataset[np.ndarray]", _Pixels(split, model.preprocess, todo))  # map-style
             loader = torch.utils.data.DataLoader(
-                _Pixels(split, model.preprocess, todo), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                pixels, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                 pin_memory=device.startswith("cuda"), persistent_workers=False,
                 prefetch_factor=4 if num_workers > 0 else None,
             )
@@ -219,8 +242,8 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
                 if channels_last:
                     batch = batch.contiguous(memory_format=torch.channels_last)
                 with autocast(device, precision):
-                    emb = model.encode_image(batch)
-                emb = emb.float().cpu().numpy()
+                    encoded = model.encode_image(batch)
+                emb = encoded.float().cpu().numpy()
                 if out is None:
                     out = allocate(emb.shape[1])
                 for j, r in enumerate(todo[done:done + len(emb)]):

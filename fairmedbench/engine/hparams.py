@@ -7,7 +7,8 @@ A default of None accepts any JSON value (e.g. a list of prompt templates)."""
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from fairmedbench.errors import InputError
 

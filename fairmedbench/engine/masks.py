@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics.segmentation import binarize
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike[str]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 JPEG_SUFFIXES = (".jpg", ".jpeg")
@@ -79,7 +79,8 @@ def _read_npy(path: Path) -> np.ndarray:
             raise InputError(f"mask file {path} is not a NumPy .npy file (no .npy header); save masks with "
                              "np.save, or use a .png/.nii.gz file")
     try:
-        return np.load(path, allow_pickle=False)
+        arr: np.ndarray = np.load(path, allow_pickle=False)
+        return arr
     except ValueError as err:
         if "allow_pickle" in str(err):
             raise InputError(f"mask file {path} holds Python objects (a pickle); pickles are never loaded: save "
@@ -95,6 +96,8 @@ def _read_nifti(path: Path) -> tuple[np.ndarray, tuple[float, ...]]:
 
     try:
         img = nibabel.load(str(path))
+        if not isinstance(img, nibabel.spatialimages.SpatialImage):
+            raise InputError(f"mask file {path}: nibabel reads it as {type(img).__name__}, not an image with voxels")
         arr = np.asanyarray(img.dataobj)
         zooms = tuple(float(z) for z in img.header.get_zooms())
     except (ImageFileError, OSError, EOFError, ValueError, zlib.error) as err:

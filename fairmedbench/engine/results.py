@@ -31,12 +31,14 @@ class RunResult:
     @property
     def spec(self) -> dict[str, Any]:
         """The run's config identity plus the seed."""
-        return self.doc["spec"]
+        spec: dict[str, Any] = self.doc["spec"]
+        return spec
 
     @property
     def inputs(self) -> dict[str, Any]:
         """Dataset and model provenance (fingerprints, weights, seen in pretraining)."""
-        return self.doc["inputs"]
+        inputs: dict[str, Any] = self.doc["inputs"]
+        return inputs
 
     def fairness(self) -> FairnessResult:
         """The metrics as the engine's FairnessResult (values and CIs per group; NaN where undefined)."""

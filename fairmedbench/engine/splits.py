@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from fairmedbench.errors import InputError, MissingResourceError
 SPLIT_NAMES = ("train", "val", "test")
 SPLIT_FORMAT = "fairmedbench-split"
 SPLIT_FORMAT_VERSION = 1
+#: one value per sample (ids, labels, strata): a sequence or a 1-D array
+Column = Sequence[str] | np.ndarray
 
 
 def test_fingerprint(sample_ids: Sequence[str]) -> str:
@@ -82,7 +85,7 @@ class Split:
         """Number of samples in each split."""
         return {name: len(self.ids.get(name, ())) for name in SPLIT_NAMES}
 
-    def bind(self, sample_ids: Sequence[str]) -> "Split":
+    def bind(self, sample_ids: Sequence[str]) -> Split:
         """Attach positions in `sample_ids`; every id of the split must be present there."""
         index = {str(s): i for i, s in enumerate(sample_ids)}
         positions = {}
@@ -98,7 +101,7 @@ class Split:
             positions[name] = np.fromiter((index[s] for s in ids), dtype=np.int64, count=len(ids))
         return Split(self.ids, self.policy, self.seed, self.dataset, self.dataset_fingerprint, positions)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (ids sorted, fingerprint included)."""
         return {
             "format": SPLIT_FORMAT,
@@ -113,7 +116,7 @@ class Split:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping, source: str = "split") -> "Split":
+    def from_dict(cls, data: Mapping[str, Any], source: str = "split") -> Split:
         """Rebuild a split from `to_dict` output; checks format and fingerprint."""
         if not isinstance(data, Mapping) or data.get("format") != SPLIT_FORMAT:
             raise InputError(f"{source}: not a fairmedbench split file (field 'format' != {SPLIT_FORMAT!r})")
@@ -196,7 +199,8 @@ def _patient_strata(patients: np.ndarray, strata: np.ndarray) -> dict[str, str]:
 
 
 def _assign_patients(
-    patients: np.ndarray, strata: np.ndarray, fractions: Sequence[float], names: Sequence[str], seed: int
+    patients: np.ndarray, strata: np.ndarray, fractions: Sequence[float], names: Sequence[str],
+    seed: int | tuple[int, int],
 ) -> dict[str, str]:
     """Patient -> split name, stratified by stratum, seeded.
 
@@ -209,7 +213,8 @@ def _assign_patients(
     for p in sorted(pstrata):
         by_stratum.setdefault(pstrata[p], []).append(p)
     keys = sorted(by_stratum)
-    order = [by_stratum[keys[k]][j] for k in rng.permutation(len(keys)) for j in rng.permutation(len(by_stratum[keys[k]]))]
+    order = [by_stratum[keys[k]][j] for k in rng.permutation(len(keys))
+             for j in rng.permutation(len(by_stratum[keys[k]]))]
     fr = np.asarray(fractions, dtype=float)
     counts = np.zeros(len(fr))
     assign: dict[str, str] = {}
@@ -220,14 +225,14 @@ def _assign_patients(
     return assign
 
 
-def _as_str_array(values: Sequence) -> np.ndarray:
+def _as_str_array(values: Column) -> np.ndarray:
     return np.asarray([str(v) for v in values], dtype=object)
 
 
 def patient_split(
-    sample_ids: Sequence[str],
-    patient_ids: Sequence[str],
-    strata: Sequence[str] | None = None,
+    sample_ids: Column,
+    patient_ids: Column,
+    strata: Column | None = None,
     fractions: Sequence[float] = (0.7, 0.1, 0.2),
     seed: int = 0,
     dataset: str | None = None,
@@ -245,8 +250,7 @@ def patient_split(
     return _from_labels(sids, labels, f"patient{fr}", seed, dataset, dataset_fingerprint)
 
 
-def redraw_train_val(split: Split, sample_ids: Sequence[str], patient_ids: Sequence[str], strata: Sequence[str],
-                     seed: int) -> Split:
+def redraw_train_val(split: Split, sample_ids: Column, patient_ids: Column, strata: Column, seed: int) -> Split:
     """The same test samples; the rest re-dealt into train and val at patient level, stratified, seeded by the
     split seed `seed`, in the proportions of `split`'s train and val sizes (repeated splits: the spread across
     split seeds is the train/val variance measured on one fixed test set). `split` is bound to the table whose
@@ -267,10 +271,10 @@ def redraw_train_val(split: Split, sample_ids: Sequence[str], patient_ids: Seque
 
 
 def official_split(
-    sample_ids: Sequence[str],
-    patient_ids: Sequence[str],
-    official: Sequence[str],
-    strata: Sequence[str] | None = None,
+    sample_ids: Column,
+    patient_ids: Column,
+    official: Column,
+    strata: Column | None = None,
     val_fraction: float = 0.1,
     seed: int = 0,
     dataset: str | None = None,
@@ -302,28 +306,26 @@ def official_split(
             raise InputError(f"val_fraction must be in (0, 1), got {val_fraction}")
         assign = _assign_patients(pids[tr], st[tr], (1 - vf, vf), ("train", "val"), int(seed))
         labels[tr] = [assign[p] for p in pids[tr]]
-        policy = f"official+val{vf}"
-    else:
-        policy = "official"
-        seed = None
-    return _from_labels(sids, labels, policy, seed, dataset, dataset_fingerprint)
+        return _from_labels(sids, labels, f"official+val{vf}", seed, dataset, dataset_fingerprint)
+    return _from_labels(sids, labels, "official", None, dataset, dataset_fingerprint)
 
 
-def _from_labels(sids, labels, policy, seed, dataset, dataset_fingerprint) -> Split:
+def _from_labels(sids: np.ndarray, labels: np.ndarray, policy: str, seed: int | None, dataset: str | None,
+                 dataset_fingerprint: str | None) -> Split:
     positions = {name: np.flatnonzero(labels == name).astype(np.int64) for name in SPLIT_NAMES}
     ids = {name: tuple(sids[positions[name]]) for name in SPLIT_NAMES}
     check_disjoint(ids, "split")
     return Split(ids, policy, None if seed is None else int(seed), dataset, dataset_fingerprint, positions)
 
 
-def save_split(split: Split, path: str | os.PathLike) -> Path:
+def save_split(split: Split, path: str | os.PathLike[str]) -> Path:
     """Write the split as JSON (atomic); returns the path."""
     out = Path(path)
     write_json(out, split.to_dict())
     return out
 
 
-def load_split(path: str | os.PathLike) -> Split:
+def load_split(path: str | os.PathLike[str]) -> Split:
     """Read a split JSON written by `save_split`; checks the fingerprint against the ids."""
     p = Path(path)
     if not p.is_file():

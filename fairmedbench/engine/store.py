@@ -23,11 +23,16 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench import __version__
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("result_schema.json")
@@ -46,7 +51,7 @@ def umask() -> int:
     return mask
 
 
-def _atomic(path: Path, write: Any) -> Path:
+def _atomic(path: Path, write: Callable[[str], object]) -> Path:
     """Write through a temporary file in the same folder, then rename over `path`; the file gets the mode a
     plain open() would give it (0666 less the umask; mkstemp alone makes it 0600)."""
     path = Path(path)
@@ -176,12 +181,12 @@ def write_json(path: Path | str, obj: Any) -> Path:
     return _atomic(Path(path), lambda tmp: Path(tmp).write_text(text))
 
 
-def write_parquet(path: Path | str, frame: Any) -> Path:
+def write_parquet(path: Path | str, frame: pd.DataFrame) -> Path:
     """Atomically write a pandas DataFrame as Parquet."""
     return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
 
 
-def write_columns(path: Path | str, columns: dict[str, Any]) -> Path:
+def write_columns(path: Path | str, columns: dict[str, np.ndarray]) -> Path:
     """Atomically write named numpy columns as Parquet without importing pandas (engine.columns)."""
     from fairmedbench.engine.columns import write_parquet_columns
 
@@ -209,11 +214,11 @@ def csv_safe_cell(value: Any) -> Any:
     return value
 
 
-def csv_safe(frame: Any) -> Any:
+def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of a DataFrame whose text cells and column names are neutralised by `csv_safe_cell` (numeric
     columns untouched). Every CSV/TSV this package writes goes through it (`write_table`); Parquet keeps the
     text as it is."""
-    out = frame.copy()
+    out: pd.DataFrame = frame.copy()
     for col in out.columns:
         if out[col].dtype.kind == "O":  # object, str and category columns (numbers are never quoted)
             out[col] = [csv_safe_cell(v) for v in out[col].astype(object)]
@@ -221,7 +226,7 @@ def csv_safe(frame: Any) -> Any:
     return out
 
 
-def csv_note(path: Path | str, frame: Any) -> str | None:
+def csv_note(path: Path | str, frame: pd.DataFrame) -> str | None:
     """A line telling the user that `write_table` quoted some of `frame`'s text cells in the CSV/TSV at `path`;
     None when it quoted none (or `path` is Parquet)."""
     if Path(path).suffix == ".parquet":
@@ -232,7 +237,7 @@ def csv_note(path: Path | str, frame: Any) -> str | None:
             "' so that a spreadsheet shows them as text instead of running them as a formula") if n else None
 
 
-def write_table(path: Path | str, frame: Any) -> Path:
+def write_table(path: Path | str, frame: pd.DataFrame) -> Path:
     """Atomically write a DataFrame as Parquet (name ends in .parquet), TSV (.tsv) or CSV (anything else); text
     cells of a CSV/TSV that a spreadsheet would run as a formula get a leading single quote (`csv_safe`)."""
     path = Path(path)

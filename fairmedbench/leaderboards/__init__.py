@@ -31,8 +31,8 @@ columns dsc, iou, empty_gt and optionally hd95: one row per test sample; a sampl
 cannot be prompted, so its row has empty_gt true and null scores, it counts as a covered test id and is left out
 of every metric and flag; the result's usage.skipped, when present, names exactly those sample ids; hd95 may also
 be null where the predicted mask is empty, as HD95 is undefined there: submit accepts a null only where dsc is 0
-(what an empty prediction scores), and `verify`'s re-run checks that the same rows are null), seed = k on every row, attr:<a> =
-group names (null = missing). A multi-class result (predictions.classes = the dataset
+(what an empty prediction scores), and `verify`'s re-run checks that the same rows are null), seed = k on every
+row, attr:<a> = group names (null = missing). A multi-class result (predictions.classes = the dataset
 card's classes, in order) has one `label` column, a class index 0..C-1 or a class name, and one probability
 column score:<class> per class, each in [0, 1], every row summing to 1 within
 `metrics.multiclass.PROB_SUM_TOLERANCE` (1e-3, the engine's own check); it is recomputed by the multiclass

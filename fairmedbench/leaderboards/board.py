@@ -10,8 +10,15 @@ from typing import Any
 
 from fairmedbench.engine.store import write_text
 from fairmedbench.leaderboards import render
-from fairmedbench.leaderboards.flags import (UNRANKED_FLAGS, UNTIL_VERIFIED_FLAGS, Facts, SeedPredictions, legend,
-                                             read_predictions, row_flags)
+from fairmedbench.leaderboards.flags import (
+    UNRANKED_FLAGS,
+    UNTIL_VERIFIED_FLAGS,
+    Facts,
+    SeedPredictions,
+    legend,
+    read_predictions,
+    row_flags,
+)
 from fairmedbench.leaderboards.submit import SUBMISSION_FILE, SUBMISSION_FORMAT, revision_label, weights_identity
 from fairmedbench.leaderboards.suites import Suite
 from fairmedbench.leaderboards.tiers import TIERS, entry_record, read_verification, tier_of
@@ -183,7 +190,7 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (model, rev), rs in by.items():
         def mean(col: str) -> float | None:
-            vals = [_num(r["metrics"].get(col)) for r in rs]
+            vals = [_num(r["metrics"].get(col)) for r in rs]  # noqa: B023 (called within this iteration)
             return None if any(math.isnan(v) for v in vals) else sum(vals) / len(vals)
         ranks = [r["rank"] for r in rs if r["rank"] is not None]
         out.append({"model": model, "revision": rev, "mean_rank": sum(ranks) / len(ranks) if ranks else None,

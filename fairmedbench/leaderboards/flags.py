@@ -9,13 +9,15 @@ Torch-free: numpy, scikit-learn and pyarrow only.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.suites import Entry
+from fairmedbench.metrics.auc import auc
 
 # near-perfect predictions (classification): overall AUC at or above this on any task and seed ...
 NEAR_PERFECT_AUC = 0.99
@@ -163,8 +165,6 @@ def seen_in_pretraining(f: Facts) -> str | None:
 def near_perfect(f: Facts) -> str | None:
     """Overall AUC >= 0.99, or > 95% of samples within 0.05 of their label (segmentation: DSC >= 0.99; multi-class:
     macro AUC >= 0.99, or > 95% of samples with every class probability within 0.05 of the one-hot label)."""
-    from sklearn.metrics import roc_auc_score
-
     for p in f.seeds:
         if p.labels is None:
             share = float(np.mean(p.scores[:, 0] >= NEAR_PERFECT_DSC))
@@ -176,7 +176,7 @@ def near_perfect(f: Facts) -> str | None:
             if share > NEAR_PERFECT_SHARE:
                 return (f"seed {p.seed}: {share:.0%} of test samples have every class probability within "
                         f"{NEAR_PERFECT_GAP} of their one-hot label")
-            aucs = [roc_auc_score(p.labels[:, j], p.scores[:, j]) for j in range(p.labels.shape[1])
+            aucs = [auc(p.labels[:, j], p.scores[:, j]) for j in range(p.labels.shape[1])
                     if 0 < p.labels[:, j].sum() < len(p.labels)]
             if aucs and float(np.mean(aucs)) >= NEAR_PERFECT_AUC:
                 return f"seed {p.seed}: overall macro AUC {float(np.mean(aucs)):.4f} >= {NEAR_PERFECT_AUC}"
@@ -187,9 +187,9 @@ def near_perfect(f: Facts) -> str | None:
         for j in range(p.labels.shape[1]):
             y = p.labels[:, j]
             if 0 < y.sum() < len(y):
-                auc = float(roc_auc_score(y, p.scores[:, j]))
-                if auc >= NEAR_PERFECT_AUC:
-                    return f"seed {p.seed}: overall AUC {auc:.4f} >= {NEAR_PERFECT_AUC}"
+                value = auc(y, p.scores[:, j])
+                if value >= NEAR_PERFECT_AUC:
+                    return f"seed {p.seed}: overall AUC {value:.4f} >= {NEAR_PERFECT_AUC}"
     return None
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.errors import InputError, MissingResourceError
@@ -42,7 +43,7 @@ IDS_FOLDER = "testset_ids"
 
 def patient_hash_share(salt: str, patient_id: str) -> float:
     """The patient's position in [0, 1): sha256('<salt>:<patient_id>'), first 16 hex digits / 2**64."""
-    digest = hashlib.sha256(f"{salt}:{patient_id}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(f"{salt}:{patient_id}".encode()).hexdigest()
     return int(digest[:16], 16) / 2.0 ** 64
 
 
@@ -100,7 +101,7 @@ class TestSet:
             raise InputError(f"test set {self.name!r} ships no id list; submissions must answer it completely")
         return _load_ids(self.ids_file, self.fingerprint, self.n)
 
-    def is_test(self, samples: "pd.DataFrame") -> "np.ndarray":
+    def is_test(self, samples: pd.DataFrame) -> np.ndarray:
         """Boolean mask over a dataset reader's sample table: True for the test samples."""
         import numpy as np
 
@@ -116,7 +117,7 @@ class TestSet:
         cut = float(share)
         return np.asarray([patient_hash_share(salt, str(p)) < cut for p in samples["patient_id"]], dtype=bool)
 
-    def split(self, ds: "Dataset", seed: int = 0, val_fraction: float = 0.1) -> "Split":
+    def split(self, ds: Dataset, seed: int = 0, val_fraction: float = 0.1) -> Split:
         """The board run's split of this copy: test = the rule's samples; train/val = the provider's when it has
         them (provider test rows outside the board's test set train), else carved at patient level (seeded)."""
         import numpy as np
@@ -174,7 +175,7 @@ def _load_ids(ids_file: str, fingerprint: str | None, n: int | None) -> frozense
 
     local = Path(ids_file)
     data = local.read_bytes() if local.is_absolute() else \
-        resources.files(IDS_PACKAGE).joinpath(IDS_FOLDER, ids_file).read_bytes()
+        resources.files(IDS_PACKAGE).joinpath(IDS_FOLDER).joinpath(ids_file).read_bytes()
     ids = gzip.decompress(data).decode("utf-8").split()
     if len(ids) != n or test_fingerprint(ids) != fingerprint:
         raise ValueError(f"packaged test id list {ids_file} does not match its pins ({len(ids)} ids, fingerprint "
@@ -182,7 +183,7 @@ def _load_ids(ids_file: str, fingerprint: str | None, n: int | None) -> frozense
     return frozenset(ids)
 
 
-def write_ids(path: "str | os.PathLike[str]", ids: Iterable[str]) -> str:
+def write_ids(path: str | os.PathLike[str], ids: Iterable[str]) -> str:
     """Write a sorted id list as the gzip package data `pinned_ids` reads (mtime 0: byte-identical rebuilds);
     returns its fingerprint."""
     from pathlib import Path

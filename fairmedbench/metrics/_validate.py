@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 
 
-def as_labels(y: Any, name: str = "y_true") -> np.ndarray:
+def as_labels(y: ArrayLike, name: str = "y_true") -> np.ndarray:
     """0/1 labels as int8, (n,) or (n, K); anything else is an InputError."""
     arr = np.asarray(y)
     if arr.ndim not in (1, 2) or arr.shape[0] == 0:
@@ -29,7 +30,7 @@ def as_labels(y: Any, name: str = "y_true") -> np.ndarray:
     return num.astype(np.int8)
 
 
-def as_scores(s: Any, name: str = "y_score", logits: bool = False) -> np.ndarray:
+def as_scores(s: ArrayLike, name: str = "y_score", logits: bool = False) -> np.ndarray:
     """Probabilities in [0, 1] as float64; logits are mapped through the sigmoid only when declared."""
     try:
         arr = np.asarray(s, dtype=np.float64)

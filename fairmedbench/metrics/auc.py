@@ -35,3 +35,8 @@ def weighted_auc(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> np.ndarra
     cn = np.zeros((w.shape[0], sn.size + 1))
     np.cumsum(wn, axis=1, out=cn[:, 1:])
     return auc_from_sorted(wp, cn, np.searchsorted(sn, sp, side="left"), np.searchsorted(sn, sp, side="right"))
+
+
+def auc(y: np.ndarray, s: np.ndarray) -> float:
+    """AUC (ties count 1/2) of scores `s` (n,) for binary `y` (n,), every sample weighing 1; NaN with one class."""
+    return float(weighted_auc(y, s, np.ones((1, np.asarray(y).size)))[0])

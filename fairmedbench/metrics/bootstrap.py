@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def small_group_reason(n: int, min_group_size: int) -> str:
             "this few samples is not reliable")
 
 
-def group_interval(report: "AttributeReport", metric: str, group: str, value: float, n: int,
+def group_interval(report: AttributeReport, metric: str, group: str, value: float, n: int,
                    draws: Sequence[np.ndarray] | None, min_group_size: int,
                    ci_level: float) -> tuple[float, float, float]:
     """(value, low, high) of one group's metric: no interval for a small group, else the bootstrap percentile
@@ -161,7 +162,7 @@ def _missing_id(v: object) -> bool:
 
 def units_in_order(units: Units, rows: np.ndarray) -> np.ndarray:
     """The distinct units of `rows`, in order of first appearance."""
-    u = units.of_row[rows]
+    u: np.ndarray = units.of_row[rows]
     _, first = np.unique(u, return_index=True)
     return u[np.sort(first)]
 

@@ -9,23 +9,38 @@ resample, for a whole chunk of resamples at a time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
-from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES, brier_decomposition
-from fairmedbench.metrics.groups import Attribute, intersect as cross, make_attribute
+from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES
+from fairmedbench.metrics.calibration import brier_decomposition
+from fairmedbench.metrics.groups import Attribute, make_attribute
+from fairmedbench.metrics.groups import intersect as cross
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
-from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
-                                         equity_scaled, gap_stats, resampling_record, signed_differences)
+from fairmedbench.metrics.result import (
+    GAP,
+    OVERALL,
+    AttributeReport,
+    FairnessResult,
+    adjust_tests,
+    attach_tests,
+    equity_scaled,
+    gap_stats,
+    resampling_record,
+    signed_differences,
+)
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
+Side = Literal["left", "right"]  # numpy.searchsorted's: at or above a threshold ("left"), above it ("right")
 
 
 def _pct(x: float) -> str:
@@ -35,9 +50,12 @@ def _pct(x: float) -> str:
 def equal_width_binner(n_bins: int = 15) -> Binner:
     """Bins k/B <= p < (k+1)/B on [0, 1], last bin closed: bin = min(floor(p*B), B-1)."""
 
+    def bin_of(s: np.ndarray) -> np.ndarray:
+        bins: np.ndarray = np.minimum(np.floor(s * n_bins), n_bins - 1).astype(np.int64)
+        return bins
+
     def binner(sp: np.ndarray, sn: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        f = lambda s: np.minimum(np.floor(s * n_bins), n_bins - 1).astype(np.int64)  # noqa: E731
-        return f(sp), f(sn), n_bins
+        return bin_of(sp), bin_of(sn), n_bins
 
     return binner
 
@@ -57,8 +75,11 @@ def observed_range_binner(n_bins: int = 10) -> Binner:
         else:
             edges = np.linspace(mn, mx, n_bins + 1)
             edges[0] -= (mx - mn) * 0.001
-        f = lambda s: np.clip(np.searchsorted(edges, s, side="left") - 1, 0, n_bins - 1)  # noqa: E731
-        return f(sp), f(sn), n_bins
+
+        def bin_of(s: np.ndarray) -> np.ndarray:
+            return np.clip(np.searchsorted(edges, s, side="left") - 1, 0, n_bins - 1)
+
+        return bin_of(sp), bin_of(sn), n_bins
 
     return binner
 
@@ -78,7 +99,7 @@ class _Block:
         self.lo = np.searchsorted(sn, sp, side="left")
         self.hi = np.searchsorted(sn, sp, side="right")
         self.lo_pp = np.searchsorted(sp, sp, side="left")
-        side = "left" if thr.comparator == ">=" else "right"
+        side: Side = "left" if thr.comparator == ">=" else "right"
         self.undefined_threshold = bool(np.isnan(thr.value))
         self.kp = int(np.searchsorted(sp, thr.value, side=side))
         self.kn = int(np.searchsorted(sn, thr.value, side=side))
@@ -143,7 +164,7 @@ class _Block:
         return out
 
 
-def _rate_at(c: np.ndarray, sorted_scores: np.ndarray, t: np.ndarray, side: str) -> np.ndarray:
+def _rate_at(c: np.ndarray, sorted_scores: np.ndarray, t: np.ndarray, side: Side) -> np.ndarray:
     """Weight of sorted scores at or above (side='left') / above (side='right') per-row thresholds t.
 
     NaN where t is NaN (no operating point: the population lacks a class), never a count of 0.
@@ -170,7 +191,7 @@ class _Plan:
     rows_p_all: np.ndarray
     rows_n_all: np.ndarray
 
-    def pooled(self) -> "_Plan":
+    def pooled(self) -> _Plan:
         """The plan of a permutation test: every group is the whole population under 0/1 weights (the permuted
         membership), so each group's sAUROC searches all negatives."""
         k = len(self.groups)
@@ -199,7 +220,7 @@ def _plan(y: np.ndarray, s: np.ndarray, codes: np.ndarray, groups: Sequence[str]
                  [rp_all[i] for i in slot_p], [rn_all[i] for i in slot_n], rp_all, rn_all)
 
 
-def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: "_Names",
+def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: _Names,
                       pooled: bool = False) -> dict[str, dict[str, np.ndarray]]:
     """Per-group and population metrics for rows of weights (point: one row of ones; bootstrap: counts;
     `pooled`: a permutation plan's 0/1 memberships over the whole population, whose weights are all ones)."""
@@ -350,9 +371,8 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     groups = list(attr.groups)
     plan = _plan(y, s, codes, groups, thr, binner)
-    ones = lambda m: np.ones((1, m))  # noqa: E731
-    point = _evaluate_weights(plan, [ones(len(b.sp)) for b in plan.blocks],
-                              [ones(len(b.sn)) for b in plan.blocks], names)
+    point = _evaluate_weights(plan, [np.ones((1, len(b.sp))) for b in plan.blocks],
+                              [np.ones((1, len(b.sn))) for b in plan.blocks], names)
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point if not m.startswith("_")}
     if profile.exclude_one_class_groups:
         two_class = [g for b, g in zip(plan.blocks, groups) if len(b.sp) and len(b.sn)]
@@ -471,7 +491,7 @@ def _as_2d(a: np.ndarray) -> np.ndarray:
     return a[:, None] if a.ndim == 1 else a
 
 
-def patient_column_values(patient_ids: Any, n: int) -> np.ndarray | None:
+def patient_column_values(patient_ids: ArrayLike | None, n: int) -> np.ndarray | None:
     """Patient ids as an object array of length n (None stays None: rows are the resampling unit)."""
     if patient_ids is None:
         return None
@@ -492,7 +512,7 @@ def resampling_unit_description(patient_ids: np.ndarray | None) -> str:
 
 
 def resolve_attributes(
-    attributes: Mapping[str, Any], n: int, bins: Mapping[str, Sequence[float]] | None = None,
+    attributes: Mapping[str, ArrayLike], n: int, bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
 ) -> list[Attribute]:
     """Encode raw attribute columns (binning those named in `bins`) and optionally add their crossing."""
@@ -516,16 +536,16 @@ def resolve_attributes(
 
 
 def evaluate_classification(
-    y_true: Any,
-    y_score: Any,
-    attributes: Mapping[str, Any],
+    y_true: ArrayLike,
+    y_score: ArrayLike,
+    attributes: Mapping[str, ArrayLike],
     *,
     task_names: Sequence[str] | None = None,
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
     threshold: str | None = None,
-    val_y_true: Any = None,
-    val_y_score: Any = None,
+    val_y_true: ArrayLike | None = None,
+    val_y_score: ArrayLike | None = None,
     profile: str | Profile = "default",
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
@@ -536,7 +556,7 @@ def evaluate_classification(
     ece_bins: int = 15,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
-    patient_ids: Any = None,
+    patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Every classification metric of METRICS.md per task and attribute, with bootstrap CIs.
@@ -571,6 +591,8 @@ def evaluate_classification(
         raise InputError(f"{len(names_t)} task names for {y.shape[1]} label columns")
     vy = vs = None
     if val_y_true is not None:
+        if val_y_score is None:
+            raise InputError("val y_score: validation labels were given without their scores")
         vy = _as_2d(as_labels(val_y_true, "val y_true"))
         vs = _as_2d(as_scores(val_y_score, "val y_score", logits=logits))
         if vy.shape[1] != y.shape[1] or vy.shape != vs.shape:
@@ -605,8 +627,9 @@ def evaluate_classification(
                          "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
             "resampling_unit": resampling_unit_description(pids), "n_perm": n_perm,
             "tests": adjust_tests(reports) if n_perm else None,
-            "min_group_size": min_group_size, "operating_points": {"fpr_at_tpr": fpr_at_tpr,
-                                                                    "rates_at_fpr": rates_at_fpr}, "ece": prof.ece_description(ece_bins),
+            "min_group_size": min_group_size,
+            "operating_points": {"fpr_at_tpr": fpr_at_tpr, "rates_at_fpr": rates_at_fpr},
+            "ece": prof.ece_description(ece_bins),
             "thresholds": thresholds, "n_samples": n, "tasks": names_t,
             "attributes": [a.name for a in attrs]}
     return FairnessResult(reports, meta)

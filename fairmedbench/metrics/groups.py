@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 
@@ -29,7 +31,7 @@ class Attribute:
 CLOSED = ("left", "right")
 
 
-class Bins(list):
+class Bins(list[float]):
     """Bin edges (a list of floats) and the side each bin includes: 'left' = [e_i, e_i+1) (default),
     'right' = (e_i, e_i+1] (pandas.cut's default)."""
 
@@ -40,7 +42,7 @@ class Bins(list):
         self.closed = closed
 
 
-def bin_labels(edges: Sequence[float], closed: str = "left") -> list[str]:
+def bin_labels(edges: Sequence[float] | np.ndarray, closed: str = "left") -> list[str]:
     """Readable names: left-closed [e_i, e_i+1) -> '<40', '40-60', '>=60'; right-closed (e_i, e_i+1] ->
     '<=40', '(40,60]', '>60' (distinct names, so a table says which rule made it)."""
     fmt = [f"{e:g}" for e in edges]
@@ -77,7 +79,7 @@ def _label(v: Any) -> str:
     return str(v).strip()
 
 
-def _factorize(values: Any) -> tuple[np.ndarray, list[Any]]:
+def _factorize(values: ArrayLike) -> tuple[np.ndarray, list[Any]]:
     """Codes into the distinct raw values (-1 for missing) and those values; loops only over distinct values."""
     arr = np.asarray(values).ravel()
     if arr.dtype.kind in "iub":
@@ -99,7 +101,7 @@ def _factorize(values: Any) -> tuple[np.ndarray, list[Any]]:
 
 
 def make_attribute(
-    name: str, values: Any, bins: Sequence[float] | None = None, max_groups: int = MAX_GROUPS
+    name: str, values: ArrayLike, bins: Sequence[float] | None = None, max_groups: int = MAX_GROUPS
 ) -> Attribute:
     """Encode raw values (strings or numbers) as groups; numeric values are binned when `bins` is given
     (edges, left-closed, or a `Bins` that says which side is closed)."""

@@ -7,17 +7,20 @@ subgroup disparity δ of Lu et al. (2021) are in fairmedbench.analysis.uncertain
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.auc import auc_from_sorted
-from fairmedbench.metrics.result import GAP, OVERALL, FairnessResult
+from fairmedbench.metrics.groups import Attribute
+from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
 
 
-def _labels_1d(x: Any, name: str) -> np.ndarray:
+def _labels_1d(x: ArrayLike, name: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.ndim != 1:
         raise InputError(f"{name}: expected one class label per sample (1-D), got shape {arr.shape}")
@@ -69,7 +72,7 @@ def _kappa_from_indices(ti: np.ndarray, pi: np.ndarray, k: int, weights: str | N
 
 
 def cohen_kappa(
-    y_true: Any, y_pred: Any, weights: str | None = None, labels: Sequence[Any] | None = None
+    y_true: ArrayLike, y_pred: ArrayLike, weights: str | None = None, labels: Sequence[Any] | None = None
 ) -> float:
     """Cohen's kappa; weights None, "linear" or "quadratic" by distance between label positions in
     `labels` (default: sorted union of the labels seen). NaN when undefined (no expected disagreement)."""
@@ -111,7 +114,7 @@ def _kappa_weights(k: int, weights: str | None) -> np.ndarray:
     idx = np.arange(k)
     if weights is None:
         return 1.0 - np.eye(k)
-    d = np.abs(idx[:, None] - idx[None, :]).astype(float)
+    d: np.ndarray = np.abs(idx[:, None] - idx[None, :]).astype(float)
     return d if weights == "linear" else d**2
 
 
@@ -170,7 +173,7 @@ class _MCBlock:
 PROB_SUM_TOLERANCE = 1e-3
 
 
-def _as_class_scores(y_score: Any, k: int | None, logits: bool) -> np.ndarray:
+def _as_class_scores(y_score: ArrayLike, k: int | None, logits: bool) -> np.ndarray:
     try:
         s = np.asarray(y_score, dtype=np.float64)
     except (TypeError, ValueError):
@@ -184,7 +187,8 @@ def _as_class_scores(y_score: Any, k: int | None, logits: bool) -> np.ndarray:
                          "a finite probability per class")
     if logits:
         e = np.exp(s - s.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        probs: np.ndarray = e / e.sum(axis=1, keepdims=True)
+        return probs
     if s.min() < 0 or s.max() > 1:
         raise InputError(f"y_score: class probabilities must be in [0, 1] (found min {s.min():g}, max "
                          f"{s.max():g}); if these are logits, say so (--logits / logits=True: softmax)")
@@ -195,7 +199,7 @@ def _as_class_scores(y_score: Any, k: int | None, logits: bool) -> np.ndarray:
     return s
 
 
-def _as_class_index(y_true: Any, k: int) -> np.ndarray:
+def _as_class_index(y_true: ArrayLike, k: int) -> np.ndarray:
     arr = np.asarray(y_true)
     if arr.ndim != 1 or arr.size == 0:
         raise InputError(f"y_true: expected one integer class index per sample (1-D), got shape {arr.shape}")
@@ -256,9 +260,9 @@ def _mc_between(per: dict[str, dict[str, np.ndarray]], groups: list[str], define
 
 
 def evaluate_multiclass(
-    y_true: Any,
-    y_score: Any,
-    attributes: Mapping[str, Any],
+    y_true: ArrayLike,
+    y_score: ArrayLike,
+    attributes: Mapping[str, ArrayLike],
     *,
     classes: Sequence[str] | None = None,
     task_name: str = "task",
@@ -270,7 +274,7 @@ def evaluate_multiclass(
     min_group_size: int = 30,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
-    patient_ids: Any = None,
+    patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Multi-class metrics per attribute and group with stratified bootstrap CIs (METRICS.md, multi-class).
@@ -283,8 +287,11 @@ def evaluate_multiclass(
     `<m>_diff` (second minus first, as in the binary engine). `patient_ids`: resample and permute whole patients;
     `n_perm` permutations test every gap and two-group difference (0 = none).
     """
-    from fairmedbench.metrics.classification import (patient_column_values, resampling_unit_description,
-                                                     resolve_attributes)
+    from fairmedbench.metrics.classification import (
+        patient_column_values,
+        resampling_unit_description,
+        resolve_attributes,
+    )
     from fairmedbench.metrics.result import adjust_tests
 
     bs.check_settings(n_boot, ci_level, min_group_size, n_perm)
@@ -317,10 +324,10 @@ def evaluate_multiclass(
     return FairnessResult(reports, meta)
 
 
-def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Any, classes: list[str], task: str,
+def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Attribute, classes: list[str], task: str,
                 n_boot: int, seed: int, ci_level: float, min_group_size: int, patient_ids: np.ndarray | None = None,
-                n_perm: int = 0) -> Any:
-    from fairmedbench.metrics.result import AttributeReport, attach_tests, resampling_record
+                n_perm: int = 0) -> AttributeReport:
+    from fairmedbench.metrics.result import attach_tests, resampling_record
 
     keep = attr.codes >= 0
     y, pred, s, codes = y[keep], pred[keep], s[keep], attr.codes[keep]

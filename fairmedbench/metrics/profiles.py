@@ -50,17 +50,17 @@ class Profile:
 
 PROFILES: Registry[Profile] = Registry("metric profile")
 
-PROFILES.add("default", Profile(
+PROFILES.add_named(Profile(
     "default", "the project's conventions (METRICS.md): threshold chosen on validation, '>=', ECE 15 equal-width "
                "bins, one-class groups left out only of the metrics undefined for them"))
-PROFILES.add("fairmedfm", Profile(
+PROFILES.add_named(Profile(
     "fairmedfm", "FairMedFM compatibility: best-F1 threshold on the evaluated set, '>', ECE 10 bins over the "
                  "observed score range, eod = 1 - (ΔTPR + ΔTNR)/2, es_dsc = mean/(1 + std of group means), "
                  "groups with one label left out of every gap (as the fairmedfm package does)",
     threshold_policy="eval_best_f1_fairmedfm", threshold_on_evaluated_set=True, comparator=">", ece_bins=10,
     ece_binning="observed_range", eod=True, es_std_name="es_dsc", exclude_one_class_groups=True,
     accepts_threshold=False, tasks=("classification", "segmentation")))
-PROFILES.add("fairseg", Profile(
+PROFILES.add_named(Profile(
     "fairseg", "FairSeg/FairCLIP: the default ES forms, plus FairSeg's std variant as dsc_es_std",
     es_std_name="dsc_es_std", tasks=("segmentation",)))
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 OVERALL = "__overall__"
 GAP = "__gap__"
@@ -43,11 +46,12 @@ class AttributeReport:
         return self.values.get(metric, {}).get(group, (math.nan,) * 3)[0]
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AttributeReport":
+    def from_dict(cls, d: dict[str, Any]) -> AttributeReport:
         """The report back from its `to_dict` form (None becomes NaN); documents older than a key get its default."""
         values = {m: {g: (_nan(c["value"]), _nan(c["ci_low"]), _nan(c["ci_high"])) for g, c in per.items()}
                   for m, per in d["metrics"].items()}
-        tests = {m: {k: (_nan(v) if k in TEST_KEYS else v) for k, v in t.items()} for m, t in d.get("tests", {}).items()}
+        tests = {m: {k: (_nan(v) if k in TEST_KEYS else v) for k, v in t.items()}
+                 for m, t in d.get("tests", {}).items()}
         return cls(d["task"], d["attribute"], list(d["groups"]), d["counts"], values, dict(d["skipped"]),
                    dict(d.get("gap_notes", {})), list(d.get("small_groups", [])), dict(d.get("worst_group", {})),
                    d["thresholds"], d.get("n_missing_attribute", 0), dict(d.get("ci_notes", {})), tests,
@@ -115,13 +119,14 @@ class FairnessResult:
                                  **{k: t.get(k, nan) for k in TEST_KEYS}})
         return rows
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> pd.DataFrame:
         """Tidy pandas DataFrame of `records()`."""
         import pandas as pd
 
-        return pd.DataFrame(self.records(), columns=list(TIDY_COLUMNS))
+        frame: pd.DataFrame = pd.DataFrame(self.records(), columns=list(TIDY_COLUMNS))
+        return frame
 
-    def _pivot(self, which: str) -> Any:
+    def _pivot(self, which: str) -> pd.DataFrame:
         df = self.to_frame()
         if which == "groups":
             df = df[~df["group"].isin([OVERALL, GAP])]
@@ -129,20 +134,22 @@ class FairnessResult:
         else:
             df = df[df["group"] == which]
             index = ["task", "attribute"]
-        return df.pivot_table(index=index, columns="metric", values="value", aggfunc="first", dropna=False)
+        table: pd.DataFrame = df.pivot_table(index=index, columns="metric", values="value", aggfunc="first",
+                                             dropna=False)
+        return table
 
     @property
-    def overall(self) -> Any:
+    def overall(self) -> pd.DataFrame:
         """Point values on the whole population, one row per (task, attribute)."""
         return self._pivot(OVERALL)
 
     @property
-    def by_group(self) -> Any:
+    def by_group(self) -> pd.DataFrame:
         """Point values per group, one row per (task, attribute, group)."""
         return self._pivot("groups")
 
     @property
-    def gaps(self) -> Any:
+    def gaps(self) -> pd.DataFrame:
         """Between-group quantities (gaps, ES scores, worst group), one row per (task, attribute)."""
         return self._pivot(GAP)
 
@@ -253,7 +260,8 @@ def equity_scaled(overall: np.ndarray, per_group: dict[str, np.ndarray], defined
     if len(defined) < 2:
         return np.full_like(overall, np.nan)
     dev = sum(np.abs(per_group[g] - overall) for g in defined)
-    return overall / (1.0 + dev)
+    scaled: np.ndarray = overall / (1.0 + dev)
+    return scaled
 
 
 def signed_differences(per_group: dict[str, dict[str, np.ndarray]], groups: list[str],

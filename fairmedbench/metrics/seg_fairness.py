@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
-from fairmedbench.metrics.classification import (patient_column_values, resampling_unit_description,
-                                                 resolve_attributes)
+from fairmedbench.metrics.classification import patient_column_values, resampling_unit_description, resolve_attributes
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.profiles import Profile, get_profile
-from fairmedbench.metrics.result import (GAP, OVERALL, AttributeReport, FairnessResult, adjust_tests, attach_tests,
-                                         equity_scaled, gap_stats, resampling_record, signed_differences)
+from fairmedbench.metrics.result import (
+    GAP,
+    OVERALL,
+    AttributeReport,
+    FairnessResult,
+    adjust_tests,
+    attach_tests,
+    equity_scaled,
+    gap_stats,
+    resampling_record,
+    signed_differences,
+)
 
 
-def _per_sample(name: str, values: Any, n: int | None, allow_nan: bool = False) -> np.ndarray:
+def _per_sample(name: str, values: ArrayLike, n: int | None, allow_nan: bool = False) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float64).ravel()
     except (TypeError, ValueError):
@@ -71,12 +81,12 @@ def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]
 
 
 def evaluate_segmentation(
-    dsc: Any,
-    attributes: Mapping[str, Any],
+    dsc: ArrayLike,
+    attributes: Mapping[str, ArrayLike],
     *,
-    iou: Any = None,
-    hd95: Any = None,
-    empty_gt: Any = None,
+    iou: ArrayLike | None = None,
+    hd95: ArrayLike | None = None,
+    empty_gt: ArrayLike | None = None,
     bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
     profile: str | Profile = "default",
@@ -84,7 +94,7 @@ def evaluate_segmentation(
     seed: int = 0,
     ci_level: float = 0.95,
     min_group_size: int = 30,
-    patient_ids: Any = None,
+    patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
     """Group DSC (mean of per-sample DSC), ΔDSC, ES-DSC, skew ratio, per-sample skewness, IoU/HD95, with CIs.
@@ -125,19 +135,22 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
     keep = attr.codes >= 0
     codes = attr.codes[keep]
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
-    parts = [d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]]
+    d_k, hd_k, iou_k = d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]
     groups = list(attr.groups)
     idx = [np.nonzero(codes == g)[0] for g in range(len(groups))]
     order = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
 
     def run(ws: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
         per: dict[str, dict[str, np.ndarray]] = {}
-        sub = lambda a, i: None if a is None else a[i]  # noqa: E731
+
+        def sub(a: np.ndarray | None, i: np.ndarray) -> np.ndarray | None:
+            return None if a is None else a[i]
+
         for g, i, w in zip(groups, idx, ws):
-            for m, v in _weighted(w, *(sub(a, i) for a in parts)).items():
+            for m, v in _weighted(w, d_k[i], sub(hd_k, i), sub(iou_k, i)).items():
                 per.setdefault(m, {})[g] = v
         w_all = np.concatenate(ws, axis=1)
-        for m, v in _weighted(w_all, *(sub(a, order) for a in parts)).items():
+        for m, v in _weighted(w_all, d_k[order], sub(hd_k, order), sub(iou_k, order)).items():
             per.setdefault(m, {})[OVERALL] = v
         return per
 
@@ -145,9 +158,9 @@ def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty
         """The same statistics with each group as 0/1 weights over all rows (a permutation's memberships)."""
         per: dict[str, dict[str, np.ndarray]] = {}
         for g, w in zip(groups, masks):
-            for m, v in _weighted(w, *parts).items():
+            for m, v in _weighted(w, d_k, hd_k, iou_k).items():
                 per.setdefault(m, {})[g] = v
-        for m, v in _weighted(np.ones_like(masks[0]), *parts).items():
+        for m, v in _weighted(np.ones_like(masks[0]), d_k, hd_k, iou_k).items():
             per.setdefault(m, {})[OVERALL] = v
         return per
 

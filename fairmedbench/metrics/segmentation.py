@@ -7,16 +7,19 @@ non-empty P -> 0.0. Group statistics (means, gaps, equity scaling, CIs) live els
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike as Counts
 from scipy import ndimage
 
 from fairmedbench.errors import InputError
 
-ArrayLike = Union[np.ndarray, Sequence]
-Spacing = Union[float, Sequence[float], None]
+ArrayLike = np.ndarray | Sequence[Any]
+
+Spacing = float | Sequence[float] | None
 
 HD95_PERCENTILE = 95.0
 
@@ -34,7 +37,7 @@ def binarize(mask: ArrayLike, threshold: float = 0.5, label: int | None = None) 
     if not (0.0 < float(threshold) <= 1.0):
         raise InputError(f"threshold must be in (0, 1] (a mask value >= threshold is foreground), got {threshold}")
     if arr.dtype == bool:
-        return arr if label is None else arr == bool(label)
+        return arr if label is None else np.equal(arr, bool(label))
     if arr.dtype.kind not in "iuf":
         raise InputError(f"a mask must hold numbers or booleans, got dtype {arr.dtype}; "
                          "pass a numeric 0/1, 0/255 or probability array")
@@ -48,7 +51,8 @@ def binarize(mask: ArrayLike, threshold: float = 0.5, label: int | None = None) 
         if arr.dtype.kind == "f" and not np.all(arr == np.round(arr)):
             raise InputError("label= selects a class in an integer label map, but this mask has fractional "
                              "values (probabilities?); leave label unset and use threshold=")
-        return arr == label
+        foreground: np.ndarray = np.equal(arr, label)
+        return foreground
     lo, hi = arr.min(), arr.max()
     if arr.dtype.kind == "f" and lo >= 0 and hi <= 1:
         return arr >= threshold
@@ -57,9 +61,11 @@ def binarize(mask: ArrayLike, threshold: float = 0.5, label: int | None = None) 
                          "[0, 1] (divide 0-255 images by 255, apply a sigmoid to logits)")
     values = np.unique(arr)
     if np.isin(values, (0, 1)).all():
-        return arr == 1
+        foreground = np.equal(arr, 1)
+        return foreground
     if np.isin(values, (0, 255)).all():
-        return arr == 255
+        foreground = np.equal(arr, 255)
+        return foreground
     shown = ", ".join(f"{v:g}" for v in values[:8]) + (", ..." if len(values) > 8 else "")
     raise InputError(f"mask values {{{shown}}} are neither binary (0/1 or 0/255) nor probabilities in [0, 1]; "
                      "if this is a label map with several classes, choose one with label=<class value>")
@@ -114,7 +120,7 @@ def _check_empty_score(empty_score: float) -> float:
     return value
 
 
-def dice_from_counts(intersection: ArrayLike, pred_size: ArrayLike, gt_size: ArrayLike,
+def dice_from_counts(intersection: Counts, pred_size: Counts, gt_size: Counts,
                      empty_score: float = 1.0) -> np.ndarray:
     """DSC = 2|P∩G| / (|P| + |G|) per entry; `empty_score` where both are empty."""
     inter, n_p, n_g = (np.asarray(a, dtype=np.float64) for a in (intersection, pred_size, gt_size))
@@ -127,7 +133,7 @@ def dice_from_counts(intersection: ArrayLike, pred_size: ArrayLike, gt_size: Arr
     return out
 
 
-def iou_from_counts(intersection: ArrayLike, pred_size: ArrayLike, gt_size: ArrayLike,
+def iou_from_counts(intersection: Counts, pred_size: Counts, gt_size: Counts,
                     empty_score: float = 1.0) -> np.ndarray:
     """IoU = |P∩G| / |P∪G| per entry; `empty_score` where both are empty."""
     inter, n_p, n_g = (np.asarray(a, dtype=np.float64) for a in (intersection, pred_size, gt_size))
@@ -209,7 +215,7 @@ def dice_per_volume_from_counts(intersection: ArrayLike, pred_size: ArrayLike, g
         raise InputError("volume_ids mixes kinds of values (e.g. numbers and strings) that cannot be sorted; "
                          "use one kind of id per volume") from None
     pooled = [np.bincount(inv, weights=a, minlength=len(uniq)) for a in (inter, n_p, n_g)]
-    return VolumeDice(volume_ids=uniq, dsc=dice_from_counts(*pooled, empty_score=empty_score),
+    return VolumeDice(volume_ids=uniq, dsc=dice_from_counts(pooled[0], pooled[1], pooled[2], empty_score),
                       n_slices=np.bincount(inv, minlength=len(uniq)), empty_gt=pooled[2] == 0)
 
 
@@ -234,7 +240,8 @@ def _spacing(spacing: Spacing, ndim: int) -> tuple[float, ...]:
 
 def _surface(mask: np.ndarray) -> np.ndarray:
     """Boundary voxels: foreground voxels with a background face-neighbour (or on the array border)."""
-    return mask & ~ndimage.binary_erosion(mask, border_value=0)
+    surface: np.ndarray = mask & ~ndimage.binary_erosion(mask, border_value=0)
+    return surface
 
 
 def hd95_reason(pred: np.ndarray, gt: np.ndarray) -> str | None:

@@ -62,7 +62,7 @@ METRIC_SPECS: Registry[MetricSpec] = Registry("metric")
 def _add(name: str, task: str, kind: str, hib: bool | None, bounds: tuple[float, float] | None, definition: str,
          *, headline: bool = False, summary: bool = False, label: str = "", table: bool = False,
          board: str | None = None) -> None:
-    METRIC_SPECS.add(name, MetricSpec(name, task, kind, hib, bounds, headline, summary, definition, label, table,
+    METRIC_SPECS.add_named(MetricSpec(name, task, kind, hib, bounds, headline, summary, definition, label, table,
                                       board))
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Any, Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from fairmedbench.errors import InputError
@@ -20,7 +22,7 @@ from fairmedbench.errors import InputError
 ADJUST_METHODS = ("by", "bh", "holm", "bonferroni", "none")
 
 
-def _as_finite_1d(x: Any, name: str) -> np.ndarray:
+def _as_finite_1d(x: ArrayLike, name: str) -> np.ndarray:
     """A finite 1-D float array, or an InputError naming `name`."""
     try:
         arr = np.asarray(x, dtype=float)
@@ -37,7 +39,7 @@ def _as_finite_1d(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def group_labels(groups: Any, n: int, name: str = "groups") -> tuple[np.ndarray, list[Any]]:
+def group_labels(groups: ArrayLike, n: int, name: str = "groups") -> tuple[np.ndarray, list[Any]]:
     """Validate a column of group labels of length n; return it and its sorted distinct labels."""
     g = np.asarray(groups)
     if g.ndim != 1:
@@ -57,7 +59,7 @@ def group_labels(groups: Any, n: int, name: str = "groups") -> tuple[np.ndarray,
     return g, uniq.tolist()
 
 
-def adjust_pvalues(p: Any, method: str = "by") -> np.ndarray:
+def adjust_pvalues(p: ArrayLike, method: str = "by") -> np.ndarray:
     """Multiple-testing adjusted p-values, clipped to [0, 1], in the input order.
 
     by: Benjamini–Yekutieli (default), bh: Benjamini–Hochberg (both step-up, FDR), holm: Holm
@@ -65,37 +67,40 @@ def adjust_pvalues(p: Any, method: str = "by") -> np.ndarray:
     """
     if method not in ADJUST_METHODS:
         raise InputError(f"method: unknown correction {method!r}; choose one of {', '.join(ADJUST_METHODS)}")
-    p = _as_finite_1d(p, "p")
-    if ((p < 0) | (p > 1)).any():
+    pv = _as_finite_1d(p, "p")
+    if ((pv < 0) | (pv > 1)).any():
         raise InputError("p: p-values must lie in [0, 1]")
-    m = p.size
+    m = pv.size
+    adjusted: np.ndarray
     if m == 0 or method == "none":
-        return p.copy()
-    if method in ("bh", "by"):
-        return sps.false_discovery_control(p, method=method)
-    if method == "bonferroni":
-        return np.minimum(p * m, 1.0)
-    # Holm: scipy has no Holm adjustment (statsmodels does, but is not a dependency for three lines)
-    order = np.argsort(p, kind="stable")
-    adj_sorted = np.minimum(np.maximum.accumulate((m - np.arange(m)) * p[order]), 1.0)
-    out = np.empty(m)
-    out[order] = adj_sorted
-    return out
+        adjusted = pv.copy()
+    elif method in ("bh", "by"):
+        adjusted = sps.false_discovery_control(pv, method=method)
+    elif method == "bonferroni":
+        adjusted = np.minimum(pv * m, 1.0)
+    else:  # Holm: scipy has no Holm adjustment (statsmodels does, but is not a dependency for three lines)
+        order = np.argsort(pv, kind="stable")
+        adjusted = np.empty(m)
+        adjusted[order] = np.minimum(np.maximum.accumulate((m - np.arange(m)) * pv[order]), 1.0)
+    return adjusted
 
 
 @dataclass(frozen=True)
 class KSRecord:
-    """One two-sample KS test: a feature compared between two groups."""
+    """One two-sample KS test: `feature` compared between groups `group_a` and `group_b` of `variable`, on the
+    rows `within` names (both empty when the family has one variable and all rows)."""
 
     feature: str
-    group_a: Any
-    group_b: Any
+    group_a: Hashable
+    group_b: Hashable
     n_a: int
     n_b: int
     statistic: float
     p_value: float
     p_adjusted: float
     reject: bool
+    variable: str = ""
+    within: str = ""
 
 
 @dataclass(frozen=True)
@@ -106,13 +111,19 @@ class KSResult:
     correction: str
     alpha: float
     n_tests: int
-    skipped: dict[Any, str]
+    skipped: dict[Hashable, str]
     note: str | None
 
 
+def correct_ks(records: Sequence[KSRecord], correction: str, alpha: float) -> list[KSRecord]:
+    """The records with their p-values adjusted together by `correction`, `reject` = p_adjusted <= alpha."""
+    adjusted = adjust_pvalues([r.p_value for r in records], correction) if records else np.empty(0)
+    return [replace(r, p_adjusted=float(q), reject=bool(q <= alpha)) for r, q in zip(records, adjusted)]
+
+
 def ks_between_groups(
-    values: Any,
-    groups: Any,
+    values: ArrayLike,
+    groups: ArrayLike,
     feature_names: Sequence[str] | None = None,
     correction: str = "by",
     alpha: float = 0.05,
@@ -147,7 +158,7 @@ def ks_between_groups(
             raise InputError(f"feature_names: {len(names)} names given for {d} feature columns")
     g, uniq = group_labels(groups, n)
 
-    skipped: dict[Any, str] = {}
+    skipped: dict[Hashable, str] = {}
     usable = []
     for lab in uniq:
         cnt = int(np.sum(g == lab))
@@ -160,15 +171,12 @@ def ks_between_groups(
         for a, b in itertools.combinations(usable, 2):
             xa, xb = x[g == a, j], x[g == b, j]
             res = sps.ks_2samp(xa, xb, alternative="two-sided")
-            raw.append((name, a, b, xa.size, xb.size, float(res.statistic), float(res.pvalue)))
+            p = float(res.pvalue)
+            raw.append(KSRecord(name, a, b, int(xa.size), int(xb.size), float(res.statistic), p, p, False))
     note = None
     if not raw:
         note = f"fewer than two groups with >= 2 samples ({len(usable)} usable): no pairs to test"
-    padj = adjust_pvalues([r[6] for r in raw], correction) if raw else np.empty(0)
-    records = tuple(
-        KSRecord(name, a, b, int(na), int(nb), s, p, float(q), bool(q <= alpha))
-        for (name, a, b, na, nb, s, p), q in zip(raw, padj)
-    )
+    records = tuple(correct_ks(raw, correction, alpha))
     return KSResult(records, correction, float(alpha), len(records), skipped, note)
 
 
@@ -185,7 +193,7 @@ class SeedSummary:
     clipped: bool = False
 
 
-def seed_summary(values: Any, bounds: tuple[float, float] | None = None, level: float = 0.95) -> SeedSummary:
+def seed_summary(values: ArrayLike, bounds: tuple[float, float] | None = None, level: float = 0.95) -> SeedSummary:
     """n, mean, std (ddof=1) and the t interval mean ± t_{n-1}·std/√n (NaN std and CI when n < 2).
 
     With few seeds the normal quantile 1.96 is far too narrow (t_1 = 12.7 at 95%). `bounds` (e.g. (0, 1) for
@@ -222,7 +230,7 @@ class WelchResult:
     note: str | None
 
 
-def welch_test(a: Any, b: Any) -> WelchResult:
+def welch_test(a: ArrayLike, b: ArrayLike) -> WelchResult:
     """Welch's t-test between two configurations' per-seed results (scipy ttest_ind, equal_var=False)."""
     a = _as_finite_1d(a, "a")
     b = _as_finite_1d(b, "b")
@@ -261,7 +269,7 @@ class FriedmanResult:
 
 
 def friedman_nemenyi(
-    scores: Any,
+    scores: ArrayLike,
     method_names: Sequence[str],
     higher_is_better: bool = True,
     alpha: float = 0.05,

@@ -5,6 +5,7 @@ A prediction is positive iff ``score >= t`` (comparator ``>=``); the fairmedfm p
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -125,8 +126,9 @@ def choose_threshold(
     undefined threshold (NaN, its reason in `source`) instead of an error.
     """
     name, arg = parse_policy(policy)
+    number = math.nan if arg is None else arg  # parse_policy gives fixed, val_fpr and val_tpr their number
     if name == "fixed":
-        return Threshold(float(arg), policy, comparator, "fixed")
+        return Threshold(number, policy, comparator, "fixed")
     if val_y is None or val_s is None or len(val_y) == 0:
         raise InputError(
             f"threshold policy {policy!r} needs a validation split (rows with split=val); "
@@ -142,8 +144,8 @@ def choose_threshold(
     if name in fn:
         value = fn[name](y, s)
     elif name == "val_fpr":
-        value = threshold_at_fpr(y, s, arg)
+        value = threshold_at_fpr(y, s, number)
     else:
-        value = threshold_at_tpr(y, s, arg)
+        value = threshold_at_tpr(y, s, number)
     source = "evaluated set (fairmedfm compatibility profile)" if name.startswith("eval_") else "validation"
     return Threshold(value, policy, comparator, source)

@@ -6,11 +6,19 @@ Importing this package registers every method in MITIGATIONS; none imports torch
 from typing import Any
 
 from fairmedbench.errors import InputError
-from fairmedbench.mitigation import (adversarial, domainind, fairness_loss, febs,  # noqa: F401 (they register)
-                                    group_thresholds, groupdro, ind, resampling)
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation import (  # noqa: F401 (they register)
+    adversarial,
+    domainind,
+    fairness_loss,
+    febs,
+    group_thresholds,
+    groupdro,
+    ind,
+    resampling,
+)
+from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation, register_mitigation
 
-__all__ = ["MITIGATIONS", "Batch", "Mitigation", "make_mitigation"]
+__all__ = ["MITIGATIONS", "Batch", "Mitigation", "make_mitigation", "register_mitigation"]
 
 
 def make_mitigation(name: str, **hparams: Any) -> Mitigation:

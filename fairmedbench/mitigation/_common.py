@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -60,10 +61,10 @@ def balance_units(method: str, by: str, y: np.ndarray, groups: np.ndarray | None
                   n_classes: int = 0) -> np.ndarray:
     """Per-sample unit codes to balance over: the group, the class, or the group x class cell (2 classes for
     0/1 labels, `n_classes` for a softmax head's class indices)."""
-    if by != "class" and groups is None:
-        raise InputError(f"mitigation {method!r} with by={by!r} needs the sensitive attribute at training; "
-                         "give --attribute, or use by=class")
     if by == "class":
         return label_column(method, y, column, n_classes)
+    if groups is None:
+        raise InputError(f"mitigation {method!r} with by={by!r} needs the sensitive attribute at training; "
+                         "give --attribute, or use by=class")
     g = check_group_codes(method, groups)
     return g if by == "group" else max(n_classes, 2) * g + label_column(method, y, column, n_classes)

@@ -14,16 +14,20 @@ logits, and for `eo` also the class one-hot; cells are group x class.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 _REVERSAL: Any = None
 
 
-def grad_reverse(x: Any, lam: float) -> Any:
+def grad_reverse(x: torch.Tensor, lam: float) -> torch.Tensor:
     """Identity forward; backward multiplies the incoming gradient by -lam."""
     global _REVERSAL
     if _REVERSAL is None:
@@ -43,16 +47,16 @@ def grad_reverse(x: Any, lam: float) -> Any:
     return _REVERSAL.apply(x, lam)
 
 
-def _has_trainable_representation(head: Any) -> bool:
+def _has_trainable_representation(head: nn.Module) -> bool:
     return any(p.requires_grad for n, p in head.named_parameters() if not n.startswith("linear."))
 
 
-@MITIGATIONS.register("adversarial")
+@register_mitigation
 @dataclass
 class Adversarial(Mitigation):
     """Task loss + cell-balanced adversary cross-entropy on gradient-reversed inputs."""
 
-    name: str = "adversarial"
+    name: ClassVar[str] = "adversarial"
     needs_attribute_at_training: bool = True
     needs: ClassVar[Mapping[str, object]] = {"head": "classifier"}
     other_tasks: ClassVar[str] = (
@@ -73,7 +77,7 @@ class Adversarial(Mitigation):
             raise InputError(f"mitigation {self.name!r}: hidden={self.hparams['hidden']} must be >= 0 "
                              "(0 = a linear adversary)")
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """Build the adversary for this head's sizes; the head itself is unchanged."""
         from torch import nn
 
@@ -94,11 +98,11 @@ class Adversarial(Mitigation):
                           nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, n_groups)))
         return head
 
-    def extra_parameters(self) -> list[Any]:
+    def extra_parameters(self) -> list[nn.Parameter]:
         """The adversary's parameters (trained to predict the attribute)."""
         return [] if self.adversary is None else list(self.adversary.parameters())
 
-    def adversary_loss(self, batch: Batch, reverse: bool = True) -> Any:
+    def adversary_loss(self, batch: Batch, reverse: bool = True) -> torch.Tensor:
         """Cell-balanced cross-entropy of the adversary; with `reverse` the model gets -lambda x its gradient."""
         import torch
         import torch.nn.functional as F
@@ -108,6 +112,9 @@ class Adversarial(Mitigation):
         if batch.groups is None:
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
         z = batch.representation if self.adversary_input == "representation" else batch.logits
+        if z is None:
+            raise InputError(f"mitigation {self.name!r}: input=representation needs a head that exposes its "
+                             "representation; use input=logits")
         if reverse:
             z = grad_reverse(z, float(self.hparams["lambda"]))
         if self.hparams["variant"] == "eo":  # a softmax head's class index enters one-hot
@@ -121,7 +128,7 @@ class Adversarial(Mitigation):
         _, cell, counts = torch.unique(cells, return_inverse=True, return_counts=True)
         return (ce / counts[cell].to(ce.dtype)).sum() / len(counts)
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Task loss plus the adversary's loss through gradient reversal."""
         return per_sample.mean() + self.adversary_loss(batch)
 

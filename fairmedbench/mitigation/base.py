@@ -31,7 +31,7 @@ cross-entropy in `loss`, and softmax probabilities (n, K) in `fit_postprocess` /
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeVar
 
 import numpy as np
 
@@ -40,9 +40,12 @@ from fairmedbench.registry.base import Registry
 from fairmedbench.spec import BASELINE_MITIGATION
 
 if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
     from fairmedbench.tasks.base import Task
 
-MITIGATIONS: Registry[type["Mitigation"]] = Registry("mitigation", plugins=True)
+MITIGATIONS: Registry[type[Mitigation]] = Registry("mitigation", plugins=True)
 
 
 @dataclass
@@ -52,17 +55,17 @@ class Batch:
     Segmentation passes mask logits (b, L, L), 0/1 mask targets (b, L, L) and group codes (representation None).
     """
 
-    logits: Any
-    y: Any
-    groups: Any
-    representation: Any
+    logits: torch.Tensor
+    y: torch.Tensor
+    groups: torch.Tensor | None
+    representation: torch.Tensor | None
 
 
 @dataclass
 class Mitigation:
     """Base plugin = ERM: uniform sampling, mean loss, no extra modules, scores unchanged."""
 
-    name: str = BASELINE_MITIGATION
+    name: ClassVar[str] = BASELINE_MITIGATION  # the registry key (register_mitigation reads it)
     needs_attribute_at_training: bool = False
     needs_attribute_at_inference: bool = False
     hparams: dict[str, Any] = field(default_factory=dict)
@@ -113,11 +116,11 @@ class Mitigation:
             raise InputError(f"mitigation {self.name!r}: a softmax head needs >= 2 classes, got {n_classes}")
         self.n_classes = int(n_classes)
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """The module to train (default: the head itself)."""
         return head
 
-    def extra_parameters(self) -> list[Any]:
+    def extra_parameters(self) -> list[nn.Parameter]:
         """Parameters of auxiliary modules the optimiser must also update."""
         return []
 
@@ -125,7 +128,7 @@ class Mitigation:
         """Training-sample order for one epoch (default: a seeded permutation of all samples)."""
         return rng.permutation(len(y))
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Reduce per-sample losses (a torch tensor) to the training objective."""
         return per_sample.mean()
 
@@ -144,4 +147,13 @@ class Mitigation:
                 "needs_attribute_at_inference": self.needs_attribute_at_inference}
 
 
-MITIGATIONS.add(BASELINE_MITIGATION, Mitigation)
+M = TypeVar("M", bound=Mitigation)
+
+
+def register_mitigation(cls: type[M]) -> type[M]:
+    """Class decorator: register the plugin class under its `name`, the key's one source."""
+    MITIGATIONS.add_named(cls)
+    return cls
+
+
+register_mitigation(Mitigation)

@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
-@MITIGATIONS.register("domainind")
+@register_mitigation
 @dataclass
 class DomainInd(Mitigation):
     """Replace the head's output layer with one copy per group; combine all copies at inference."""
 
-    name: str = "domainind"
+    name: ClassVar[str] = "domainind"
     needs_attribute_at_training: bool = True
     needs: ClassVar[Mapping[str, object]] = {"head": "classifier"}
     other_tasks: ClassVar[str] = (
@@ -39,7 +42,7 @@ class DomainInd(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "combine", self.hparams["combine"], ("sum_logits", "mean_prob"))
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """A module with one output layer per group; forward(x) combines them without the attribute."""
         import torch
         from torch import nn
@@ -49,6 +52,7 @@ class DomainInd(Mitigation):
         linear = getattr(head, "linear", None)
         if not isinstance(linear, nn.Linear):
             raise InputError(f"mitigation {self.name!r} needs a head with a `.linear` output layer")
+        output_layer: nn.Linear = linear
         combine, name, softmax = self.hparams["combine"], self.name, self.n_classes > 0
 
         class DomainIndependentHead(nn.Module):
@@ -57,16 +61,16 @@ class DomainInd(Mitigation):
             def __init__(self) -> None:
                 super().__init__()
                 self.base = head
-                self.group_heads = nn.ModuleList(copy.deepcopy(linear) for _ in range(n_groups))
+                self.group_heads = nn.ModuleList(copy.deepcopy(output_layer) for _ in range(n_groups))
 
-            def representation(self, x: "torch.Tensor") -> "torch.Tensor":
-                return self.base.representation(x)
+            def representation(self, x: torch.Tensor) -> torch.Tensor:
+                return self.base.representation(x)  # type: ignore[operator]  # a classification head's method
 
-            def all_logits(self, rep: "torch.Tensor") -> "torch.Tensor":
+            def all_logits(self, rep: torch.Tensor) -> torch.Tensor:
                 """Logits of every group's head, (b, n_groups, K)."""
                 return torch.stack([h(rep) for h in self.group_heads], dim=1)
 
-            def classify(self, rep: "torch.Tensor", groups: "torch.Tensor | None") -> "torch.Tensor":
+            def classify(self, rep: torch.Tensor, groups: torch.Tensor | None) -> torch.Tensor:
                 """Training scores: each sample through its own group's head."""
                 if groups is None:
                     raise InputError(f"mitigation {name!r} needs the sensitive attribute at training")
@@ -74,7 +78,7 @@ class DomainInd(Mitigation):
                     raise InputError(f"mitigation {name!r}: group codes outside 0..{n_groups - 1}")
                 return self.all_logits(rep)[torch.arange(len(rep)), groups]
 
-            def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
                 z = self.all_logits(self.representation(x))
                 if combine == "sum_logits":
                     return z.mean(dim=1)

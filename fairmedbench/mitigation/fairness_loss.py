@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.tasks.base import Task
 
 
-def _spread(values: Any, present: Any, how: str) -> Any:
+def _spread(values: torch.Tensor, present: torch.Tensor, how: str) -> torch.Tensor:
     """Per column of (G, K) `values`: variance or max - min over groups where `present`; 0 if fewer than 2."""
     import torch
 
@@ -39,12 +41,12 @@ def _spread(values: Any, present: Any, how: str) -> Any:
     return torch.where(n >= 2, gap, torch.zeros_like(gap))
 
 
-@MITIGATIONS.register("fairness_loss")
+@register_mitigation
 @dataclass
 class FairnessLoss(Mitigation):
     """mean loss + weight x spread over groups of mean losses or soft rates, computed per batch."""
 
-    name: str = "fairness_loss"
+    name: ClassVar[str] = "fairness_loss"
     needs_attribute_at_training: bool = True
     DEFAULTS: ClassVar[dict[str, Any]] = {"weight": 1.0, "target": "loss", "penalty": "var"}
     REFERENCE: ClassVar[str] = ("V-REx variance of group risks (Krueger et al. 2021); soft-rate constraints "
@@ -71,7 +73,7 @@ class FairnessLoss(Mitigation):
                     "spread of group mean cross-entropies)")
         return super().unsupported(task)
 
-    def penalty(self, per_sample: Any, batch: Batch) -> Any:
+    def penalty(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """The differentiable gap between the batch's groups."""
         import torch
 
@@ -95,7 +97,7 @@ class FairnessLoss(Mitigation):
             total = total + _spread(onehot.T @ (mask * prob) / counts.clamp(min=1), counts > 0, how).mean()
         return total
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Mean task loss plus weight x the gap penalty."""
         return per_sample.mean() + self.hparams["weight"] * self.penalty(per_sample, batch)
 

@@ -18,26 +18,29 @@ gradient for the worst group's logits (its predictions are scaled down), see tes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    import torch
 
 SMOOTH = 1e-5  # the official FairDiceLoss's smoothing
 
 
-def soft_dice_loss(prob: Any, target: Any) -> Any:
+def soft_dice_loss(prob: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """1 - (2 sum(p t) + s) / (sum(p^2) + sum(t^2) + s), pooled over every element given."""
     return 1.0 - (2.0 * (prob * target).sum() + SMOOTH) / ((prob * prob).sum() + (target * target).sum() + SMOOTH)
 
 
-@MITIGATIONS.register("febs")
+@register_mitigation
 @dataclass
 class FEBS(Mitigation):
     """Mean BCE + the Dice loss of predictions scaled per group by tanh((min group loss / group loss) ** gamma)."""
 
-    name: str = "febs"
+    name: ClassVar[str] = "febs"
     needs_attribute_at_training: bool = True
     needs: ClassVar[Mapping[str, object]] = {"head": "mask_decoder"}
     other_tasks: ClassVar[str] = ("it scales predicted pixel probabilities inside a Dice loss, which a classifier "
@@ -51,7 +54,8 @@ class FEBS(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_positive(self.name, "gamma", self.hparams["gamma"], allow_zero=True)
 
-    def group_weights(self, prob: Any, target: Any, groups: Any) -> tuple[Any, Any]:
+    def group_weights(self, prob: torch.Tensor, target: torch.Tensor, groups: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per group code 0..max: the pooled soft Dice loss L_a and the weight W_a (NaN for absent groups)."""
         import torch
 
@@ -64,7 +68,7 @@ class FEBS(Mitigation):
         ratio = losses[present].min() / losses.clamp(min=1e-12)
         return losses, torch.where(present, torch.tanh(ratio ** self.hparams["gamma"]), torch.nan)
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Mean pixel BCE with logits + the pooled Dice loss of group-scaled probabilities."""
         import torch
         import torch.nn.functional as F

@@ -15,7 +15,7 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.thresholds import choose_threshold, parse_policy
 from fairmedbench.mitigation._common import check_group_codes, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
 
 
 def to_half(scores: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -33,13 +33,13 @@ def to_half(scores: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.clip(out, 0.0, 1.0)
 
 
-@MITIGATIONS.register("group_thresholds")
+@register_mitigation
 @dataclass
 class GroupThresholds(Mitigation):
     """Per-group, per-label thresholds from validation; groups unseen or one-class in validation use the
     global validation threshold."""
 
-    name: str = "group_thresholds"
+    name: ClassVar[str] = "group_thresholds"
     needs_attribute_at_training: bool = True
     needs_attribute_at_inference: bool = True
     threshold_policy: str | None = "fixed:0.5"

@@ -4,21 +4,25 @@ q_g <- q_g * exp(eta * loss_g), renormalised; the objective is sum_g q_g * loss_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation
+from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
-@MITIGATIONS.register("groupdro")
+@register_mitigation
 @dataclass
 class GroupDRO(Mitigation):
     """Exponentiated-gradient ascent on group weights, descent on the q-weighted group losses."""
 
-    name: str = "groupdro"
+    name: ClassVar[str] = "groupdro"
     needs_attribute_at_training: bool = True
     q: Any = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"eta": 0.01, "by": "group", "label_column": 0}
@@ -35,7 +39,7 @@ class GroupDRO(Mitigation):
             return "by=group_class weighs group x label cells and a segmentation sample has no label; use by=group"
         return None
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """Start q uniform over the groups (or group x class cells); the head is unchanged."""
         import torch
 
@@ -45,7 +49,7 @@ class GroupDRO(Mitigation):
         self.q = torch.full((n_units,), 1.0 / n_units)
         return head
 
-    def units(self, batch: Batch) -> Any:
+    def units(self, batch: Batch) -> torch.Tensor:
         """The batch's unit codes: group, or 2 * group + label (labels[:, label_column]); for a softmax head
         K * group + class index."""
         g = batch.groups
@@ -61,7 +65,7 @@ class GroupDRO(Mitigation):
                              f"{batch.y.shape[1]} column(s)")
         return 2 * g + (batch.y[:, col] > 0.5).long()
 
-    def loss(self, per_sample: Any, batch: Batch) -> Any:
+    def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Group mean losses, an exponentiated-gradient step on q (absent groups get loss 0), then q . loss."""
         import torch
 

@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
-@MITIGATIONS.register("ind")
+@register_mitigation
 @dataclass
 class InD(Mitigation):
     """One mask decoder per group at training; all of them combined, without the attribute, at inference."""
 
-    name: str = "ind"
+    name: ClassVar[str] = "ind"
     needs_attribute_at_training: bool = True
     needs: ClassVar[Mapping[str, object]] = {"head": "mask_decoder"}
     other_tasks: ClassVar[str] = "it copies a mask decoder once per group; for a classification head use domainind"
@@ -40,7 +43,7 @@ class InD(Mitigation):
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
         check_choice(self.name, "combine", self.hparams["combine"], ("sum_logits", "mean_prob"))
 
-    def wrap_head(self, head: Any, n_groups: int) -> Any:
+    def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """A module with one copy of `head` per group (`group_heads`, used by the training loop per sample's group);
         calling it combines every copy without the attribute."""
         import torch
@@ -52,7 +55,7 @@ class InD(Mitigation):
             raise InputError(f"mitigation {self.name!r} needs a torch module to copy per group")
         combine = self.hparams["combine"]
 
-        def combined(masks: list["torch.Tensor"]) -> "torch.Tensor":
+        def combined(masks: list[torch.Tensor]) -> torch.Tensor:
             z = torch.stack(masks)
             if combine == "sum_logits":
                 return z.mean(dim=0)

@@ -11,15 +11,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fairmedbench.mitigation._common import BALANCE_UNITS, balance_units, check_choice, merge_hparams
-from fairmedbench.mitigation.base import MITIGATIONS, Mitigation
+from fairmedbench.mitigation.base import Mitigation, register_mitigation
 
 
-@MITIGATIONS.register("resampling")
+@register_mitigation
 @dataclass
 class Resampling(Mitigation):
     """Sample with replacement, weight 1 / (number of units x size of the sample's unit)."""
 
-    name: str = "resampling"
+    name: ClassVar[str] = "resampling"
     DEFAULTS: ClassVar[dict[str, Any]] = {"by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = ("Idrissi et al. 2022 (SUBG/RWG data balancing); MEDFAIR resampling baseline "
                                 "(Zong et al. 2023)")

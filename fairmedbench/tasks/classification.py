@@ -13,6 +13,7 @@ import numpy as np
 
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.auc import auc
 from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
@@ -40,26 +41,15 @@ class TrainConfig:
     select: str = "val_loss"
 
 
-def _auc(y: np.ndarray, s: np.ndarray) -> float:
-    """Mann-Whitney AUC (ties 1/2); NaN with one class."""
-    from scipy.stats import rankdata
-
-    n1 = int(y.sum())
-    n0 = len(y) - n1
-    if n1 == 0 or n0 == 0:
-        return float("nan")
-    return float((rankdata(s)[y == 1].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
-
-
 def selection_score(rule: str, y: np.ndarray, p: np.ndarray, groups: np.ndarray | None, val_loss: float) -> float:
     """Validation score to minimise: loss, -AUC, -worst-group AUC, or the distance to the ideal point
     (AUC 1, ΔAUC 0): sqrt((1 - AUC)^2 + ΔAUC^2); AUCs are means over tasks."""
     if rule == "val_loss":
         return val_loss
-    overall = float(np.nanmean([_auc(y[:, j], p[:, j]) for j in range(y.shape[1])]))
+    overall = float(np.nanmean([auc(y[:, j], p[:, j]) for j in range(y.shape[1])]))
     if rule == "overall_auc":
         return -overall
-    per_group = [float(np.nanmean([_auc(y[groups == g, j], p[groups == g, j]) for j in range(y.shape[1])]))
+    per_group = [float(np.nanmean([auc(y[groups == g, j], p[groups == g, j]) for j in range(y.shape[1])]))
                  for g in np.unique(groups[groups >= 0])]
     per_group = [a for a in per_group if np.isfinite(a)]
     if not per_group:

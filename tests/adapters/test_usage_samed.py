@@ -16,8 +16,8 @@ from fairmedbench.adapters import USAGES, RunContext
 from fairmedbench.adapters.prompts import make_prompt
 from fairmedbench.benchmark.run import run
 from fairmedbench.errors import InputError
-from fairmedbench.registry.models import load_model
 from fairmedbench.mitigation import make_mitigation
+from fairmedbench.registry.models import load_model
 from fairmedbench.tasks.segmentation import DecoderConfig, Trained, dice_bce_loss, fit_decoder, prepare_split
 
 

@@ -52,7 +52,8 @@ def test_line_fit_undefined_cases_say_why() -> None:
     three = line_fit([0, 0.5, 1], [0.6, 0.72, 0.8], "g", "auc")
     assert math.isfinite(three.slope_ci_low) and math.isnan(three.r_ci_low) and "at least 4" in three.note
     # unsorted input gives the same fit as sorted
-    assert line_fit([1, 0, 0.5, 0.25, 0.75], [0.8, 0.6, 0.7, 0.66, 0.74], "g", "auc").interp_mae == pytest.approx(0.02 / 3)
+    fit = line_fit([1, 0, 0.5, 0.25, 0.75], [0.8, 0.6, 0.7, 0.66, 0.74], "g", "auc")
+    assert fit.interp_mae == pytest.approx(0.02 / 3)
 
 
 def test_fairness_laws_summaries_fits_and_balanced_welch() -> None:

@@ -121,7 +121,8 @@ def make_chexpert(root: Path, with_demo: bool = True) -> Path:
     for p in range(1, 9):
         split = "valid" if p == 8 else "train"
         for study, view in ((1, "frontal"), (1, "lateral")):
-            path = f"CheXpert-v1.0-small/{split}/patient{p:05d}/study{study}/view{1 if view == 'frontal' else 2}_{view}.jpg"
+            path = (f"CheXpert-v1.0-small/{split}/patient{p:05d}/study{study}/"
+                    f"view{1 if view == 'frontal' else 2}_{view}.jpg")
             write_png(root / path, (12, 12))
             labels = [1.0 if p % 3 == 0 else ""] + ["" for _ in CHEXPERT_LABELS[1:]]
             if p % 3 == 1:
@@ -137,7 +138,8 @@ def make_chexpert(root: Path, with_demo: bool = True) -> Path:
         races = ["White", "Asian, non-Hispanic", "Black or African American", "Other", "Unknown", "White, Hispanic",
                  "Patient Refused", "Asian"]
         write_csv(root / "CHEXPERT DEMO.csv", ["PATIENT", "GENDER", "AGE_AT_CXR", "PRIMARY_RACE", "ETHNICITY"],
-                  [[f"patient{p:05d}", "Female", 40 + 4 * p, races[p - 1], "Non-Hispanic/Non-Latino"] for p in range(1, 9)])
+                  [[f"patient{p:05d}", "Female", 40 + 4 * p, races[p - 1], "Non-Hispanic/Non-Latino"]
+                   for p in range(1, 9)])
     return root
 
 
@@ -155,8 +157,8 @@ def make_mimic(root: Path, with_admissions: bool = True) -> Path:
             write_png(root / "files" / f"p{str(sid)[:2]}" / f"p{sid}" / f"s{study}" / f"{dicom}.jpg", (10, 10))
         lab.append([sid, study] + [1.0 if (f == "No Finding" and k % 2) else "" for f in CHEXPERT_LABELS])
         pat.append([sid, "F" if k % 2 else "M", 50 + 3 * k, 2150, "2014 - 2016", ""])
-        races = ["WHITE", "BLACK/AFRICAN AMERICAN", "ASIAN - CHINESE", "HISPANIC/LATINO - PUERTO RICAN", "UNKNOWN", "OTHER",
-                 "WHITE", "WHITE"]
+        races = ["WHITE", "BLACK/AFRICAN AMERICAN", "ASIAN - CHINESE", "HISPANIC/LATINO - PUERTO RICAN", "UNKNOWN",
+                 "OTHER", "WHITE", "WHITE"]
         adm.append([sid, 20000000 + k, races[k]])
         if k == 7:
             adm.append([sid, 30000000 + k, "BLACK/AFRICAN AMERICAN"])
@@ -166,11 +168,13 @@ def make_mimic(root: Path, with_admissions: bool = True) -> Path:
         with open(tmp, "rb") as src, gzip.open(path, "wb") as dst:
             dst.write(src.read())
         tmp.unlink()
-    gz(root / "mimic-cxr-2.0.0-metadata.csv.gz", ["dicom_id", "subject_id", "study_id", "PerformedProcedureStepDescription",
-                                                  "ViewPosition", "Rows", "Columns"], meta)
+    gz(root / "mimic-cxr-2.0.0-metadata.csv.gz",
+       ["dicom_id", "subject_id", "study_id", "PerformedProcedureStepDescription", "ViewPosition", "Rows", "Columns"],
+       meta)
     gz(root / "mimic-cxr-2.0.0-chexpert.csv.gz", ["subject_id", "study_id"] + CHEXPERT_LABELS, lab)
     gz(root / "mimic-cxr-2.0.0-split.csv.gz", ["dicom_id", "study_id", "subject_id", "split"], split)
-    gz(root / "hosp" / "patients.csv.gz", ["subject_id", "gender", "anchor_age", "anchor_year", "anchor_year_group", "dod"], pat)
+    gz(root / "hosp" / "patients.csv.gz",
+       ["subject_id", "gender", "anchor_age", "anchor_year", "anchor_year_group", "dod"], pat)
     if with_admissions:
         gz(root / "hosp" / "admissions.csv.gz", ["subject_id", "hadm_id", "race"], adm)
     return root
@@ -201,7 +205,8 @@ def make_brset(root: Path) -> Path:
     rows = []
     for i in range(1, 13):
         rows.append([f"img{i:05d}", (i + 1) // 2, "Canon CR", "" if i == 3 else 30 + 4 * i, "diabetes1", 5, "yes",
-                     1 if i % 3 else 2, 1 + i % 2, "yes", "Brazil", 1, 1, 1, i % 5, i % 5, 1, 1, 1, 1, "Adequate", int(i % 5 > 0)])
+                     1 if i % 3 else 2, 1 + i % 2, "yes", "Brazil", 1, 1, 1, i % 5, i % 5, 1, 1, 1, 1, "Adequate",
+                     int(i % 5 > 0)])
         write_png(root / "fundus_photos" / f"img{i:05d}.jpg", (12, 16), rgb=True)
     write_csv(root / "labels.csv", BRSET_HEADER, rows)
     return root
@@ -214,7 +219,8 @@ def make_fitzpatrick(root: Path) -> Path:
     rows = []
     for i in range(12):
         h = f"{i:032x}"
-        rows.append([h, -1 if i == 4 else 1 + i % 6, 1 + i % 6, "psoriasis", "inflammatory", parts[i % 3], "", "http://x", "x"])
+        rows.append([h, -1 if i == 4 else 1 + i % 6, 1 + i % 6, "psoriasis", "inflammatory", parts[i % 3], "",
+                     "http://x", "x"])
         write_png(root / "images" / f"{h}.jpg", (10, 10), rgb=True)
     write_csv(root / "fitzpatrick17k.csv", header, rows)
     return root
@@ -232,7 +238,8 @@ def make_montgomery(root: Path) -> Path:
             Image.fromarray(m).save(base / "ManualMask" / f"{side}Mask" / name)
         (base / "ClinicalReadings").mkdir(parents=True, exist_ok=True)
         (base / "ClinicalReadings" / name.replace(".png", ".txt")).write_text(
-            f"Patient's Sex: {'F' if i % 3 else 'M'}\nPatient's Age: {30 + 5 * i:03d}Y\n{'normal' if i % 2 == 0 else 'TB'}\n")
+            f"Patient's Sex: {'F' if i % 3 else 'M'}\nPatient's Age: {30 + 5 * i:03d}Y\n"
+            f"{'normal' if i % 2 == 0 else 'TB'}\n")
     return root
 
 
@@ -253,7 +260,8 @@ def make_tusc(root: Path) -> Path:
         h["mask"] = m
         h["annot_id"] = np.array([s.encode() for s in ids])
         h["frame_num"] = np.array(frames)
-    write_csv(root / "metadata.csv", ["annot_id", "age", "sex", "location", "ti-rads_composition", "histopath_diagnosis"],
+    write_csv(root / "metadata.csv",
+              ["annot_id", "age", "sex", "location", "ti-rads_composition", "histopath_diagnosis"],
               [["1_", 45, "F", "r lobe", "solid", "Benign"], ["2_", 70, "M", "l lobe", "solid", "Malignant"],
                ["3_", 33, "F", "isthmus", "cystic", "Benign"], ["4_", 61, "F", "r lobe", "solid", "Benign"]])
     return root

@@ -9,18 +9,18 @@ import subprocess
 import sys
 
 import pytest
+from fmb_ds_fixtures import make_nih
 
 from fairmedbench.benchmark.datasets import describe_dataset, export_split, import_split, list_datasets, load_with_split
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.datasets import DATASETS, AttributeSpec, get_card
 
-from fmb_ds_fixtures import make_nih
-
 
 def test_list_datasets_is_light():
     code = (
         "import sys, json; from fairmedbench.benchmark.datasets import list_datasets; rows = list_datasets();"
-        "print(json.dumps([sorted(m for m in ('torch', 'nibabel', 'pandas', 'PIL', 'open_clip') if m in sys.modules), len(rows)]))"
+        "print(json.dumps([sorted(m for m in ('torch', 'nibabel', 'pandas', 'PIL', 'open_clip') if m in sys.modules),"
+        " len(rows)]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     heavy, n = json.loads(out.stdout)

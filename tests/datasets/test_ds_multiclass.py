@@ -37,7 +37,7 @@ def test_ordinal_signal_grows_with_grade_and_is_weaker_for_females():
         _, mask = render(cfg, 5, group, 3, False)
         gains[group] = [render(cfg, 5, group, g, False)[0].astype(float)[mask].mean() - base[mask].mean()
                         for g in (1, 2, 3)]
-    for group, (g1, g2, g3) in gains.items():
+    for g1, g2, g3 in gains.values():
         # intensity grade/3 of the full amplitude: steps of equal size (uint8 rounding aside)
         assert 0 < g1 < g2 < g3 and g2 == pytest.approx(2 * g1, rel=0.05) and g3 == pytest.approx(3 * g1, rel=0.05)
     assert gains["female"][2] == pytest.approx(0.35 * gains["male"][2], rel=0.05)

@@ -5,23 +5,34 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fmb_ds_fixtures import (
+    make_brset,
+    make_chexpert,
+    make_fitzpatrick,
+    make_harvard,
+    make_mimic,
+    make_montgomery,
+    make_papila,
+    make_tusc,
+    volume,
+    write_csv,
+    write_mha,
+    write_nifti,
+)
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.datasets import load_dataset
-
-from fmb_ds_fixtures import (
-    make_brset, make_chexpert, make_fitzpatrick, make_harvard, make_mimic, make_montgomery, make_papila, make_tusc,
-    volume, write_csv, write_mha, write_nifti,
-)
 
 
 def test_fairvlmed10k_npz_with_attributes_inside(tmp_path):
     ds = load_dataset("fairvlmed10k", make_harvard(tmp_path / "f", "fairvlmed10k"))
     s = ds.samples
     assert len(ds) == 8 and sorted(s["split"].unique()) == ["test", "train", "val"]
-    assert (s.loc[s["gender"] == 1, "attr:sex"] == "male").all() and (s.loc[s["gender"] == 0, "attr:sex"] == "female").all()
+    assert (s.loc[s["gender"] == 1, "attr:sex"] == "male").all()
+    assert (s.loc[s["gender"] == 0, "attr:sex"] == "female").all()
     assert (s.loc[s["race"] == 0, "attr:race"] == "asian").all()
-    assert s.loc[s["ethnicity"] == -1, "attr:ethnicity"].isna().all() and ds.report["excluded"]["ethnicity"] == {"-1": 2}
+    assert s.loc[s["ethnicity"] == -1, "attr:ethnicity"].isna().all()
+    assert ds.report["excluded"]["ethnicity"] == {"-1": 2}
     assert s["label"].tolist() == (s["glaucoma"] % 2).tolist()
     assert ds.load_image(0).shape == (20, 24)
     assert ds.split().sizes() == {"train": 4, "val": 2, "test": 2}
@@ -104,7 +115,8 @@ def test_papila_clinical_sheets(tmp_path):
     s = ds.samples
     assert ds.report["suspects"] == 7 and len(ds) == 13
     assert set(s["label"]) == {0, 1}
-    assert (s.loc[s["Gender"] == 1, "attr:sex"] == "female").all() and (s.loc[s["Gender"] == 0, "attr:sex"] == "male").all()
+    assert (s.loc[s["Gender"] == 1, "attr:sex"] == "female").all()
+    assert (s.loc[s["Gender"] == 0, "attr:sex"] == "male").all()
     assert set(s["attr:age"]) == {"<60", ">=60"}
     both = load_dataset("papila", root, suspect="positive")
     assert len(both) == 20 and both.samples.groupby("patient_id").size().max() == 2
@@ -114,7 +126,8 @@ def test_papila_clinical_sheets(tmp_path):
 def test_brset_labels(tmp_path):
     ds = load_dataset("brset", make_brset(tmp_path / "b"))
     s = ds.samples
-    assert (s.loc[s["patient_sex"] == 1, "attr:sex"] == "male").all() and (s.loc[s["patient_sex"] == 2, "attr:sex"] == "female").all()
+    assert (s.loc[s["patient_sex"] == 1, "attr:sex"] == "male").all()
+    assert (s.loc[s["patient_sex"] == 2, "attr:sex"] == "female").all()
     assert (s["label"] == (s["DR_ICDR"] > 0)).all() and ds.report["excluded"]["age"] == {"<missing>": 1}
     split = ds.split(seed=0, fractions=(0.5, 0.25, 0.25))
     assert set(s.iloc[split.train]["patient_id"]).isdisjoint(s.iloc[split.test]["patient_id"])
@@ -171,7 +184,8 @@ def test_adni_collection_and_nifti(tmp_path):
 def test_covid_ct_md_volumes(tmp_path):
     root = tmp_path / "cc"
     rows = []
-    for k, (diag, folder) in enumerate((("COVID-19", "COVID-19 Cases"), ("CAP", "Cap Cases"), ("Normal", "Normal Cases")) * 2):
+    classes = (("COVID-19", "COVID-19 Cases"), ("CAP", "Cap Cases"), ("Normal", "Normal Cases"))
+    for k, (diag, folder) in enumerate(classes * 2):
         case = f"P{k:03d}"
         rows.append([case, diag, "M" if k % 2 else "F", f"0{40 + 10 * k}Y"])
         write_nifti(root / folder / f"{case}.nii.gz", volume(seed=k))
@@ -209,7 +223,8 @@ def test_kits23_mask_shape_mismatch(tmp_path):
     root = tmp_path / "kits23" / "dataset"
     write_nifti(root / "case_00000" / "imaging.nii.gz", volume())
     write_nifti(root / "case_00000" / "segmentation.nii.gz", np.zeros((4, 4, 4), np.uint8))
-    (root / "kits23.json").write_text(json.dumps([{"case_id": "case_00000", "gender": "male", "age_at_nephrectomy": 60}]))
+    (root / "kits23.json").write_text(
+        json.dumps([{"case_id": "case_00000", "gender": "male", "age_at_nephrectomy": 60}]))
     with pytest.raises(InputError, match=r"shape \(4, 4, 4\).*\(6, 8, 10\)"):
         load_dataset("kits23", tmp_path / "kits23").load_mask(0)
 
@@ -240,7 +255,8 @@ def test_candi_and_ircadb(tmp_path):
         d = root / "SchizBull_2008" / "group" / subj
         write_nifti(d / f"{subj}_procimg.nii.gz", volume(seed=k).astype(np.float32))
         write_nifti(d / f"{subj}_seg.nii.gz", (volume(seed=k) > 0).astype(np.uint8))
-    write_csv(root / "SchizBull_2008_Demographics.csv", ["Subject", "Gender", "Age"], [["BPDwoPsy_030", "F", 9], ["HC_001", "M", 14]])
+    write_csv(root / "SchizBull_2008_Demographics.csv", ["Subject", "Gender", "Age"],
+              [["BPDwoPsy_030", "F", 9], ["HC_001", "M", 14]])
     ds = load_dataset("candi", root)
     assert ds.group_counts()["age"] == {"<12": 1, ">=12": 1} and ds.load_mask(1).shape == (6, 8, 10)
     ir = tmp_path / "ircadb"

@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from fmb_ds_fixtures import make_ham, make_nih, write_png
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.datasets import load_dataset
-
-from fmb_ds_fixtures import make_ham, make_nih, write_png
 
 
 def test_nih_reads_official_layout_and_split(tmp_path):

@@ -26,7 +26,8 @@ def test_ham_split_metadata_maps_sex_and_reports_unknown(real_data):
     ds = load_dataset("ham10000", root, keep_missing_images=True)
     assert len(ds) == 9958
     raw = ds.samples["sex"]
-    assert ds.group_counts()["sex"] == {"female": int((raw == "female").sum()), "male": int((raw == "male").sum()), "excluded": 10}
+    assert ds.group_counts()["sex"] == {"female": int((raw == "female").sum()), "male": int((raw == "male").sum()),
+                                        "excluded": 10}
     assert (ds.samples.loc[raw == "male", "attr:sex"] == "male").all()
     assert ds.report["excluded"]["sex"] == {"unknown": 10}
     grouped = load_dataset("ham10000", root, keep_missing_images=True, unknown="group")

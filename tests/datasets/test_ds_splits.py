@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairmedbench.engine.splits import (
-    Split, load_split, official_split, patient_split, save_split, split_fingerprint,
+    Split,
+    load_split,
+    official_split,
+    patient_split,
+    save_split,
+    split_fingerprint,
 )
 from fairmedbench.errors import InputError, MissingResourceError
 
@@ -82,7 +87,8 @@ def test_official_split_carves_val_from_train_by_patient():
     assert set(split.ids["test"]) == set(sids[80:])
     assert len(split.ids["val"]) == 16 and len(split.ids["train"]) == 64
     assert split.policy.startswith("official")
-    assert official_split(sids, pids, official, seed=1).fingerprint == official_split(sids, pids, official, seed=1).fingerprint
+    again = official_split(sids, pids, official, seed=1).fingerprint
+    assert official_split(sids, pids, official, seed=1).fingerprint == again
 
 
 def test_official_split_rejects_patient_in_two_splits_and_bad_values():
@@ -110,7 +116,7 @@ def test_export_import_roundtrip_and_tamper_check(tmp_path):
     with pytest.raises(InputError, match="absent from the dataset"):
         split.bind(sids[:10])
     with pytest.raises(InputError, match="not bound"):
-        Split(split.ids, "x").train
+        _ = Split(split.ids, "x").train
 
 
 def test_bad_fractions():

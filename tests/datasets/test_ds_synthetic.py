@@ -67,7 +67,8 @@ def test_underrep_train_share_and_expected_disparity_in_card():
     assert (train["attr:sex"] == "female").mean() == pytest.approx(UNDERREP.female_share_train, abs=0.01)
     assert (test["attr:sex"] == "female").mean() == pytest.approx(0.5, abs=0.01)
     card = get_card("synth-contrast").to_dict()
-    assert {"attribute": "sex", "group": "female", "metric": "auc", "direction": "lower"} in card["expected_disparities"]
+    expected = {"attribute": "sex", "group": "female", "metric": "auc", "direction": "lower"}
+    assert expected in card["expected_disparities"]
     assert get_card("synth-control").to_dict()["expected_disparities"][0]["direction"] == "none"
 
 
@@ -107,7 +108,8 @@ def test_label_noise_and_marker_mechanisms():
 
 
 def test_data_root_is_ignored_for_generated_data(tmp_path):
-    assert load_dataset("synth-control", tmp_path / "nowhere", n=20).fingerprint == load_dataset("synth-control", n=20).fingerprint
+    nowhere = load_dataset("synth-control", tmp_path / "nowhere", n=20)
+    assert nowhere.fingerprint == load_dataset("synth-control", n=20).fingerprint
 
 
 def test_3d_variant():

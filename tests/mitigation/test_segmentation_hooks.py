@@ -13,8 +13,13 @@ from fairmedbench.adapters.sam_decoder import image_key
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation import make_mitigation
 from fairmedbench.tasks.base import get_task
-from fairmedbench.tasks.segmentation import (DecoderConfig, dice_bce_loss, fit_decoder, prepare_split,
-                                             selection_score_seg)
+from fairmedbench.tasks.segmentation import (
+    DecoderConfig,
+    dice_bce_loss,
+    fit_decoder,
+    prepare_split,
+    selection_score_seg,
+)
 
 
 class PixelSegmenter:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairmedbench.report.verdicts import (board_headline, compare_headline, disparity, study_friedman,
-                                          study_mitigation, versus_erm)
+from fairmedbench.report.verdicts import (
+    board_headline,
+    compare_headline,
+    disparity,
+    study_friedman,
+    study_mitigation,
+    versus_erm,
+)
 
 
 def _rep(cell: dict[str, Any] | None, notes: dict[str, str] | None = None) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def get_card(name: str) -> DatasetCard:
     return DATASETS.get(name)
 
 
-def load_dataset(name: str, data_root: Any = None, **options: Any) -> "Dataset":
+def load_dataset(name: str, data_root: Any = None, **options: Any) -> Dataset:
     """Load dataset `name` (see fairmedbench.registry.datasets.dataset.load_dataset for options)."""
     from fairmedbench.registry.datasets.dataset import load_dataset as _load
 

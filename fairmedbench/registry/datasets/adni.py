@@ -47,7 +47,8 @@ def read_adni(root: Path, metadata: str | None = None, positive: tuple[str, ...]
             path = c
             break
     if path is None:
-        raise MissingResourceError(f"no ADNI image-collection CSV with columns {list(COLUMNS)} in {root}. Get it: {ACCESS}")
+        raise MissingResourceError(f"no ADNI image-collection CSV with columns {list(COLUMNS)} in {root}. "
+                                   f"Get it: {ACCESS}")
     df = read_table(path, "ADNI collection CSV", ACCESS)
     require_columns(df, COLUMNS, path)
     bad = sorted(set(df["Group"].astype(str)) - set(GROUPS))

@@ -28,7 +28,8 @@ def read_brset(root: Path, keep_missing_images: bool = False) -> ReadResult:
     require_columns(df, COLUMNS, path)
     icdr = df["DR_ICDR"]
     if not icdr.isin([0, 1, 2, 3, 4]).all():
-        raise InputError(f"{path}: column 'DR_ICDR' has values {sorted(set(icdr.astype(str)) - set('01234'))}; expected 0-4")
+        raise InputError(f"{path}: column 'DR_ICDR' has values {sorted(set(icdr.astype(str)) - set('01234'))}; "
+                         "expected 0-4")
     df["label"] = (icdr > 0).astype(np.int64)
     df["sample_id"] = df["image_id"].astype(str)
     df["patient_id"] = df["patient_id"].astype(str)

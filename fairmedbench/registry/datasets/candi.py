@@ -24,14 +24,16 @@ def read_candi(root: Path, demographics: str | None = None, keep_missing_images:
     cands = [root / demographics] if demographics else sorted(
         p for p in root.rglob("*") if "demographic" in p.name.lower() and p.suffix.lower() in (".csv", ".xlsx", ".xls"))
     if not cands:
-        raise MissingResourceError(f"no CANDI demographics table (*Demographics*.csv/.xlsx) under {root}. Get it: {ACCESS}")
+        raise MissingResourceError(f"no CANDI demographics table (*Demographics*.csv/.xlsx) under {root}. "
+                                   f"Get it: {ACCESS}")
     df = read_table(cands[0], "CANDI demographics", ACCESS)
     require_columns(df, ("Subject", "Gender", "Age"), cands[0])
     imgs = {p.name[: -len("_procimg.nii.gz")]: p for p in root.rglob("*_procimg.nii.gz")}
     df["sample_id"] = df["Subject"].astype(str)
     df["patient_id"] = df["sample_id"]
     df["image"] = [str(imgs[s]) if s in imgs else None for s in df["sample_id"]]
-    df["mask"] = [str(imgs[s].with_name(f"{s}_seg.nii.gz")) if s in imgs and imgs[s].with_name(f"{s}_seg.nii.gz").is_file()
+    df["mask"] = [str(imgs[s].with_name(f"{s}_seg.nii.gz"))
+                  if s in imgs and imgs[s].with_name(f"{s}_seg.nii.gz").is_file()
                   else None for s in df["sample_id"]]
     n_meta = len(df)
     df, counts, notes = keep_rows_with_files(df, "image", "volume", keep_missing_images, ACCESS, root)

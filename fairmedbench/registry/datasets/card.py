@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fairmedbench.registry.base import Registry
 
@@ -81,8 +82,9 @@ class AttributeSpec:
             return "unmapped", None
         if math.isnan(x):
             return "unknown", None
+        edges = self.bins or ()  # never empty here: __post_init__ requires a mapping or bins
         for k, g in enumerate(self.groups):
-            if self.bins[k] <= x < self.bins[k + 1]:
+            if edges[k] <= x < edges[k + 1]:
                 return "group", g
         return "unmapped", None
 
@@ -97,12 +99,14 @@ class AttributeSpec:
         }
         if self.mapping is not None:
             out["mapping"] = dict(self.mapping)
-        else:
+        elif self.bins is not None:
+            bins = self.bins
+
             def edge(v: float) -> float | None:
                 return None if math.isinf(v) else v
 
             out["bins"] = [
-                {"group": g, "min": edge(self.bins[k]), "max_exclusive": edge(self.bins[k + 1])}
+                {"group": g, "min": edge(bins[k]), "max_exclusive": edge(bins[k + 1])}
                 for k, g in enumerate(self.groups)
             ]
         if self.unknown_values:
@@ -236,9 +240,11 @@ class DatasetCard:
             "split": {
                 "policy": self.split_policy,
                 "fractions": list(self.split_fractions),
-                "stratify": f"label x {self.stratify_attribute or (self.attributes[0].name if self.attributes else '-')}",
+                "stratify": "label x "
+                            f"{self.stratify_attribute or (self.attributes[0].name if self.attributes else '-')}",
             },
-            "prompts": {"templates": list(self.prompt_templates), "classes": {k: list(v) for k, v in self.class_prompts.items()}},
+            "prompts": {"templates": list(self.prompt_templates),
+                        "classes": {k: list(v) for k, v in self.class_prompts.items()}},
             "size": self.size,
             "license": self.license,
             "citation": self.citation,

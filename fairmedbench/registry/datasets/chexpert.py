@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
     from fairmedbench.registry.datasets.dataset import ReadResult
 
-ACCESS = "https://stanfordaimi.azurewebsites.net/datasets/8cbd9ed4-2eb9-4565-affc-111cf4f7ebe2 (Stanford AIMI, research use agreement)"
+ACCESS = ("https://stanfordaimi.azurewebsites.net/datasets/8cbd9ed4-2eb9-4565-affc-111cf4f7ebe2 "
+          "(Stanford AIMI, research use agreement)")
 FINDINGS = (
     "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
     "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other", "Fracture",
@@ -27,8 +28,9 @@ RACE = {
     **{v: "white" for v in ("White", "White, non-Hispanic", "White, Hispanic", "White or Caucasian")},
     **{v: "asian" for v in ("Asian", "Asian, non-Hispanic", "Asian, Hispanic", "Asian - Historical Conv")},
     **{v: "black" for v in ("Black or African American", "Black, non-Hispanic", "Black, Hispanic")},
-    **{v: "other" for v in ("Other", "Other, non-Hispanic", "Other, Hispanic", "Native Hawaiian or Other Pacific Islander",
-                            "Pacific Islander, non-Hispanic", "Pacific Islander, Hispanic", "American Indian or Alaska Native",
+    **{v: "other" for v in ("Other", "Other, non-Hispanic", "Other, Hispanic",
+                            "Native Hawaiian or Other Pacific Islander", "Pacific Islander, non-Hispanic",
+                            "Pacific Islander, Hispanic", "American Indian or Alaska Native",
                             "Native American, non-Hispanic", "Native American, Hispanic")},
 }
 RACE_UNKNOWN = ("Unknown", "Patient Refused", "Race and Ethnicity Unknown", "Declined to Answer", "Not Recorded")
@@ -55,7 +57,8 @@ def _demo_path(root: Path, base: Path) -> Path | None:
     return None
 
 
-def read_chexpert(root: Path, target: str = "any_finding", frontal_only: bool = True, keep_missing_images: bool = False) -> ReadResult:
+def read_chexpert(root: Path, target: str = "any_finding", frontal_only: bool = True,
+                  keep_missing_images: bool = False) -> ReadResult:
     """Read CheXpert train/valid CSVs, join the demographics file by patient, keep frontal views."""
     import pandas as pd
 
@@ -66,7 +69,8 @@ def read_chexpert(root: Path, target: str = "any_finding", frontal_only: bool = 
 
     base = next((root / f for f in FOLDERS if (root / f / "train.csv").is_file()), None)
     if base is None:
-        raise MissingResourceError(f"CheXpert train.csv not found in {root} or {root}/CheXpert-v1.0(-small)/. Request access: {ACCESS}")
+        raise MissingResourceError(f"CheXpert train.csv not found in {root} or {root}/CheXpert-v1.0(-small)/. "
+                                   f"Request access: {ACCESS}")
     frames = []
     for name, split in (("train.csv", "train"), ("valid.csv", "val")):
         path = base / name
@@ -111,7 +115,8 @@ register(DatasetCard(
     tasks=("classification",),
     modality="chest X-ray",
     dim=2,
-    label_definition="'any_finding' (default): 1 unless No Finding == 1; option target=<finding> gives that finding == 1 "
+    label_definition="'any_finding' (default): 1 unless No Finding == 1; option target=<finding> gives that "
+                     "finding == 1 "
                      "(uncertain -1 and blank count as 0). FairMedFM uses No Finding itself as the positive class",
     attributes=(sex_attribute("Sex", "Male", "Female", unknown=("Unknown",)), *age_attributes("Age", 60),
                 AttributeSpec("race", "PRIMARY_RACE", ("white", "asian", "black", "other"), mapping=RACE,

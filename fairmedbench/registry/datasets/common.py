@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import MissingResourceError
 
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 def keep_rows_with_files(
     df: pd.DataFrame, path_col: str, what: str, keep_missing: bool, access: str, root: Path
 ) -> tuple[pd.DataFrame, dict[str, int], list[str]]:
-    """Drop rows whose file (path column, NA when absent) is missing (a partial release), recording how many; none present is an error.
+    """Drop rows whose file (path column, NA when absent) is missing (a partial release), recording how many; none
+    present is an error.
 
     Returns (table, counts, notes)."""
     present = df[path_col].notna().to_numpy(dtype=bool)
@@ -107,7 +109,8 @@ def read_npz_table(files, fields: dict[str, tuple[str, ...]], required: Iterable
             continue
         except (OSError, ValueError, EOFError) as exc:
             if not skip_bad:
-                raise InputError(f"{path} could not be read as .npz ({exc}); replace it or pass skip_bad=True") from None
+                raise InputError(f"{path} could not be read as .npz ({exc}); replace it or pass "
+                                 "skip_bad=True") from None
             skipped += 1
             continue
         rows.append(row)

@@ -46,7 +46,8 @@ def read_covid_ct_md(root: Path, metadata: str | None = None, keep_missing_image
     n_meta = len(df)
     df, counts, n = keep_rows_with_files(df, "image", "volume", keep_missing_images, ACCESS, root)
     counts["rows_in_metadata"] = n_meta
-    return ReadResult(df.reset_index(drop=True), notes + n, counts, image_fn=volume_image_fn(LUNG_WINDOW), source=str(path))
+    return ReadResult(df.reset_index(drop=True), notes + n, counts, image_fn=volume_image_fn(LUNG_WINDOW),
+                      source=str(path))
 
 
 register(DatasetCard(

@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,8 +17,14 @@ import pandas as pd
 from fairmedbench.engine.splits import Split, check_nonempty, official_split, patient_split
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.datasets.card import DATASETS, DatasetCard
-from fairmedbench.registry.datasets.io import (decode_image, decode_label_map, read_spacing_dhw, recording_reads,
-                                              sample_slices, to_uint8)
+from fairmedbench.registry.datasets.io import (
+    decode_image,
+    decode_label_map,
+    read_spacing_dhw,
+    recording_reads,
+    sample_slices,
+    to_uint8,
+)
 
 UNKNOWN_POLICIES = ("exclude", "group", "drop")
 #: columns that pick one image inside a file holding several (an .npz key, an HDF5 frame): part of a sample's content
@@ -93,7 +100,8 @@ class Dataset:
         df["patient_id"] = df["patient_id"].astype(str)
         dup = df["sample_id"][df["sample_id"].duplicated()]
         if len(dup):
-            raise InputError(f"{source}: sample id {dup.iloc[0]!r} occurs {int((df['sample_id'] == dup.iloc[0]).sum())} times")
+            times = int((df["sample_id"] == dup.iloc[0]).sum())
+            raise InputError(f"{source}: sample id {dup.iloc[0]!r} occurs {times} times")
         df = self._map_attributes(df, source, unknown)
         if len(df) == 0:
             raise InputError(f"{source}: no samples left after reading ({self.report}); check the data root")
@@ -130,7 +138,8 @@ class Dataset:
                 counts = {str(k): int(v) for k, v in raw_unk.value_counts().items()}
                 if unknown == "group":
                     group_arr[unk] = "unknown"
-                    self.report["notes"].append(f"{spec.name}: {int(unk.sum())} rows with unrecorded value kept as group 'unknown' {counts}")
+                    self.report["notes"].append(f"{spec.name}: {int(unk.sum())} rows with unrecorded value kept as "
+                                                f"group 'unknown' {counts}")
                 elif unknown == "drop":
                     drop |= unk
                     for v, n in counts.items():
@@ -146,7 +155,8 @@ class Dataset:
     @staticmethod
     def _known(spec) -> str:
         if spec.mapping is not None:
-            return ", ".join(repr(k) for k in spec.mapping) + (f"; unknown: {list(spec.unknown_values)}" if spec.unknown_values else "")
+            unknown = f"; unknown: {list(spec.unknown_values)}" if spec.unknown_values else ""
+            return ", ".join(repr(k) for k in spec.mapping) + unknown
         return f"numeric bins {list(spec.bins)}"
 
     # -- basic access ---------------------------------------------------------------------------
@@ -197,7 +207,8 @@ class Dataset:
                 with Image.open(path) as im:
                     return (im.size[1], im.size[0])
             except (UnidentifiedImageError, OSError) as exc:
-                raise InputError(f"image {path} could not be decoded ({exc}); replace it or pass skip_bad=True") from None
+                raise InputError(f"image {path} could not be decoded ({exc}); replace it or pass "
+                                 "skip_bad=True") from None
             except FileNotFoundError:
                 raise MissingResourceError(f"image {path} not found") from None
         shape = self.load_image(i).shape
@@ -326,7 +337,8 @@ class Dataset:
         lab = self.card.label_column
         if lab and lab in self.samples:
             parts.append(self.samples[lab].astype(str).to_numpy())
-        attr = attribute or self.card.stratify_attribute or (self.card.attributes[0].name if self.card.attributes else None)
+        attr = (attribute or self.card.stratify_attribute
+                or (self.card.attributes[0].name if self.card.attributes else None))
         if attr:
             col = self.samples[self.card.attribute(attr).group_column]
             parts.append(col.astype(object).where(col.notna(), "<excluded>").astype(str).to_numpy())
@@ -410,7 +422,8 @@ def load_dataset(
     card = DATASETS.get(name)
     params = inspect.signature(card.reader).parameters
     accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    allowed = [p for p in params if p not in ("root", "skip_bad") and params[p].kind is not inspect.Parameter.VAR_KEYWORD]
+    allowed = [p for p in params
+               if p not in ("root", "skip_bad") and params[p].kind is not inspect.Parameter.VAR_KEYWORD]
     bad = [k for k in options if k not in allowed]
     if bad and not accepts_any:
         raise InputError(f"dataset {name!r} does not take option(s) {bad}; it takes: {', '.join(allowed) or 'none'}")

@@ -21,7 +21,8 @@ def harvard_attributes(sex_column: str = "gender") -> tuple[AttributeSpec, ...]:
                       unknown_values=("-1",), description="0 = female, 1 = male"),
         AttributeSpec("race", "race", ("asian", "black", "white"), mapping={"0": "asian", "1": "black", "2": "white"},
                       unknown_values=("-1",), description="0 = Asian, 1 = Black, 2 = White"),
-        AttributeSpec("ethnicity", "ethnicity", ("non-hispanic", "hispanic"), mapping={"0": "non-hispanic", "1": "hispanic"},
+        AttributeSpec("ethnicity", "ethnicity", ("non-hispanic", "hispanic"),
+                      mapping={"0": "non-hispanic", "1": "hispanic"},
                       unknown_values=("-1",), description="-1 = unknown"),
         AttributeSpec("language", "language", ("english", "spanish", "other"),
                       mapping={"0": "english", "1": "spanish", "2": "other"}, unknown_values=("-1",)),
@@ -39,7 +40,8 @@ FIELDS = {"glaucoma": ("glaucoma",), "age": ("age",), "gender": ("gender", "male
 
 
 def read_harvard_npz(root: Path, card_name: str, access: str, fields: dict, label_field: str | None,
-                     image_keys: tuple[str, ...], mask_keys: tuple[str, ...] = (), skip_bad: bool = False) -> ReadResult:
+                     image_keys: tuple[str, ...], mask_keys: tuple[str, ...] = (),
+                     skip_bad: bool = False) -> ReadResult:
     """Shared reader of the Harvard .npz releases (attributes inside each file)."""
     import numpy as np
 
@@ -49,7 +51,8 @@ def read_harvard_npz(root: Path, card_name: str, access: str, fields: dict, labe
 
     files = npz_files(root)
     if not files:
-        raise MissingResourceError(f"no .npz files under {root} (Training/, Validation/, Test/ or data/). Get {card_name}: {access}")
+        raise MissingResourceError(f"no .npz files under {root} (Training/, Validation/, Test/ or data/). "
+                                   f"Get {card_name}: {access}")
     required = [c for c in fields if c not in ("pid", "ethnicity", "language", "maritalstatus")]
     df, counts = read_npz_table(files, fields, required, image_keys, mask_keys, skip_bad)
     df["sample_id"] = df["file"].str.replace(".npz", "", regex=False)

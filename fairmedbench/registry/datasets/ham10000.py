@@ -39,11 +39,13 @@ def _read_metadata(root: Path, metadata: str | None, split_dir: str | None):
         for s in ("train", "val", "test"):
             path = root / split_dir / f"{s}.csv"
             if not path.is_file():
-                raise MissingResourceError(f"split file {path} not found (split_dir needs train.csv, val.csv, test.csv)")
+                raise MissingResourceError(f"split file {path} not found (split_dir needs train.csv, val.csv, "
+                                           "test.csv)")
             part = read_table(path, "HAM10000 split metadata", ACCESS)
             require_columns(part, COLUMNS, path)
             frames.append(part.assign(split=s))
-        note = f"metadata from split files {root / split_dir}/{{train,val,test}}.csv (official columns; their split is used as 'official')"
+        note = (f"metadata from split files {root / split_dir}/{{train,val,test}}.csv (official columns; their "
+                "split is used as 'official')")
         return pd.concat(frames, ignore_index=True), note, str(root / split_dir)
     names = (metadata,) if metadata else METADATA_NAMES
     for n in names:
@@ -54,7 +56,8 @@ def _read_metadata(root: Path, metadata: str | None, split_dir: str | None):
             require_columns(df, COLUMNS, path)
             return df, f"metadata from {path}", str(path)
     raise MissingResourceError(
-        f"HAM10000 metadata not found in {root} (looked for {', '.join(names)} and splits/train.csv...). Get it from {ACCESS}"
+        f"HAM10000 metadata not found in {root} (looked for {', '.join(names)} and splits/train.csv...). "
+        f"Get it from {ACCESS}"
     )
 
 
@@ -97,7 +100,8 @@ register(DatasetCard(
     modality="dermoscopy",
     dim=2,
     label_definition="1 if dx is mel or akiec, else 0 (as FairMedFM and the binaryLabel of the subgroup-separability "
-                     "split); positive_dx=('akiec', 'bcc', 'mel') counts every malignant class; dx_index = 7-class label",
+                     "split); positive_dx=('akiec', 'bcc', 'mel') counts every malignant class; "
+                     "dx_index = 7-class label",
     attributes=(sex_attribute("sex", "male", "female", unknown=("unknown",)), *age_attributes("age", 60)),
     reader=read_ham10000,
     classes=("benign", "malignant"),

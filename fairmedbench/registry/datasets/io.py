@@ -7,8 +7,9 @@ import contextlib
 import contextvars
 import os
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 
 if TYPE_CHECKING:
     import pandas as pd
+    from nibabel.spatialimages import SpatialImage
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".gif")
 
@@ -182,6 +184,16 @@ def read_metaimage(path: Path) -> tuple[np.ndarray, tuple[float, ...]]:
     return arr, _metaimage_spacing(header, len(dims))
 
 
+def _load_spatial(p: Path) -> SpatialImage:
+    """nibabel's image of a volume file (its header has the voxel spacing); a non-spatial file is an error."""
+    import nibabel as nib
+
+    img = nib.load(str(p))
+    if not isinstance(img, nib.spatialimages.SpatialImage):
+        raise InputError(f"volume {p}: nibabel reads it as {type(img).__name__}, not a spatial image")
+    return img
+
+
 def read_spacing_dhw(path: str | os.PathLike) -> tuple[float, ...]:
     """Voxel spacing (mm) of a volume in (D, H, W) order, from its header only."""
     p = Path(path)
@@ -189,10 +201,8 @@ def read_spacing_dhw(path: str | os.PathLike) -> tuple[float, ...]:
     if p.name.lower().endswith((".mha", ".mhd")):
         header = _metaimage_header(p)[0]
         return tuple(reversed(_metaimage_spacing(header, 3)[:3]))
-    import nibabel as nib
-
     try:
-        zooms = nib.load(str(p)).header.get_zooms()
+        zooms = _load_spatial(p).header.get_zooms()
     except Exception as exc:  # nibabel raises many types for corrupt files
         raise InputError(f"volume {p} could not be read ({type(exc).__name__}: {exc})") from None
     return tuple(float(z) for z in reversed(zooms[:3]))
@@ -207,10 +217,8 @@ def read_volume(path: str | os.PathLike) -> tuple[np.ndarray, tuple[float, ...]]
     name = p.name.lower()
     if name.endswith((".mha", ".mhd")):
         return read_metaimage(p)
-    import nibabel as nib
-
     try:
-        img = nib.load(str(p))
+        img = _load_spatial(p)
         arr = np.asarray(img.dataobj)
         spacing = tuple(float(z) for z in img.header.get_zooms()[: arr.ndim])
     except Exception as exc:  # nibabel raises many types for corrupt files

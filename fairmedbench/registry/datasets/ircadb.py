@@ -30,8 +30,10 @@ def read_ircadb(root: Path, keep_missing_images: bool = False) -> ReadResult:
     require_columns(df, ("patient", "sex", "age"), meta)
     df["sample_id"] = [f"3Dircadb1.{int(p)}" for p in df["patient"]]
     df["patient_id"] = df["sample_id"]
-    df["image"] = [str(root / s / "image.nii.gz") if (root / s / "image.nii.gz").is_file() else None for s in df["sample_id"]]
-    df["mask"] = [str(root / s / "liver.nii.gz") if (root / s / "liver.nii.gz").is_file() else None for s in df["sample_id"]]
+    df["image"] = [str(root / s / "image.nii.gz") if (root / s / "image.nii.gz").is_file() else None
+                   for s in df["sample_id"]]
+    df["mask"] = [str(root / s / "liver.nii.gz") if (root / s / "liver.nii.gz").is_file() else None
+                  for s in df["sample_id"]]
     n_meta = len(df)
     df, counts, notes = keep_rows_with_files(df, "image", "volume", keep_missing_images, ACCESS, root)
     counts["rows_in_metadata"] = n_meta

@@ -12,14 +12,17 @@ from fairmedbench.registry.datasets.chexpert import FINDINGS, finding_label
 if TYPE_CHECKING:
     from fairmedbench.registry.datasets.dataset import ReadResult
 
-ACCESS = "https://physionet.org/content/mimic-cxr-jpg/ and https://physionet.org/content/mimiciv/ (credentialed PhysioNet access, DUA)"
+ACCESS = ("https://physionet.org/content/mimic-cxr-jpg/ and https://physionet.org/content/mimiciv/ "
+          "(credentialed PhysioNet access, DUA)")
 MIMIC_RACE = {
     **{v: "white" for v in ("WHITE", "WHITE - OTHER EUROPEAN", "WHITE - RUSSIAN", "WHITE - BRAZILIAN",
                             "WHITE - EASTERN EUROPEAN", "PORTUGUESE")},
     **{v: "black" for v in ("BLACK/AFRICAN AMERICAN", "BLACK/CAPE VERDEAN", "BLACK/CARIBBEAN ISLAND", "BLACK/AFRICAN")},
-    **{v: "asian" for v in ("ASIAN", "ASIAN - CHINESE", "ASIAN - SOUTH EAST ASIAN", "ASIAN - ASIAN INDIAN", "ASIAN - KOREAN")},
+    **{v: "asian" for v in ("ASIAN", "ASIAN - CHINESE", "ASIAN - SOUTH EAST ASIAN", "ASIAN - ASIAN INDIAN",
+                            "ASIAN - KOREAN")},
     **{v: "hispanic" for v in ("HISPANIC/LATINO", "HISPANIC OR LATINO", "HISPANIC/LATINO - PUERTO RICAN",
-                               "HISPANIC/LATINO - DOMINICAN", "HISPANIC/LATINO - GUATEMALAN", "HISPANIC/LATINO - SALVADORAN",
+                               "HISPANIC/LATINO - DOMINICAN", "HISPANIC/LATINO - GUATEMALAN",
+                               "HISPANIC/LATINO - SALVADORAN",
                                "HISPANIC/LATINO - MEXICAN", "HISPANIC/LATINO - COLUMBIAN", "HISPANIC/LATINO - HONDURAN",
                                "HISPANIC/LATINO - CUBAN", "HISPANIC/LATINO - CENTRAL AMERICAN", "SOUTH AMERICAN")},
     **{v: "other" for v in ("OTHER", "AMERICAN INDIAN/ALASKA NATIVE", "NATIVE HAWAIIAN OR OTHER PACIFIC ISLANDER",
@@ -55,6 +58,7 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
 
     paths = {k: _find(root, f"mimic-cxr-2.0.0-{k}") for k in ("metadata", "chexpert", "split")}
     missing = [f"mimic-cxr-2.0.0-{k}.csv.gz" for k, p in paths.items() if p is None]
+    found = {k: p for k, p in paths.items() if p is not None}
     if missing:
         raise MissingResourceError(f"MIMIC-CXR-JPG file(s) {missing} not found in {root}. Request access: {ACCESS}")
     iv = Path(mimic_iv_root) if mimic_iv_root else root
@@ -63,12 +67,12 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
         raise MissingResourceError(
             f"MIMIC-IV patients.csv.gz (sex, anchor_age) not found in {iv} (or its hosp/, core/); pass mimic_iv_root. "
             f"Request access: {ACCESS}")
-    meta = read_table(paths["metadata"], "MIMIC-CXR metadata", ACCESS)
-    require_columns(meta, ("dicom_id", "subject_id", "study_id", "ViewPosition"), paths["metadata"])
-    labels = read_table(paths["chexpert"], "MIMIC-CXR CheXpert labels", ACCESS)
-    require_columns(labels, ("subject_id", "study_id", *FINDINGS), paths["chexpert"])
-    split = read_table(paths["split"], "MIMIC-CXR split", ACCESS)
-    require_columns(split, ("dicom_id", "split"), paths["split"])
+    meta = read_table(found["metadata"], "MIMIC-CXR metadata", ACCESS)
+    require_columns(meta, ("dicom_id", "subject_id", "study_id", "ViewPosition"), found["metadata"])
+    labels = read_table(found["chexpert"], "MIMIC-CXR CheXpert labels", ACCESS)
+    require_columns(labels, ("subject_id", "study_id", *FINDINGS), found["chexpert"])
+    split = read_table(found["split"], "MIMIC-CXR split", ACCESS)
+    require_columns(split, ("dicom_id", "split"), found["split"])
     pat = read_table(pat_path, "MIMIC-IV patients", ACCESS)
     require_columns(pat, ("subject_id", "gender", "anchor_age"), pat_path)
     counts = {"rows_in_metadata": len(meta)}
@@ -77,7 +81,8 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
         keep = meta["ViewPosition"].isin(["PA", "AP"])
         counts["non_frontal_left_out"] = int((~keep).sum())
         meta = meta[keep]
-    df = meta.merge(labels, on=["subject_id", "study_id"], how="left").merge(split[["dicom_id", "split"]], on="dicom_id", how="left")
+    df = meta.merge(labels, on=["subject_id", "study_id"], how="left")
+    df = df.merge(split[["dicom_id", "split"]], on="dicom_id", how="left")
     df = df.merge(pat[["subject_id", "gender", "anchor_age"]], on="subject_id", how="left")
     if adm_path is not None:
         adm = read_table(adm_path, "MIMIC-IV admissions", ACCESS)
@@ -95,12 +100,13 @@ def read_mimic_cxr(root: Path, mimic_iv_root: str | None = None, target: str = "
     df["patient_id"] = df["subject_id"].astype(str)
     df["label"] = finding_label(df, target)
     sid, stid = df["subject_id"].astype(str), df["study_id"].astype(str)
-    df["image"] = [root / "files" / f"p{s[:2]}" / f"p{s}" / f"s{t}" / f"{d}.jpg" for s, t, d in zip(sid, stid, df["dicom_id"])]
+    df["image"] = [root / "files" / f"p{s[:2]}" / f"p{s}" / f"s{t}" / f"{d}.jpg"
+                   for s, t, d in zip(sid, stid, df["dicom_id"])]
     df["image"] = [str(p) if p.is_file() else None for p in df["image"]]
     df, c, n = keep_rows_with_files(df, "image", "image", keep_missing_images, ACCESS, root)
     counts.update(c)
     notes += n + ["age = MIMIC-IV anchor_age (age in the patient's anchor year, not at the study)"]
-    return ReadResult(df.reset_index(drop=True), notes, counts, source=str(paths["metadata"]))
+    return ReadResult(df.reset_index(drop=True), notes, counts, source=str(found["metadata"]))
 
 
 register(DatasetCard(
@@ -109,7 +115,8 @@ register(DatasetCard(
     tasks=("classification",),
     modality="chest X-ray",
     dim=2,
-    label_definition="'any_finding' (default): 1 unless No Finding == 1 in mimic-cxr-2.0.0-chexpert; option target=<finding>",
+    label_definition="'any_finding' (default): 1 unless No Finding == 1 in mimic-cxr-2.0.0-chexpert; "
+                     "option target=<finding>",
     attributes=(sex_attribute("gender", "M", "F"), *age_attributes("anchor_age", 60),
                 AttributeSpec("race", "race", ("white", "black", "asian", "hispanic", "other"), mapping=MIMIC_RACE,
                               unknown_values=MIMIC_RACE_UNKNOWN,
@@ -127,5 +134,6 @@ register(DatasetCard(
     layout="mimic-cxr-2.0.0-metadata.csv.gz, -chexpert.csv.gz, -split.csv.gz (train/validate/test), "
            "files/pXX/pSUBJECT/sSTUDY/DICOM.jpg; MIMIC-IV hosp/patients.csv.gz (subject_id, gender, anchor_age) and "
            "hosp/admissions.csv.gz (race; 'ethnicity' in v1.0 core/)",
-    layout_status="confirmed file and column names; the race value list covers MIMIC-IV v2.2 strings, others fail loudly",
+    layout_status="confirmed file and column names; the race value list covers MIMIC-IV v2.2 strings, "
+                  "others fail loudly",
 ))

@@ -66,7 +66,8 @@ def read_montgomery(root: Path, keep_missing_images: bool = False) -> ReadResult
     df = pd.DataFrame(rows)
     df["label"] = df["label"].astype(np.int64)
     df["mask"] = np.where(df["mask_left"].notna() & df["mask_right"].notna(), df["mask_left"], None)
-    notes = [] if df["mask"].notna().all() else [f"{int(df['mask'].isna().sum())} images lack a left or right lung mask"]
+    notes = ([] if df["mask"].notna().all()
+             else [f"{int(df['mask'].isna().sum())} images lack a left or right lung mask"])
     return ReadResult(df, notes, {"images": len(df)}, mask_fn=_mask, source=str(base))
 
 

@@ -14,7 +14,8 @@ FINDINGS = (
     "Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia",
     "Pneumothorax", "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia",
 )
-METADATA_NAMES = ("Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv.gz", "Data_Entry_2017.csv.gz")
+METADATA_NAMES = ("Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv", "Data_Entry_2017_v2020.csv.gz",
+                  "Data_Entry_2017.csv.gz")
 ACCESS = "https://nihcc.app.box.com/v/ChestXray-NIHCC (public, no registration)"
 COLUMNS = ("Image Index", "Finding Labels", "Patient ID", "Patient Age", "Patient Gender", "View Position")
 
@@ -32,7 +33,8 @@ def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool 
     from fairmedbench.registry.datasets.dataset import ReadResult
     from fairmedbench.registry.datasets.io import first_existing, index_files, note_read, read_table, require_columns
 
-    meta_path = (root / metadata) if metadata else first_existing(root, METADATA_NAMES, "NIH metadata Data_Entry_2017*.csv", ACCESS)
+    meta_path = ((root / metadata) if metadata
+                 else first_existing(root, METADATA_NAMES, "NIH metadata Data_Entry_2017*.csv", ACCESS))
     df = read_table(meta_path, "NIH metadata", ACCESS)
     require_columns(df, COLUMNS, meta_path)
     n_meta = len(df)
@@ -44,7 +46,8 @@ def read_nih(root: Path, metadata: str | None = None, keep_missing_images: bool 
             raise InputError(f"nih-cxr14 option view={view!r}: the metadata's View Position values are "
                              f"{', '.join(views)}")
         df = df[df["View Position"].astype(str).str.strip() == str(view)].copy()
-    ages = pd.to_numeric(df["Patient Age"].astype(str).str.extract(r"^\s*(\d+(?:\.\d+)?)", expand=False), errors="coerce")
+    ages = pd.to_numeric(df["Patient Age"].astype(str).str.extract(r"^\s*(\d+(?:\.\d+)?)", expand=False),
+                         errors="coerce")
     implausible = int((ages > max_age).sum())
     df["age_years"] = ages.where(ages <= max_age)
     dummies = df["Finding Labels"].astype(str).str.get_dummies(sep="|")
@@ -85,7 +88,8 @@ register(DatasetCard(
     tasks=("classification",),
     modality="chest X-ray",
     dim=2,
-    label_definition="1 if Finding Labels is not 'No Finding' (any of the 14 findings); the 14 findings as extra 0/1 columns",
+    label_definition="1 if Finding Labels is not 'No Finding' (any of the 14 findings); the 14 findings as extra "
+                     "0/1 columns",
     attributes=(sex_attribute("Patient Gender", "M", "F"), *age_attributes("age_years", 60)),
     reader=read_nih,
     classes=("no finding", "finding"),

@@ -47,7 +47,8 @@ def read_papila(root: Path, suspect: str = "exclude", keep_missing_images: bool 
 
     if suspect not in SUSPECT:
         raise InputError(f"suspect={suspect!r}: choose one of {SUSPECT}")
-    base = root if (root / "ClinicalData").is_dir() else next((p for p in root.glob("*") if (p / "ClinicalData").is_dir()), root)
+    base = (root if (root / "ClinicalData").is_dir()
+            else next((p for p in root.glob("*") if (p / "ClinicalData").is_dir()), root))
     frames = []
     for eye in ("od", "os"):
         path = first_existing(base / "ClinicalData", (f"patient_data_{eye}.xlsx", f"patient_data_{eye}.csv"),
@@ -62,7 +63,8 @@ def read_papila(root: Path, suspect: str = "exclude", keep_missing_images: bool 
     notes = []
     if suspect == "exclude":
         df, diag = df[diag != 2].copy(), diag[diag != 2]
-        notes.append(f"{counts['suspects']} suspect eyes (Diagnosis 2) left out (suspect='positive'/'negative' keeps them)")
+        notes.append(f"{counts['suspects']} suspect eyes (Diagnosis 2) left out "
+                     "(suspect='positive'/'negative' keeps them)")
     df["label"] = np.where(diag == 2, int(suspect == "positive"), diag == 1).astype(np.int64)
     df["sample_id"] = [f"RET{i:03d}{e}" for i, e in zip(df["ID"], df["eye"])]
     df["patient_id"] = df["ID"].map(lambda i: f"{i:03d}")
@@ -95,5 +97,6 @@ register(DatasetCard(
     layout_status="file names and codes confirmed; the sheet's header row is located by its 'Age'/'Gender'/"
                   "'Diagnosis' cells rather than a fixed offset. The ExpertsSegmentations contours are not read",
     notes=("both eyes of a patient stay in one split (patient = ID)",
-           "age is the raw Age column: FairMedFM thresholds an already binarised column, putting every eye in one group"),
+           "age is the raw Age column: FairMedFM thresholds an already binarised column, putting every eye in one "
+           "group"),
 ))

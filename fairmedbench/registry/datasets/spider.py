@@ -31,7 +31,8 @@ def read_spider(root: Path, sequence: str | None = None, keep_missing_images: bo
     sex_col = next((c for c in ("sex", "Sex") if c in df.columns), None)
     age_col = next((c for c in ("age", "Age") if c in df.columns), None)
     if name_col is None or sex_col is None or age_col is None:
-        raise InputError(f"{meta}: needs a file-name column ({'/'.join(NAME_COLS)}), 'sex' and 'age'; has {list(df.columns)}")
+        raise InputError(f"{meta}: needs a file-name column ({'/'.join(NAME_COLS)}), 'sex' and 'age'; "
+                         f"has {list(df.columns)}")
     df["sample_id"] = df[name_col].astype(str).str.replace(".mha", "", regex=False)
     df["patient_id"] = df["sample_id"].str.extract(r"^(\d+)_", expand=False).fillna(df["sample_id"])
     df["sequence"] = df["sample_id"].str.replace(r"^\d+_", "", regex=True)
@@ -39,8 +40,10 @@ def read_spider(root: Path, sequence: str | None = None, keep_missing_images: bo
         df = df[df["sequence"].str.lower() == sequence.lower()].copy()
     df["sex"] = df[sex_col]
     df["age_years"], notes = age_in_years(df[age_col])
-    df["image"] = [str(root / "images" / f"{s}.mha") if (root / "images" / f"{s}.mha").is_file() else None for s in df["sample_id"]]
-    df["mask"] = [str(root / "masks" / f"{s}.mha") if (root / "masks" / f"{s}.mha").is_file() else None for s in df["sample_id"]]
+    df["image"] = [str(root / "images" / f"{s}.mha") if (root / "images" / f"{s}.mha").is_file() else None
+                   for s in df["sample_id"]]
+    df["mask"] = [str(root / "masks" / f"{s}.mha") if (root / "masks" / f"{s}.mha").is_file() else None
+                  for s in df["sample_id"]]
     n_meta = len(df)
     df, counts, n = keep_rows_with_files(df, "image", "volume", keep_missing_images, ACCESS, root)
     counts["rows_in_metadata"] = n_meta

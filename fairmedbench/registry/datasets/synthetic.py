@@ -9,9 +9,10 @@ Importing this module is light (numpy is imported inside the functions)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.registry.datasets.card import AttributeSpec, DatasetCard, age_attributes, register
 
@@ -61,7 +62,7 @@ class SynthConfig:
     lesion_amplitude: float = 0.14
     grades: int = 0
 
-    def validate(self) -> "SynthConfig":
+    def validate(self) -> SynthConfig:
         """Check ranges; InputError naming the field."""
         from fairmedbench.errors import InputError
 
@@ -243,7 +244,8 @@ class SyntheticReader:
         try:
             cfg = replace(self.config, **changes)
         except TypeError as exc:
-            raise InputError(f"synthetic config: {exc}; fields: {', '.join(SynthConfig.__dataclass_fields__)}") from None
+            raise InputError(f"synthetic config: {exc}; fields: "
+                             f"{', '.join(SynthConfig.__dataclass_fields__)}") from None
         table = make_table(cfg, self.name)
         group_of = {v: k for k, v in RAW_SEX.items()}
 
@@ -352,7 +354,8 @@ _card("synth-flip", "Synthetic lesions, lower lesion contrast for males (synth-c
        "external-evaluation site: a model trained on synth-contrast and evaluated here (--eval-dataset synth-flip) "
        "must show a shift of the sex difference whose interval excludes 0; on synth-control the bias vanishes"))
 _card("synth-underrep", "Synthetic lesions, females under-represented in train and harder", UNDERREP,
-      FEMALE_LOWER + ({"attribute": "sex", "metric": "auc_gap", "direction": "smaller with groupdro or resampling than erm"},),
+      FEMALE_LOWER + ({"attribute": "sex", "metric": "auc_gap",
+                       "direction": "smaller with groupdro or resampling than erm"},),
       ("females are 10% of train and 50% of val/test; their images are acquired differently (brighter, more "
        "texture and noise) and their lesions are dark (hypo-intense, 0.8x the amplitude) where males' are bright",
        "the under-representation lives in the official split: use split policy 'official'",

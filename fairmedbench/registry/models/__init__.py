@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fairmedbench.errors import MissingResourceError
 from fairmedbench.registry.models import cards as _cards  # noqa: F401  (registers the cards)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairmedbench.registry.models.card import ModelCard, Preprocessing, WeightSource, register
+from fairmedbench.registry.models.card import Capability, ModelCard, Preprocessing, WeightSource, register
 
 _M = "fairmedbench.registry.models."
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -18,11 +18,11 @@ SAM_PRE = Preprocessing(size=1024, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize=
 CLIP224 = Preprocessing(size=224, mean=CLIP_MEAN, std=CLIP_STD)
 # tune_decoder: a segment_anything-style image encoder, prompt encoder and mask decoder that sam-decoder and samed
 # fine-tune (MedSAM2's SAM 2 modules are not: it only segments)
-SEG_CAPS = ("encode_image", "segment", "tune_decoder")
+SEG_CAPS: tuple[Capability, ...] = ("encode_image", "segment", "tune_decoder")
 # MedSAM's training set includes the ISIC 2018 lesion-segmentation images, which come from HAM10000.
 MEDSAM_SEEN = ("ham10000",)
-VL_CAPS = ("encode_image", "encode_text")
-VISION_CAPS = ("encode_image",)
+VL_CAPS: tuple[Capability, ...] = ("encode_image", "encode_text")
+VISION_CAPS: tuple[Capability, ...] = ("encode_image",)
 
 # --- segmentation (SAM family) -------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import open_clip
 import torch
@@ -17,7 +18,9 @@ BIOMEDCLIP_TEXT = "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract"
 class OpenClipModel(FoundationModel):
     """open_clip model with its own tokenizer."""
 
-    def __init__(self, card: ModelCard, weights: Any, module: torch.nn.Module,
+    module: open_clip.CLIP
+
+    def __init__(self, card: ModelCard, weights: ResolvedWeights, module: open_clip.CLIP,
                  tokenizer_factory: Callable[[], Callable[[Sequence[str]], torch.Tensor]]) -> None:
         super().__init__(card, weights, module)
         self._tokenizer_factory = tokenizer_factory

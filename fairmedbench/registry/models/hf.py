@@ -6,7 +6,8 @@ Random weights are built from config objects (never downloaded); real weights co
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,10 +17,16 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, seeded
 from fairmedbench.registry.models.weights import (
-    ResolvedWeights, hub_unreachable, load_into, read_state_dict,
+    ResolvedWeights,
+    hub_unreachable,
+    load_into,
+    read_state_dict,
 )
 
 Tokenize = Callable[[Sequence[str]], dict[str, torch.Tensor]]
+#: a transformers model of one family (CLIPModel, SiglipModel, BLIP, ...): the embedding functions call its own
+#: submodules, which torch's nn.Module typing cannot name
+HFModule = Any
 
 
 def _pooled(out: Any) -> torch.Tensor:
@@ -31,8 +38,8 @@ class HFModel(FoundationModel):
     """A transformers model with per-family image/text embedding functions and a lazy tokenizer."""
 
     def __init__(self, card: ModelCard, weights: ResolvedWeights, module: nn.Module,
-                 image_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-                 text_fn: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor] | None = None,
+                 image_fn: Callable[[HFModule, torch.Tensor], torch.Tensor],
+                 text_fn: Callable[[HFModule, dict[str, torch.Tensor]], torch.Tensor] | None = None,
                  tokenizer_factory: Callable[[], Tokenize] | None = None) -> None:
         super().__init__(card, weights, module)
         self._image_fn, self._text_fn = image_fn, text_fn
@@ -71,6 +78,8 @@ def cached_hf_tokenizer(card: ModelCard, repo: str) -> Any:
 def hf_tokenizer(card: ModelCard, repo: str | None = None) -> Tokenize:
     """The model's own tokenizer, returning input ids and attention mask."""
     repo = repo or card.weights.hub_id
+    if repo is None:
+        raise InputError(f"model {card.name!r} names no hub repository to read its tokenizer from")
     tok = cached_hf_tokenizer(card, repo)
 
     def tokenize(texts: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -179,11 +188,11 @@ def load_blip(card: ModelCard, resolved: ResolvedWeights, *,
     card, resolved, module = _build(card, resolved, image_size, BlipForImageTextRetrieval,
                                     lambda: BlipForImageTextRetrieval(BlipConfig()))
 
-    def image(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def image(m: HFModule, x: torch.Tensor) -> torch.Tensor:
         h = m.vision_model(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state
         return m.vision_proj(h[:, 0])
 
-    def text(m: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    def text(m: HFModule, b: dict[str, torch.Tensor]) -> torch.Tensor:
         return m.text_proj(m.text_encoder(**b).last_hidden_state[:, 0])
 
     return HFModel(card, resolved, module, image, text, lambda: hf_tokenizer(card))
@@ -197,13 +206,13 @@ def load_blip2(card: ModelCard, resolved: ResolvedWeights, *,
     card, resolved, module = _build(card, resolved, image_size, Blip2ForImageTextRetrieval,
                                     lambda: Blip2ForImageTextRetrieval(Blip2Config()))
 
-    def image(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def image(m: HFModule, x: torch.Tensor) -> torch.Tensor:
         feats = m.vision_model(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state
         q = m.qformer(query_embeds=m.query_tokens.expand(x.shape[0], -1, -1), encoder_hidden_states=feats,
                       encoder_attention_mask=torch.ones(feats.shape[:-1], dtype=torch.long, device=x.device))
         return F.normalize(m.vision_projection(q.last_hidden_state), dim=-1).mean(dim=1)
 
-    def text(m: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    def text(m: HFModule, b: dict[str, torch.Tensor]) -> torch.Tensor:
         emb = m.embeddings(input_ids=b["input_ids"])
         out = m.qformer(query_embeds=emb, query_length=0, attention_mask=b["attention_mask"])
         return m.text_projection(out.last_hidden_state[:, 0])
@@ -272,10 +281,10 @@ def load_medclip(card: ModelCard, resolved: ResolvedWeights, *,
                   ignore_unexpected=("text_model.model.pooler.", "text_model.model.embeddings.position_ids",
                                      "text_model.model.embeddings.token_type_ids"))
 
-    def image(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def image(m: HFModule, x: torch.Tensor) -> torch.Tensor:
         return m.vision_model.projection_head(m.vision_model.model(pixel_values=x).pooler_output)
 
-    def text(m: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    def text(m: HFModule, b: dict[str, torch.Tensor]) -> torch.Tensor:
         hs = m.text_model.model(**b, output_hidden_states=True).hidden_states
         emb = torch.stack([hs[1], hs[2], hs[-1]]).mean(dim=0).mean(dim=1)
         return m.text_model.projection_head(emb)

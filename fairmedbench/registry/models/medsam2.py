@@ -7,8 +7,9 @@ high-resolution feature maps. Imported only when the model is loaded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -16,6 +17,12 @@ from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter, seeded
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from sam2.modeling.sam2_base import SAM2Base
+
+    from fairmedbench.registry.models.runtime import Box
 
 
 def _rope(kv_in_dim: int | None, feat: int) -> dict[str, Any]:
@@ -76,6 +83,8 @@ def medsam2_config(image_size: int = 512) -> dict[str, Any]:
 class MedSAM2Segmenter(PromptableSegmenter):
     """SAM 2 image path: Hiera + FPN features, prompt encoder, mask decoder with high-resolution skips."""
 
+    module: SAM2Base  # SAM 2's model, not SamParts: its own image path and decoder
+
     def _features(self, pixels: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         sam = self.module
         out = sam.forward_image(pixels)
@@ -101,11 +110,9 @@ class MedSAM2Segmenter(PromptableSegmenter):
                          "(SAM 2's mask decoder also reads high-resolution features); use --usage sam-prompt")
 
     @torch.inference_mode()
-    def segment(self, image: Any, box: Any = None, points: Any = None, point_labels: Any = None,
-                multimask: bool | None = None) -> Any:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """Mask for a box and/or points in the image's pixels (SAM2ImagePredictor's single-image path)."""
-        import numpy as np
-
         image = np.asarray(image)
         h, w = image.shape[:2]
         boxes, coords = self.prompt_tensors(h, w, box, points, point_labels)

@@ -9,7 +9,8 @@ import os
 import shutil
 import tempfile
 from collections import Counter, OrderedDict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -20,9 +21,33 @@ from fairmedbench.registry.models.card import ModelCard
 from fairmedbench.registry.models.preprocess import preprocess_image, resized_shape
 from fairmedbench.registry.models.weights import ResolvedWeights
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from fairmedbench.registry.models.sam import SamParts
+
+
+#: a box prompt (x0, y0, x1, y1) in an image's pixels
+Box = Sequence[float] | np.ndarray
+
+
+class VolumePrompt(Protocol):
+    """One 3D prompt (adapters.prompts.Prompt): points (k, 3) with labels, or a box, in voxel coordinates."""
+
+    @property
+    def points(self) -> np.ndarray | None: ...
+
+    @property
+    def labels(self) -> np.ndarray | None: ...
+
+    @property
+    def box(self) -> np.ndarray | None: ...
+
 
 class FoundationModel:
     """Wraps a torch module; subclasses implement the capabilities their card declares."""
+
+    volumetric = False  # True for models that segment a whole volume from one 3D prompt (`segment_volume`)
 
     def __init__(self, card: ModelCard, weights: ResolvedWeights, module: torch.nn.Module) -> None:
         self.card = card
@@ -30,7 +55,7 @@ class FoundationModel:
         self.module = module.eval()
         self.device = torch.device("cpu")
 
-    def to(self, device: str | torch.device) -> "FoundationModel":
+    def to(self, device: str | torch.device) -> FoundationModel:
         """Move the model to `device`."""
         self.device = torch.device(device)
         self.module.to(self.device)
@@ -62,10 +87,15 @@ class FoundationModel:
         """Texts -> (B, embedding_dim) embeddings in the joint image-text space."""
         raise self._unsupported("encode_text")
 
-    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """uint8 image and a box (x0, y0, x1, y1) and/or points in its pixels -> boolean mask of its (H, W)."""
         raise self._unsupported("segment")
+
+    def segment_volume(self, volume: np.ndarray, prompt: VolumePrompt, spacing: Sequence[float] | None = None,
+                       text: str | None = None) -> np.ndarray:
+        """uint8 (D, H, W) volume and one 3D prompt -> boolean (D, H, W) mask (volumetric models only)."""
+        raise self._unsupported("segment volumes")
 
 
 class MapMemo:
@@ -77,7 +107,7 @@ class MapMemo:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.dir: str | None = None
-        self.index: "OrderedDict[tuple[str, str, str], tuple[str, tuple[int, ...], int]]" = OrderedDict()
+        self.index: OrderedDict[tuple[str, str, str], tuple[str, tuple[int, ...], int]] = OrderedDict()
         self.bytes = 0
         self.encoded: Counter[str] = Counter()
 
@@ -137,6 +167,8 @@ class PromptableSegmenter(FoundationModel):
     (LoRA's trainable encoder) bypasses the memo.
     """
 
+    module: SamParts
+
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
         dev = pixels.device.type
         mode = str(torch.get_autocast_dtype(dev)) if torch.is_autocast_enabled(dev) else "fp32"
@@ -158,13 +190,12 @@ class PromptableSegmenter(FoundationModel):
         if "image_map" in vars(self) or pixels.device.type == "meta":  # a trainable copy; or FLOP counting
             return self.image_map(pixels).float()
         keys = [self._memo_key(pixels[i]) for i in range(pixels.shape[0])]
-        found = [MAP_MEMO.get(k) for k in keys]
-        todo = [i for i, f in enumerate(found) if f is None]
+        found = {i: m for i, m in enumerate(MAP_MEMO.get(k) for k in keys) if m is not None}
+        todo = [i for i in range(len(keys)) if i not in found]
         if todo:
             fresh = self.image_map(pixels[todo]).float()
-            for j, i in enumerate(todo):
-                found[i] = fresh[j]
-        return torch.stack([f.to(self.device) for f in found])
+            found.update({i: fresh[j] for j, i in enumerate(todo)})
+        return torch.stack([found[i].to(self.device) for i in range(len(keys))])
 
     def _map_of(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.maps(pixels)
@@ -174,8 +205,8 @@ class PromptableSegmenter(FoundationModel):
         """Global average of the image encoder's feature map (frozen-feature embedding)."""
         return self.maps(pixels).mean(dim=(2, 3))
 
-    def prompt_tensors(self, h: int, w: int, box: Sequence[float] | None = None, points: Any = None,
-                       point_labels: Any = None
+    def prompt_tensors(self, h: int, w: int, box: Box | None = None, points: ArrayLike | None = None,
+                       point_labels: ArrayLike | None = None
                        ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, torch.Tensor] | None]:
         """A box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) in an h x w image's pixels -> the prompt encoder's
         boxes (1, 1, 4) and (coords, labels) in the model's input pixels; InputError outside the image."""
@@ -197,6 +228,12 @@ class PromptableSegmenter(FoundationModel):
             xy = torch.tensor(pts * np.array([sx, sy]), dtype=torch.float32)[None].to(self.device)
             coords = (xy, torch.tensor(labels, dtype=torch.int64)[None].to(self.device))
         return boxes, coords
+
+    def box_tensor(self, h: int, w: int, box: Box) -> torch.Tensor:
+        """A box (x0, y0, x1, y1) in an h x w image's pixels -> the prompt encoder's boxes (1, 1, 4)."""
+        boxes, _ = self.prompt_tensors(h, w, box)
+        assert boxes is not None  # prompt_tensors returns the boxes of the box it is given
+        return boxes
 
     def decode(self, emb: torch.Tensor, boxes: torch.Tensor | None,
                coords: tuple[torch.Tensor, torch.Tensor] | None = None, multimask: bool = False,
@@ -245,8 +282,8 @@ class PromptableSegmenter(FoundationModel):
         return m[0, 0] >= 0.5
 
     @torch.inference_mode()
-    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """Mask for a box (x0, y0, x1, y1) and/or points (k, 2) as (x, y) with labels (1 = foreground), in the
         image's pixels, mapped back to the image size (SAM's post-processing).
 

@@ -31,7 +31,7 @@ VIT_SIZES = {  # segment_anything's build_sam settings: (embed_dim, depth, heads
 class SamParts(nn.Module):
     """Container whose parameter names match SAM-family checkpoints (image_encoder., prompt_encoder., ...)."""
 
-    def __init__(self, image_encoder: nn.Module, image_size: int, embed_size: int):
+    def __init__(self, image_encoder: nn.Module, image_size: int, embed_size: int) -> None:
         super().__init__()
         self.image_encoder = image_encoder
         self.prompt_encoder = PromptEncoder(
@@ -149,9 +149,10 @@ def load_sam_family(card: ModelCard, resolved: ResolvedWeights, *,
     if opts.get("encoder_only"):
         return _load_encoder_only(card, resolved)
     with seeded(resolved.seed):
+        encoder: nn.Module
         if opts["encoder"] == "tinyvit":
-            encoder: nn.Module = tinyvit_encoder(size, opts.get("full_resolution_stem", False))
-            embed = encoder.out_resolution
+            tiny = tinyvit_encoder(size, opts.get("full_resolution_stem", False))
+            encoder, embed = tiny, tiny.out_resolution
         elif opts.get("adapters"):
             encoder = adapter_vit_encoder(opts["encoder"], size)
             embed = size // 16
@@ -172,7 +173,7 @@ def load_sam_family(card: ModelCard, resolved: ResolvedWeights, *,
 class _EncoderHolder(nn.Module):
     """Holds a bare image encoder under `image_encoder.` (the prefix LoRA and the SAM family use)."""
 
-    def __init__(self, encoder: nn.Module) -> None:
+    def __init__(self, encoder: ImageEncoderViT) -> None:
         super().__init__()
         self.image_encoder = encoder
 
@@ -206,6 +207,8 @@ class EncoderOnly(FoundationModel):
     classification code (`model/unet_vit_classification.py`) and FairMedFM's MedLVM wrapper compute it;
     the neck's weights are in the checkpoint and loaded, but unused.
     """
+
+    module: _EncoderHolder
 
     @torch.inference_mode()
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:

@@ -17,8 +17,9 @@ to the volume's grid (nearest).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,9 +30,11 @@ from torch import nn
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
 from fairmedbench.registry.models.runtime import seeded
-from fairmedbench.registry.models.volumetric import (VolumetricSegmenter, crop_box, resample_xyz,
-                                                     z_normalise_foreground)
+from fairmedbench.registry.models.volumetric import VolumetricSegmenter, crop_box, resample_xyz, z_normalise_foreground
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.runtime import VolumePrompt
 
 PROMPT_DIM = 384  # SAM-Med3D's prompt embedding width (build_sam3D.py: prompt_embed_dim)
 
@@ -96,8 +99,10 @@ class Sam3DParts(nn.Module):
 class Sam3DSegmenter(VolumetricSegmenter):
     """SAM-Med3D-style inference on one prompt-centred crop (see the module docstring)."""
 
+    module: Sam3DParts
+
     @torch.inference_mode()
-    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
+    def segment_volume(self, volume: np.ndarray, prompt: VolumePrompt, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:
         """uint8 (D, H, W) volume + point prompt (x, y, z) -> boolean (D, H, W) mask (no text prompt)."""
         self.check_prompt(volume, prompt)

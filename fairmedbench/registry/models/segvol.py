@@ -19,7 +19,8 @@ the demo is not run.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +35,11 @@ from fairmedbench.registry.models.runtime import seeded
 from fairmedbench.registry.models.volumetric import VolumetricSegmenter
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
+if TYPE_CHECKING:
+    from transformers import CLIPTextConfig
+
+    from fairmedbench.registry.models.runtime import VolumePrompt
+
 PATCH = (4, 16, 16)
 DIM = 768
 TEXT_TEMPLATE = "A computerized tomography of a {}."
@@ -43,6 +49,8 @@ LEGACY_TEXT_KEYS = ("text_encoder.clip_text_model.text_model.embeddings.position
 
 class _PositionEmbedding3D(nn.Module):
     """Random Fourier features of (x, y, z) as SegVol's PositionEmbeddingRandom (a 3-row Gaussian matrix)."""
+
+    positional_encoding_gaussian_matrix: torch.Tensor  # a buffer (3, num_pos_feats)
 
     def __init__(self, num_pos_feats: int) -> None:
         super().__init__()
@@ -130,7 +138,8 @@ class SegVolMaskDecoder(nn.Module):
     def forward(self, image_embeddings: torch.Tensor, text_embedding: torch.Tensor | None, image_pe: torch.Tensor,
                 sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
         """Single-mask low-resolution logits (1, 1, 4h, 4w, 4d)."""
-        tokens = torch.cat([self.iou_token.weight, self.mask_tokens.weight], dim=0)[None].expand(sparse.shape[0], -1, -1)
+        tokens = torch.cat([self.iou_token.weight, self.mask_tokens.weight], dim=0)
+        tokens = tokens[None].expand(sparse.shape[0], -1, -1)
         tokens = torch.cat([tokens, sparse], dim=1)
         src = image_embeddings + dense
         b, c, h, w, d = src.shape
@@ -149,7 +158,7 @@ class SegVolMaskDecoder(nn.Module):
 class SegVolTextEncoder(nn.Module):
     """CLIP text tower + a linear map to the decoder width (the official TextEncoder's modules)."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: CLIPTextConfig) -> None:
         super().__init__()
         from transformers import CLIPTextModel
 
@@ -159,7 +168,8 @@ class SegVolTextEncoder(nn.Module):
     def forward(self, names: Sequence[str]) -> torch.Tensor:
         import open_clip
 
-        ids = open_clip.get_tokenizer("ViT-B-32")([TEXT_TEMPLATE.format(n) for n in names]).to(self.dim_align.weight.device)
+        tokenize = open_clip.get_tokenizer("ViT-B-32")
+        ids = tokenize([TEXT_TEMPLATE.format(n) for n in names]).to(self.dim_align.weight.device)
         out = self.clip_text_model(input_ids=ids, attention_mask=(ids != 0).long())
         return self.dim_align(out.pooler_output)
 
@@ -167,7 +177,7 @@ class SegVolTextEncoder(nn.Module):
 class SegVolParts(nn.Module):
     """Container named as the release (image_encoder., prompt_encoder., mask_decoder., text_encoder.)."""
 
-    def __init__(self, spatial_size: Sequence[int], text_config: Any) -> None:
+    def __init__(self, spatial_size: Sequence[int], text_config: CLIPTextConfig) -> None:
         super().__init__()
         from monai.networks.nets import ViT
 
@@ -195,8 +205,10 @@ def foreground_normalise(x: np.ndarray) -> np.ndarray:
 class SegVolSegmenter(VolumetricSegmenter):
     """SegVol's zoom-out inference with point or box prompts and the target's name as text."""
 
+    module: SegVolParts
+
     @torch.inference_mode()
-    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
+    def segment_volume(self, volume: np.ndarray, prompt: VolumePrompt, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:
         """uint8 (D, H, W) + 3D prompt (+ target name) -> boolean (D, H, W) mask."""
         self.check_prompt(volume, prompt)
@@ -249,13 +261,14 @@ def load_segvol(card: ModelCard, resolved: ResolvedWeights, *, spatial_size: Seq
     the 4x16x16 patch) and a small text tower (CLIPTextConfig of width 64, 2 layers): smoke tests only."""
     from transformers import CLIPTextConfig
 
-    small = spatial_size is not None and tuple(spatial_size) != tuple(card.loader_options["spatial_size"])
+    size = tuple(card.loader_options["spatial_size"] if spatial_size is None else spatial_size)
+    small = size != tuple(card.loader_options["spatial_size"])
     if small:
         if not resolved.is_random:
             raise InputError("spatial_size may only be changed for random-weight smoke tests")
-        if any(s % p or s < p for s, p in zip(spatial_size, PATCH)):
-            raise InputError(f"spatial_size={tuple(spatial_size)}: each axis a multiple of the patch {PATCH}")
-        card = dataclasses.replace(card, loader_options={**card.loader_options, "spatial_size": tuple(spatial_size)})
+        if any(s % p or s < p for s, p in zip(size, PATCH)):
+            raise InputError(f"spatial_size={size}: each axis a multiple of the patch {PATCH}")
+        card = dataclasses.replace(card, loader_options={**card.loader_options, "spatial_size": size})
     text_config = (CLIPTextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2)
                    if small else CLIPTextConfig())
     with seeded(resolved.seed):

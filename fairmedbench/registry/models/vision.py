@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,7 +22,7 @@ class VisionEncoder(FoundationModel):
         return self.module(pixels)
 
 
-def _drop(prefixes: tuple[str, ...], strip: tuple[str, ...] = ()) -> Any:
+def _drop(prefixes: tuple[str, ...], strip: tuple[str, ...] = ()) -> Callable[[str], str | None]:
     def key_map(key: str) -> str | None:
         for p in strip:
             if key.startswith(p):
@@ -57,7 +58,7 @@ def load_timm_vit(card: ModelCard, resolved: ResolvedWeights, *,
 
 
 def _resnet(card: ModelCard, resolved: ResolvedWeights, image_size: int | None,
-            key_map: Any) -> FoundationModel:
+            key_map: Callable[[str], str | None]) -> FoundationModel:
     import torchvision
     card = smoke_sized(card, image_size, resolved.is_random)
     with seeded(resolved.seed):

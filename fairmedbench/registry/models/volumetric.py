@@ -7,14 +7,18 @@ Imported only when a 3D model is loaded (torch at module level).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fairmedbench.errors import InputError
-from fairmedbench.registry.models.runtime import FoundationModel
+from fairmedbench.registry.models.runtime import Box, FoundationModel, VolumePrompt
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 class VolumetricSegmenter(FoundationModel):
@@ -28,19 +32,19 @@ class VolumetricSegmenter(FoundationModel):
         modes = set(self.card.prompt_modes or ("bbox", "rand"))
         return tuple(k for k, has in (("points", bool(modes - {"bbox"})), ("box", "bbox" in modes)) if has)
 
-    def segment(self, image: np.ndarray, box: Sequence[float] | None = None, points: Any = None,
-                point_labels: Any = None, multimask: bool | None = None) -> np.ndarray:
+    def segment(self, image: np.ndarray, box: Box | None = None, points: ArrayLike | None = None,
+                point_labels: ArrayLike | None = None, multimask: bool | None = None) -> np.ndarray:
         """Not offered: this model segments volumes; see `segment_volume`."""
         raise InputError(f"model {self.card.name!r} segments 3D volumes, not 2D images: use a 3D dataset "
                          "(benchmark list datasets) or a 2D model")
 
-    def segment_volume(self, volume: np.ndarray, prompt: Any, spacing: Sequence[float] | None = None,
+    def segment_volume(self, volume: np.ndarray, prompt: VolumePrompt, spacing: Sequence[float] | None = None,
                        text: str | None = None) -> np.ndarray:
         """uint8 (D, H, W) volume, a 3D prompt, its voxel spacing (D, H, W) in mm and the target's name (for models
         with text prompts) -> boolean (D, H, W) mask."""
         raise NotImplementedError
 
-    def check_prompt(self, volume: np.ndarray, prompt: Any) -> None:
+    def check_prompt(self, volume: np.ndarray, prompt: VolumePrompt) -> None:
         """InputError for a 2D input or a prompt kind this model's prompt encoder does not take."""
         if np.ndim(volume) != 3:
             raise InputError(f"model {self.card.name!r} segments volumes (D, H, W); got shape {np.shape(volume)}")

@@ -6,12 +6,16 @@ import hashlib
 import importlib.util
 import os
 import socket
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.models.card import ModelCard
+
+if TYPE_CHECKING:
+    import torch
 
 Source = Literal["path", "hub", "package", "random"]
 
@@ -213,11 +217,11 @@ def read_state_dict(path: Path) -> dict[str, Any]:
 
             state: Any = load_file(str(path))
         else:
-            import torch
-
             # Training scripts pickle their argparse.Namespace beside the weights (C2L 'opt', MAE 'args'):
             # rebuilding one only sets attributes, so it is allowed; anything else pickled stays refused.
             import argparse
+
+            import torch
 
             with torch.serialization.safe_globals([argparse.Namespace]):
                 state = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -238,7 +242,7 @@ def read_state_dict(path: Path) -> dict[str, Any]:
     return state
 
 
-def load_into(module: Any, state: dict[str, Any], *, what: str,
+def load_into(module: torch.nn.Module, state: dict[str, Any], *, what: str,
               key_map: Callable[[str], str | None] | None = None,
               ignore_missing: Iterable[str] = (), ignore_unexpected: Iterable[str] = ()) -> None:
     """Map checkpoint keys onto `module` and load; refuse (InputError) on missing/unexpected keys or shapes."""
