@@ -135,12 +135,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             attributes=_extend(args.attribute) or None, split_column=args.split_column, pm=args.uncertainty_pm,
             retention_step=args.retention_step, pair_aggregation=args.pair_aggregation)
         return _json(doc) if args.json else _show(terminal.render_uncertainty, doc)
-    from fairmedbench.metrics.groups import parse_bins
-
     sources = expand_sources(args.predictions) if args.predictions else []
     opts = _fill(EvaluateOptions, args, predictions=sources[0] if len(sources) == 1 else None,
                  labels=_extend(args.label), scores=_extend(args.score), attributes=_extend(args.attribute),
-                 bins={k: list(v) for k, v in (parse_bins(b) for b in args.bins)},
+                 bins=arguments.parse_bins(args.bins),
                  command=list(getattr(args, "command_line", sys.argv) if args.evidence else sys.argv))
     arguments.check_evaluate(opts, len(sources))
     quiet = args.json or not sys.stderr.isatty()  # the metric engine's bar: on a terminal only
@@ -172,11 +170,8 @@ def _add_inspect(sub: Any) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from fairmedbench.analysis.encoding import class_pairs
-
     opts = _fill(InspectOptions, args, dataset_options=parse_hparams(args.dataset_option),
-                 label_pairs=[p for spec in args.label_pair for p in class_pairs(spec)],
-                 attributes=_extend(args.attribute))
+                 label_pairs=arguments.parse_label_pairs(args.label_pair), attributes=_extend(args.attribute))
     with StageProgress(quiet=args.json) as progress:
         outcome = run_inspect(opts, progress=progress)
     if args.json:

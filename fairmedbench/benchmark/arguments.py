@@ -66,6 +66,20 @@ def run_spec(*, seeds: str | None, split_seeds: str | None, hparams: Sequence[st
     return RunSpec(**{k: v for k, v in fields.items() if v is not None}, **parsed)
 
 
+def parse_bins(items: Sequence[str]) -> dict[str, list[float]]:
+    """`--bins NAME=E0,E1,..` values: attribute name -> bin edges."""
+    from fairmedbench.metrics.groups import parse_bins as one
+
+    return {k: list(v) for k, v in map(one, items)}
+
+
+def parse_label_pairs(items: Sequence[str]) -> list[tuple[str, str]]:
+    """`--label-pair A:B` values: the label classes tested against each other."""
+    from fairmedbench.analysis.encoding import class_pairs
+
+    return [p for spec in items for p in class_pairs(spec)]
+
+
 def route_default(argv: Sequence[str], commands: Sequence[str], default: str) -> list[str]:
     """Insert the default subcommand when the first argument is an option other than help/version."""
     argv = list(argv)
