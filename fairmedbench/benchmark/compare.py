@@ -76,7 +76,8 @@ N_BOOT_COMPARE = 500
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
             opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = N_BOOT,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
-            precision: str = RunSpec.precision, skip_bad: bool = False, split_file: str | None = None) -> CompareOutcome:
+            precision: str = RunSpec.precision, skip_bad: bool = False,
+            split_file: str | None = None) -> CompareOutcome:
     """Run every method on every dataset with the same seeds; summarise and test against ERM.
 
     `select` is the checkpoint rule (default: the task's first rule, val_loss or val_dsc). Every run is checked
