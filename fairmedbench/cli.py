@@ -9,7 +9,8 @@ import dataclasses
 import json
 import signal
 import sys
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from fairmedbench import __version__
 from fairmedbench.benchmark import arguments, evidence, sweep, uncertainty

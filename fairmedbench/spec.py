@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM

@@ -4,7 +4,8 @@ the spec types, with the refusals of contradictory options; and the routing of `
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec

@@ -3,7 +3,8 @@ Each lister imports only its own registry, so listing stays instant."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Row = dict[str, Any]
 

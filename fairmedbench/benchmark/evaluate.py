@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
+from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics import FairnessResult
-from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 from fairmedbench.metrics._validate import as_labels, as_scores
+from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 from fairmedbench.metrics.groups import Bins
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS
@@ -176,7 +177,7 @@ class Columns:
         return pd.DataFrame(self.data, columns=self.columns)
 
     @classmethod
-    def from_pandas(cls, df: Any) -> "Columns":
+    def from_pandas(cls, df: Any) -> Columns:
         """Columns of a pandas DataFrame."""
         return cls({str(c): df[c].to_numpy() for c in df.columns})
 

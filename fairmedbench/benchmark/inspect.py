@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fairmedbench.engine import store
+from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.spec import option
-from fairmedbench.errors import InputError, MissingResourceError
 
 if TYPE_CHECKING:
     import pandas as pd

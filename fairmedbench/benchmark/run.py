@@ -11,9 +11,10 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class RunOutcome:
     reused_seeds: list[int] = field(default_factory=list)
     # repeated splits: one outcome per split seed (this outcome shows the first one's seeds) and the folder of the
     # across-split summary
-    split_runs: list["RunOutcome"] = field(default_factory=list)
+    split_runs: list[RunOutcome] = field(default_factory=list)
     summary_dir: Path | None = None
 
     @property

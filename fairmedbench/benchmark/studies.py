@@ -52,9 +52,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec

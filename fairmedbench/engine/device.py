@@ -11,9 +11,10 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from fairmedbench.errors import InputError
 

@@ -28,13 +28,32 @@ from typing import Any
 
 import numpy as np
 
-from fairmedbench.analysis.shift import (SHIFT_METHOD, GroupDraws, check_alignment, group_draws, parse_eval_dataset,
-                                         seeds_shift_block, shift_block)
+from fairmedbench.analysis.shift import (
+    SHIFT_METHOD,
+    GroupDraws,
+    check_alignment,
+    group_draws,
+    parse_eval_dataset,
+    seeds_shift_block,
+    shift_block,
+)
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.flags import scored_rows
-from fairmedbench.leaderboards.submit import (MAX_LINES_PER_FILE, PATIENT_COLUMN, Limits, _close, _Columns, _headline,
-                                              _mean, _read_predictions, _schema_lines, _Stop, recompute, result_schema)
+from fairmedbench.leaderboards.submit import (
+    MAX_LINES_PER_FILE,
+    PATIENT_COLUMN,
+    Limits,
+    _close,
+    _Columns,
+    _headline,
+    _mean,
+    _read_predictions,
+    _schema_lines,
+    _Stop,
+    recompute,
+    result_schema,
+)
 from fairmedbench.leaderboards.suites import Entry
 from fairmedbench.tasks.base import Task, get_task
 from fairmedbench.tasks.common import external_file

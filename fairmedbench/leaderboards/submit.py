@@ -30,8 +30,8 @@ from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE
 from fairmedbench.metrics.profiles import get_profile
-from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.metrics.result import GAP, OVERALL
+from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.spec import ScoreSettings
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 

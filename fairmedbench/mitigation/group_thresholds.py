@@ -7,8 +7,9 @@ validation by a policy (Youden's J by default). A monotone per-group map sends t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

@@ -5,9 +5,10 @@ training or selection: only to the metric engine."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,9 +19,23 @@ from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
-from fairmedbench.tasks.common import (ExternalSet, RunInputs, RunnerOutput, attr_columns, external_entry,
-                                       external_file, finite, fit_epochs, min_group_size, patient_ids, prepare_inputs,
-                                       reuse_seed, score_settings, seed_document, training_groups)
+from fairmedbench.tasks.common import (
+    ExternalSet,
+    RunInputs,
+    RunnerOutput,
+    attr_columns,
+    external_entry,
+    external_file,
+    finite,
+    fit_epochs,
+    min_group_size,
+    patient_ids,
+    prepare_inputs,
+    reuse_seed,
+    score_settings,
+    seed_document,
+    training_groups,
+)
 
 if TYPE_CHECKING:
     from fairmedbench.metrics.result import FairnessResult

@@ -5,7 +5,7 @@ ScoreSettings -> the metric engine's FairnessResult. Runs, `evaluate`, `submit` 
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 

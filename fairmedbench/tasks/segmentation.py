@@ -12,9 +12,10 @@ evaluated.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,9 +26,20 @@ from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_c
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
-from fairmedbench.tasks.common import (ExternalSet, RunInputs, RunnerOutput, attr_columns, external_entry,
-                                       external_file, min_group_size, patient_ids, reuse_seed, score_settings,
-                                       seed_document, training_groups)
+from fairmedbench.tasks.common import (
+    ExternalSet,
+    RunInputs,
+    RunnerOutput,
+    attr_columns,
+    external_entry,
+    external_file,
+    min_group_size,
+    patient_ids,
+    reuse_seed,
+    score_settings,
+    seed_document,
+    training_groups,
+)
 
 if TYPE_CHECKING:
     from fairmedbench.metrics.result import FairnessResult
@@ -160,10 +172,10 @@ class TrainableSegmenter(Protocol):
 
     def target(self, mask: np.ndarray) -> Any: ...
 
-    def logits(self, trained: "Trained", keys: Sequence[str], boxes: Sequence[np.ndarray],
+    def logits(self, trained: Trained, keys: Sequence[str], boxes: Sequence[np.ndarray],
                shapes: Sequence[tuple[int, int]]) -> Any: ...
 
-    def predictor(self, trained: "Trained") -> Callable[[np.ndarray, Prompt], np.ndarray]: ...
+    def predictor(self, trained: Trained) -> Callable[[np.ndarray, Prompt], np.ndarray]: ...
 
 
 @dataclass
@@ -178,7 +190,7 @@ class Trained:
         """The trained torch modules."""
         return [m for m in (self.encoder, self.decoder) if m is not None]
 
-    def train(self, mode: bool = True) -> "Trained":
+    def train(self, mode: bool = True) -> Trained:
         """Training (or evaluation) mode for every trained module."""
         for m in self.modules():
             m.train(mode)

@@ -9,8 +9,15 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from fairmedbench.analysis.shift import (GroupDraws, check_alignment, group_draws, parse_eval_dataset,
-                                         seeds_shift_block, shift_block, split_eval_list)
+from fairmedbench.analysis.shift import (
+    GroupDraws,
+    check_alignment,
+    group_draws,
+    parse_eval_dataset,
+    seeds_shift_block,
+    shift_block,
+    split_eval_list,
+)
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.registry.datasets import get_card

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "datasets"))
 from bundle_factory import N_TEST, dataset_rows, model_card, write_bundle  # noqa: E402
-from fmb_ds_fixtures import make_chexpert, make_harvard, make_ham, make_mimic, make_nih, make_papila  # noqa: E402
+from fmb_ds_fixtures import make_chexpert, make_ham, make_harvard, make_mimic, make_nih, make_papila  # noqa: E402
 
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle  # noqa: E402
 from fairmedbench.errors import InputError, MissingResourceError  # noqa: E402

@@ -26,7 +26,7 @@ def test_pending_until_every_pin_is_set() -> None:
 
 def test_test_fingerprint_definition() -> None:
     ids = ["b2", "a1", "c3"]
-    assert fingerprint_of(ids) == hashlib.sha256("a1\nb2\nc3".encode("utf-8")).hexdigest()
+    assert fingerprint_of(ids) == hashlib.sha256(b"a1\nb2\nc3").hexdigest()
     assert fingerprint_of(reversed(ids)) == fingerprint_of(ids)
 
 

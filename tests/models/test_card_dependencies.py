@@ -5,8 +5,8 @@ the README's install runs every card (SegVol's `monai` used to be in the test ex
 from __future__ import annotations
 
 import ast
-import functools
 import configparser
+import functools
 import importlib.metadata as md
 import re
 import sys

@@ -15,11 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ckpt_layouts as L
 import numpy as np
 import pytest
 import torch
 
-import ckpt_layouts as L
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models import load_model
 
@@ -192,10 +192,9 @@ def test_medsam2_official_checkpoint_loads(tmp_path: Path) -> None:
     """Layout from Meta's sam2.1_hiera_t.yaml (shipped in the sam2 package) with the three changes MedSAM2's
     sam2/configs/sam2.1_hiera_t512.yaml makes (image_size 512, RoPE feat_sizes 32x32), instantiated by the
     official SAM 2 classes; saved as {'model': ...}, which MedSAM2's build_sam._load_checkpoint reads."""
+    import sam2
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
-
-    import sam2
 
     cfg = OmegaConf.load(Path(sam2.__file__).parent / "configs" / "sam2.1" / "sam2.1_hiera_t.yaml").model
     cfg.image_size = 512

@@ -42,7 +42,7 @@ class CountingEncoder:
         self.weights_id = weights_id
         self.forwards = 0
 
-    def to(self, device: str) -> "CountingEncoder":
+    def to(self, device: str) -> CountingEncoder:
         self.module.to(device)
         return self
 
@@ -93,7 +93,7 @@ def test_dataloader_workers_give_the_same_features(tmp_path: Path) -> None:
     np.testing.assert_allclose(a.array, b.array, rtol=1e-5, atol=1e-6)
 
 
-def _extract_in_process(cache_dir: str, queue: "mp.Queue[str]") -> None:
+def _extract_in_process(cache_dir: str, queue: mp.Queue[str]) -> None:
     res = extract_features(CountingEncoder(), TinySplit(n=24), split_name="train", cache_dir=cache_dir, device="cpu")
     queue.put(res.key)
 

@@ -33,7 +33,7 @@ class ImageCounter:
         self.module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
         self.images = 0
 
-    def to(self, device: str) -> "ImageCounter":
+    def to(self, device: str) -> ImageCounter:
         return self
 
     def cache_identity(self) -> dict[str, str]:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from fairmedbench.adapters.prompts import Prompt, make_prompt_3d
+from fairmedbench.adapters.prompts import make_prompt_3d
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models import get_card, load_model
 from fairmedbench.registry.models.volumetric import crop_box, z_normalise_foreground

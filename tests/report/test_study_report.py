@@ -163,8 +163,8 @@ def test_paired_difference_against_erm(study: dict[str, Any]) -> None:
                              & (table["attribute"] == "sex") & (table["metric"] == "auc_gap")
                              & table["train_group_share"].isna() & table["prevalence"].isna()].iloc[0]
     d = np.array(pick("resampling")["seed_values"]) - np.array(pick("erm")["seed_values"])
-    from fairmedbench.report.study import _paired
     from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.report.study import _paired
 
     s = _paired(pick("resampling"), pick("erm"), metric_spec("auc_gap"))
     assert s.mean == pytest.approx(d.mean()) and s.n == 2

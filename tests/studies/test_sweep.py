@@ -18,8 +18,8 @@ import pytest
 
 from fairmedbench.benchmark import costs, sweep
 from fairmedbench.benchmark.run import RunOptions
-from fairmedbench.cli import main
 from fairmedbench.benchmark.studies import load_study
+from fairmedbench.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 VOLATILE = {"timings_s", "created_at", "git_commit", "seconds"}  # differ between any two computations

@@ -12,6 +12,7 @@ from typing import Any
 
 from fairmedbench.registry.base import Registry
 
+
 def raw_key(value: Any) -> str | None:
     """Normalise a raw attribute value to the string used as mapping key (None for missing).
 
