@@ -149,7 +149,6 @@ def test_unreadable_empty_and_missing_files(tmp_path: Path, capsys: pytest.Captu
 
 def test_masks_mode_and_volume_pooling(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     rows = []
-    rng = np.random.default_rng(0)
     for i in range(8):
         gt = np.zeros((16, 16), dtype=np.uint8)
         gt[4:12, 4:12] = 1

@@ -76,4 +76,5 @@ def test_a_labelled_stage_takes_the_metric_engines_callback() -> None:
 
 def test_the_module_does_not_import_torch() -> None:
     code = "import sys, fairmedbench.engine.progress; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

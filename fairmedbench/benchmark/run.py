@@ -311,6 +311,12 @@ def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict
     return out
 
 
+def _shift_entry(doc: dict[str, Any], k: int, j: int, key: str) -> dict[str, Any]:
+    """One seed document's shift entry: external dataset k, attribute j, a group ('group:NAME'), 'gap' or 'diff'."""
+    sh = doc["external"][k]["shift"][j]
+    return sh["per_group"][key[6:]] if key.startswith("group:") else sh[key]
+
+
 def external_summary(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per external dataset and attribute: each seed's shift of every group, of the gap and of the difference
     (value and its independent-bootstrap interval), and their mean, std and t 95% CI across seeds."""
@@ -322,11 +328,8 @@ def external_summary(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for j, sh0 in enumerate(first["shift"]):
             rows = {}
             for key in [*(f"group:{g}" for g in sh0["per_group"]), "gap", *(["diff"] if "diff" in sh0 else [])]:
-                def pick(doc: dict[str, Any]) -> dict[str, Any]:
-                    sh = doc["external"][k]["shift"][j]
-                    return sh["per_group"][key[6:]] if key.startswith("group:") else sh[key]
-
-                per_seed = [{"seed": d["spec"]["seed"], **{f: pick(d).get(f) for f in ("shift", "ci_low", "ci_high")}}
+                per_seed = [{"seed": d["spec"]["seed"],
+                             **{f: _shift_entry(d, k, j, key).get(f) for f in ("shift", "ci_low", "ci_high")}}
                             for d in docs]
                 vals = [r["shift"] for r in per_seed if r["shift"] is not None]
                 row: dict[str, Any] = {"per_seed": per_seed}

@@ -34,7 +34,8 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, package data; see `sh
     exclude: [{usage: lora, mitigation: [groupdro, resampling]}]
 
 Cells are the product of models x datasets x usages x prompts x mitigations x hparams x train_group_share x
-prevalence x split_seeds. A cell is skipped, with its reason, when the usage is not possible for the model and dataset, a 3D
+prevalence x split_seeds. A cell is skipped, with its reason, when the usage is not possible for the model and dataset,
+a 3D
 model meets 2D data, a mitigation meets a usage that learns nothing or a task it does not serve, or anything
 else `benchmark.resolve.check_spec` refuses (its message becomes the reason).
 
@@ -423,7 +424,8 @@ def expand(study: Study) -> list[Cell]:
             spec_kw = dict(model=model, dataset=dataset, attributes=tuple(study.attributes), usage=usage_name,
                            mitigation=mitigation, seeds=tuple(study.seeds), split_seed=study.split_seed,
                            weights=study.weights, profile=study.profile, n_boot=study.n_boot,
-                           n_perm=study.n_perm, precision=study.precision, hparams=dict(hp), dataset_options=dict(study.dataset_options),
+                           n_perm=study.n_perm, precision=study.precision, hparams=dict(hp),
+                           dataset_options=dict(study.dataset_options),
                            eval_datasets=tuple(study.eval_datasets),
                            split_seeds=() if split_seed is None else (split_seed,))
             spec_kw.update(_sampling(base))

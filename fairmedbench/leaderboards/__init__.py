@@ -50,7 +50,8 @@ the entry's task's scorer (`Task.score`, the one runs use), run on the test rows
 as a `ScoreSettings` (profile, threshold policy on the val rows, n_boot, n_perm, seed, ci_level, min_group_size,
 operating points, ECE bins; groups in the reported order), reproduces every reported value, CI, count
 and threshold within 1e-9; for an entry with external datasets, so does each external result and every shift
-(external − internal, `analysis.shift`), from the two predictions files (`external.check_seed`). Recomputation proves the arithmetic, not where the predictions came from: every row
+(external − internal, `analysis.shift`), from the two predictions files (`external.check_seed`).
+Recomputation proves the arithmetic, not where the predictions came from: every row
 carries the flags of `flags.FLAGS` (one fact and one check each: no weights hash, weights not public, data seen
 in pretraining, near-perfect or duplicate predictions, implausible group scores, test set not pinned,
 verification failed) and a tier (`tiers`): `self-reported`, or `verified` once `benchmark verify` re-ran the

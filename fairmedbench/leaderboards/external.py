@@ -192,7 +192,8 @@ def _check_one(rel: str, doc: dict[str, Any], entry: Entry, seed: int, k: int, f
               for key in SETTINGS if key in internal_meta and meta_ext.get(key) != internal_meta[key]]
     tasks = list(dict.fromkeys(r["task"] for r in block["result"]["reports"]))
     if len(tasks) != len(doc["predictions"]["tasks"]):
-        lines.append(f"{where}: its result reports {len(tasks)} task column(s), the run {len(doc['predictions']['tasks'])}")
+        lines.append(f"{where}: its result reports {len(tasks)} task column(s), "
+                     f"the run {len(doc['predictions']['tasks'])}")
     if lines:
         raise _Stop(lines)
     prel = f"{rel.rsplit('/', 1)[0]}/{block['predictions']}"

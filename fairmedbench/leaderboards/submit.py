@@ -390,7 +390,8 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
             arrays[name] = np.array([None if v is None else _label(v) for v in col.to_pylist()], dtype=object)
         else:
             arrays[name] = np.array([str(v) for v in col.to_pylist()], dtype=object)
-    if "hd95" in arrays and "dsc" in arrays and unscored is not None:  # HD95 is undefined only where the prediction is empty (DSC 0)
+    # HD95 is undefined only where the prediction is empty (DSC 0)
+    if "hd95" in arrays and "dsc" in arrays and unscored is not None:
         undefined = int((np.isnan(arrays["hd95"]) & ~unscored & (arrays["dsc"] > 0)).sum())
         if undefined:
             problems.append(f"{rel}: column 'hd95' is null on {undefined} row(s) with dsc > 0; HD95 is undefined "

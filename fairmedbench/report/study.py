@@ -820,7 +820,8 @@ class _Builder:
 
         sec.text.append("Each run's trained model applied to the external datasets' test splits; shift = external − "
                         "internal of the headline per group, of the gap and of the signed difference. Per seed, the "
-                        "interval of a shift comes from independent bootstraps of the two test sets (the seed columns); "
+                        "interval of a shift comes from independent bootstraps of the two test sets "
+                        "(the seed columns); "
                         "mean and t 95% CI across training seeds beside it.")
         out = []
         for _, r in shift.iterrows():

@@ -115,7 +115,8 @@ def render_tests(result: FairnessResult, console: Any) -> None:
     if not cols:
         return
     tests = result.meta.get("tests") or {}
-    table = Table(title=f"larger than chance? permutation test p (adjusted: {tests.get('correction', '').split(' (')[0]})",
+    correction = tests.get('correction', '').split(' (')[0]
+    table = Table(title=f"larger than chance? permutation test p (adjusted: {correction})",
                   title_justify="left")
     for h in ["task", "attribute", *[metric_spec(m).header for m in cols]]:
         table.add_column(h, justify="left" if h in ("task", "attribute") else "right")

@@ -1,6 +1,6 @@
 """The segmentation task (TASKS['segmentation']): its runner `run`; prompted masks for the test samples,
-per-sample DSC/IoU at a stated mask threshold; and the training loop of a prompted mask decoder, with a trainable encoder copy where the usage gives one
-(`fit_decoder`), with a mitigation plugin's hooks.
+per-sample DSC/IoU at a stated mask threshold; and the training loop of a prompted mask decoder, with a trainable
+encoder copy where the usage gives one (`fit_decoder`), with a mitigation plugin's hooks.
 
 A 3D sample (D, H, W) is segmented slice by slice by a 2D model: every slice whose ground truth is non-empty
 gets its own prompt; the other slices are predicted empty. A volumetric predictor (attribute `volumetric`)
@@ -564,7 +564,8 @@ def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any
         return np.where(scored, np.asarray(values, dtype=np.float64)[np.maximum(k, 0)] if values else np.nan, np.nan)
 
     frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str), "split": "test",
-                          "seed": seed, "patient_id": patient_ids(ds, pos), "dsc": column(out.dsc), "iou": column(out.iou),
+                          "seed": seed, "patient_id": patient_ids(ds, pos),
+                          "dsc": column(out.dsc), "iou": column(out.iou),
                           "empty_gt": ~scored})
     if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
         frame["hd95"] = column(out.hd95)

@@ -152,7 +152,7 @@ def _no_alert(driver: Any) -> None:
     from selenium.common.exceptions import NoAlertPresentException
 
     with pytest.raises(NoAlertPresentException):
-        driver.switch_to.alert
+        _ = driver.switch_to.alert  # raises NoAlertPresentException when no alert
 
 
 def test_page_in_chromium(built: dict[str, Path], browser: Any) -> None:

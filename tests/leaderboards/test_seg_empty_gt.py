@@ -91,7 +91,8 @@ def test_metrics_are_those_of_the_prompted_samples(bundle: Path) -> None:
     meta = doc["result"]["meta"]
     again = evaluate_segmentation(prompted["dsc"].to_numpy(), {"sex": prompted["attr:sex"].to_numpy()},
                                   iou=prompted["iou"].to_numpy(), profile=meta["profile"], n_boot=meta["n_boot"],
-                                  seed=meta["seed"], n_perm=meta["n_perm"], patient_ids=prompted["patient_id"].to_numpy())
+                                  seed=meta["seed"], n_perm=meta["n_perm"],
+                                  patient_ids=prompted["patient_id"].to_numpy())
     assert json.loads(json.dumps(again.to_dict())) == doc["result"]
     [report] = doc["result"]["reports"]
     dsc = report["metrics"]["dsc"]

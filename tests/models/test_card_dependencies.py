@@ -88,7 +88,8 @@ def test_loader_imports_are_declared_in_install_requires(card: str) -> None:
         names = {_norm(d) for d in dists.get(top, [])}
         if not names & declared:
             missing[top] = sorted(names) or ["(no installed distribution provides it)"]
-    assert not missing, f"card {card!r} ({module}) imports modules whose distribution is not in install_requires: {missing}"
+    assert not missing, (f"card {card!r} ({module}) imports modules "
+                        f"whose distribution is not in install_requires: {missing}")
 
 
 def test_segvol_needs_monai_and_it_is_declared() -> None:

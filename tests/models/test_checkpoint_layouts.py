@@ -361,7 +361,8 @@ def test_tinyvit_sam_official_checkpoint_loads(tmp_path: Path, name: str, filena
     torch.save(state, path)
     model = load_model(name, str(path), fuse=False)  # unfused, so the conv-BN keys are still there to read
     for key in ("image_encoder.layers.2.blocks.5.attn.attention_biases",
-                "image_encoder.layers.0.blocks.1.conv2.bn.running_var", "mask_decoder.iou_prediction_head.layers.2.bias"):
+                "image_encoder.layers.0.blocks.1.conv2.bn.running_var",
+                "mask_decoder.iou_prediction_head.layers.2.bias"):
         assert _first(model, key) == _value(state, key)
     img = np.zeros((40, 48), np.uint8)
     img[10:30, 12:36] = 200

@@ -89,7 +89,8 @@ def small3d(request):
 
 def _ellipsoid(shape=(20, 28, 24), center=(10, 14, 11), radii=(5, 7, 6)) -> tuple[np.ndarray, np.ndarray]:
     z, y, x = np.ogrid[: shape[0], : shape[1], : shape[2]]
-    mask = ((z - center[0]) / radii[0]) ** 2 + ((y - center[1]) / radii[1]) ** 2 + ((x - center[2]) / radii[2]) ** 2 <= 1
+    mask = ((z - center[0]) / radii[0]) ** 2 + \
+        ((y - center[1]) / radii[1]) ** 2 + ((x - center[2]) / radii[2]) ** 2 <= 1
     rng = np.random.default_rng(0)
     vol = np.clip(40 + 150 * mask + rng.normal(0, 10, shape), 0, 255).astype(np.uint8)
     return vol, mask

@@ -37,7 +37,8 @@ def test_segvol_release_layout_loads_by_name(tmp_path: Path) -> None:
     for i, k in enumerate(keys):
         if k not in legacy:
             assert tuple(own[k].shape) == tuple(keys[k]) and float(own[k].reshape(-1)[0]) == float(i), k
-    assert keys["image_encoder.patch_embedding.position_embeddings"] == [1, 8 * 16 * 16, get_card("segvol").embedding_dim]
+    dim = get_card("segvol").embedding_dim
+    assert keys["image_encoder.patch_embedding.position_embeddings"] == [1, 8 * 16 * 16, dim]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,8 @@ def test_small_segvol_segments_an_ellipsoid_from_points_box_and_text(small_segvo
     no_text = small_segvol.segment_volume(vol, make_prompt_3d(mask, "rand", np.random.default_rng(0)))
     assert no_text.shape == vol.shape
     assert small_segvol.segment_volume(np.zeros((4, 8, 8), np.uint8),
-                                       make_prompt_3d(np.ones((4, 8, 8), bool), "rand", np.random.default_rng(0))).sum() == 0
+                                       make_prompt_3d(np.ones((4, 8, 8), bool), "rand",
+                                                      np.random.default_rng(0))).sum() == 0
     with pytest.raises(InputError, match="segments 3D volumes"):
         small_segvol.segment(vol[0], box=(1, 1, 5, 5))
 

@@ -50,7 +50,8 @@ def write_plan(out: Path, name: str, entries: list[tuple[dict[str, Any], Any]]) 
                           "reason": "clip usages need a vision-language model", "error": None})
         else:
             cells.append({"cell": cell, "run_id": outcome.config.run_id,
-                          "run_dir": str(outcome.out_dir.relative_to(out)), "encode": f"{cell['model']}|{cell['dataset']}",
+                          "run_dir": str(outcome.out_dir.relative_to(out)),
+                          "encode": f"{cell['model']}|{cell['dataset']}",
                           "status": "done", "reason": None, "error": None})
     path = out / "studies" / name / "plan.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,8 @@ def write_plan(out: Path, name: str, entries: list[tuple[dict[str, Any], Any]]) 
 
 
 def _run(cell: dict[str, Any], opts: RunOptions) -> Any:
-    spec = RunSpec(model=cell["model"], weights=WEIGHTS[cell["model"]], dataset=DATASET, usage="lp", mitigation=cell["mitigation"],
+    spec = RunSpec(model=cell["model"], weights=WEIGHTS[cell["model"]], dataset=DATASET, usage="lp",
+                   mitigation=cell["mitigation"],
                    seeds=SEEDS, attributes=tuple(cell["attributes"]), n_boot=20, dataset_options=DS_OPTIONS,
                    hparams=cell["hparams"], train_group_share=cell["train_group_share"],
                    share_group=cell["share_group"], prevalence=cell["prevalence"],

@@ -83,7 +83,7 @@ def test_synthetic_shift_pair(tmp_path: Path) -> None:
     assert ctl["ci_low"] <= 0 <= ctl["ci_high"]  # the bias vanishes on the control site...
     assert control["diff"]["shift"] < 0  # ...so the difference moves towards 0 from the internal one
     # each external set went through the same metric engine call; its predictions are stored beside the run's
-    for k, e in enumerate(doc["external"]):
+    for e in doc["external"]:
         pred = pd.read_parquet(outcome.out_dir / e["predictions"])
         assert len(pred) == e["n_test"] == 90 and set(pred["split"]) == {"test"}
         assert e["result"]["reports"][0]["counts"]["__overall__"]["n"] == e["n_test"]

@@ -58,7 +58,7 @@ def test_compare_uses_the_multiclass_metrics(compared) -> None:
     dro = next(v for v in doc["versus_erm"] if v["method"] == "groupdro" and v["metric"] == "worst_group_macro_auc")
     assert vs["value"] == pytest.approx(dro["mean_diff"], abs=1e-9)
     json.loads(path.read_text())  # strict JSON on disk
-    for (ds, m), run in out.runs.items():
+    for (_ds, m), run in out.runs.items():
         sdoc = run.seed_docs[0]
         assert sdoc["kind"] == "run-multiclass" and sdoc["training"]["mitigation"]["name"] == m
         pred = pd.read_parquet(run.out_dir / sdoc["predictions"]["file"])
@@ -85,7 +85,8 @@ def test_one_paired_difference_by_hand_from_the_per_seed_jsons(compared) -> None
     half = stats.t.ppf(0.975, 1) * abs(d[0] - d[1]) / math.sqrt(2) / math.sqrt(2)  # std of 2 values = |d0-d1|/√2
     row = next(v for v in doc["versus_erm"] if v["method"] == "resampling" and v["metric"] == metric)
     assert row["mean_diff"] == pytest.approx(mean, abs=1e-12)
-    assert row["ci_low"] == pytest.approx(max(mean - half, -1.0)) and row["ci_high"] == pytest.approx(min(mean + half, 1.0))
+    assert row["ci_low"] == pytest.approx(max(mean - half, -1.0))
+    assert row["ci_high"] == pytest.approx(min(mean + half, 1.0))
     welch = stats.ttest_ind(a, b, equal_var=False)
     if np.isfinite(welch.pvalue):
         assert row["welch_p"] == pytest.approx(welch.pvalue)

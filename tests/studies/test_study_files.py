@@ -126,7 +126,8 @@ def test_include_and_exclude_rules(tmp_path: Path) -> None:
                    ("clip-vit-b32", "synth-control", "clip-zs", "erm"),
                    ("clip-vit-b32", "synth-control", "clip-adapt", "erm"),
                    ("clip-vit-b32", "synth-control", "clip-adapt", "groupdro"),
-                   ("clip-vit-b32", "synth-contrast", "lp", "erm"), ("clip-vit-b32", "synth-contrast", "lp", "groupdro")}
+                   ("clip-vit-b32", "synth-contrast", "lp", "erm"),
+                   ("clip-vit-b32", "synth-contrast", "lp", "groupdro")}
     reasons = group_reasons([c for c in cells if not c.runnable])
     assert reasons["matched by no include rule"] == 4  # c2l's lp cells (its clip cells fail the usage check first)
     assert reasons["excluded by the rule {dataset=synth-contrast, usage=clip-zs|clip-adapt} (line 9)"] == 4
