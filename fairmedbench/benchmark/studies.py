@@ -456,17 +456,13 @@ def expand(study: Study) -> list[Cell]:
 
 
 def _sampling(cell: dict[str, Any]) -> dict[str, Any]:
-    """The cell's sampling fields as RunSpec keyword arguments (only those set: RunSpec gains them in the
-    lead's "Sampling:" change)."""
+    """The cell's sampling fields as RunSpec keyword arguments (only those set)."""
     return {k: cell[k] for k in ("train_group_share", "share_group", "train_size", "prevalence", "prevalence_on")
             if cell[k] is not None}
 
 
-def _spec(kw: dict[str, Any], prompt: str | None) -> Any:
-    missing = sorted(set(kw) - {f.name for f in dataclasses.fields(RunSpec)})
-    if missing:
-        raise InputError(f"this version's RunSpec has no {', '.join(missing)}: the sampling sweeps need it")
-    return RunSpec(**kw, **({"prompt": prompt} if prompt else {}))
+def _spec(kw: dict[str, Any], prompt: str | None) -> RunSpec:
+    return RunSpec(**{**kw, **({"prompt": prompt} if prompt else {})})
 
 
 def _rule_reason(study: Study, facts: dict[str, Any]) -> str | None:
