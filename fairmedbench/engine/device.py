@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fairmedbench.errors import InputError
 
@@ -77,10 +77,42 @@ class Bf16Probe:
         return self.speedup >= BF16_MIN_SPEEDUP
 
 
-def probe_cache_path() -> Path:
-    """The per-user probe cache: $XDG_CACHE_HOME/fairmedbench/precision.json (default ~/.cache)."""
+def probe_cache_dir() -> Path:
+    """The per-user cache folder of measurements: $XDG_CACHE_HOME/fairmedbench (default ~/.cache)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "fairmedbench" / "precision.json"
+    return Path(root) / "fairmedbench"
+
+
+def probe_cache_path() -> Path:
+    """The per-user precision probe cache: precision.json in `probe_cache_dir()`."""
+    return probe_cache_dir() / "precision.json"
+
+
+def cached_probe(name: str, key: str, measure: Callable[[], dict[str, float]],
+                 path: Path | None = None) -> tuple[dict[str, float], Path, bool]:
+    """`measure()` once per `key`, kept in `name`.json of the cache folder (or `path`): (values, file, cached).
+    An unreadable file is measured again; a read-only home keeps the values for this process only."""
+    from fairmedbench.engine.store import write_json
+
+    path = probe_cache_dir() / f"{name}.json" if path is None else Path(path)
+    try:
+        stored = json.loads(path.read_text())
+        stored = stored if isinstance(stored, dict) else {}
+    except (OSError, ValueError):
+        stored = {}
+    hit = stored.get(key)
+    if isinstance(hit, dict) and hit:
+        try:
+            return {k: float(v) for k, v in hit.items() if k != "measured_at"}, path, True
+        except (TypeError, ValueError):  # a hand-edited entry: measure again
+            pass
+    values = measure()
+    stored[key] = {**values, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        write_json(path, stored)
+    except OSError:
+        pass
+    return values, path, False
 
 
 def _cpu_identity() -> str:
@@ -145,26 +177,13 @@ def measure_bf16_speedup(repeats: int = 3) -> tuple[float, float]:
 
 def bf16_probe(path: Path | None = None) -> Bf16Probe:
     """This CPU's bf16 speedup over fp32, measured once per (torch, CPU) and cached in a small JSON file."""
-    from fairmedbench.engine.store import write_json
+    def measure() -> dict[str, float]:
+        matmul, conv = measure_bf16_speedup()
+        return {"matmul_speedup": round(matmul, 4), "conv_speedup": round(conv, 4)}
 
-    path = probe_cache_path() if path is None else Path(path)
-    key = probe_key()
-    try:
-        stored = json.loads(path.read_text())
-        stored = stored if isinstance(stored, dict) else {}
-    except (OSError, ValueError):
-        stored = {}
-    hit = stored.get(key)
-    if isinstance(hit, dict) and {"matmul_speedup", "conv_speedup"} <= hit.keys():
-        return Bf16Probe(float(hit["matmul_speedup"]), float(hit["conv_speedup"]), path, True)
-    matmul, conv = measure_bf16_speedup()
-    stored[key] = {"matmul_speedup": round(matmul, 4), "conv_speedup": round(conv, 4),
-                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        write_json(path, stored)
-    except OSError:  # a read-only home: the choice still holds for this process
-        pass
-    return Bf16Probe(matmul, conv, path, False)
+    values, file, cached = cached_probe("precision", probe_key(), measure,
+                                        probe_cache_path() if path is None else path)
+    return Bf16Probe(values["matmul_speedup"], values["conv_speedup"], file, cached)
 
 
 _RESOLVED: dict[str, str] = {}  # device -> what 'auto' resolved to in this process

@@ -65,11 +65,20 @@ def sample_ids_of(split: Any) -> list[str]:
     return ids
 
 
+def _model_parts(model: Any, encoder_path: str) -> dict[str, Any]:
+    """The model side of a cache key: its identity, and the encoder path where it is not the torch module itself
+    (another path agrees to float rounding only; entries of the torch path keep the keys they had)."""
+    parts = dict(model.cache_identity())
+    if encoder_path != "torch":
+        parts.update(encoder_path=encoder_path)
+    return parts
+
+
 def cache_key(model: Any, split: Any, split_name: str, precision: str,
-              content: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+              content: list[str] | None = None, encoder_path: str = "torch") -> tuple[str, dict[str, Any]]:
     """Hash of every part that changes the features, and the parts themselves: the samples' `content` keys when
     given (the data's identity is what it holds), else the split's fingerprint and name."""
-    parts = dict(model.cache_identity())
+    parts = _model_parts(model, encoder_path)
     if content is not None:
         parts.update(content=hashlib.sha256("\n".join(content).encode()).hexdigest())
     else:
@@ -82,9 +91,9 @@ def cache_key(model: Any, split: Any, split_name: str, precision: str,
     return hashlib.sha256(blob).hexdigest(), parts
 
 
-def _item_dir(cache_dir: Path, model: Any, precision: str) -> Path:
-    """Folder of the per-content features of one (model, weights, preprocessing, pooling, precision)."""
-    parts = {**model.cache_identity(), "precision": precision, "format": CACHE_FORMAT}
+def _item_dir(cache_dir: Path, model: Any, precision: str, encoder_path: str) -> Path:
+    """Folder of the per-content features of one (model, weights, preprocessing, pooling, encoder path, precision)."""
+    parts = {**_model_parts(model, encoder_path), "precision": precision, "format": CACHE_FORMAT}
     return cache_dir / parts["model"] / "items" / hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -148,7 +157,8 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
 
     A split with `content_keys()` is keyed per sample content: only images whose content has no cached feature
     are encoded, each distinct content once. num_workers=None picks `default_workers(device)`; precision "bf16"
-    autocasts, "auto" is resolved for the device (see engine.device) and the resolved one keys the cache;
+    autocasts, "auto" is resolved for the device (see engine.device) and the resolved one keys the cache, as does
+    the model's `encoder_path(device, precision)` (how its encoder runs: see registry.models.encoder_path);
     `progress(done, total)` after each batch.
     """
     import torch
@@ -160,7 +170,8 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
     content = list(split.content_keys()) if hasattr(split, "content_keys") else None
     if content is not None and len(content) != len(ids):
         raise InputError(f"split has {len(ids)} samples but {len(content)} content keys")
-    key, parts = cache_key(model, split, split_name, precision, content)
+    encoder_path = model.encoder_path(device, precision)
+    key, parts = cache_key(model, split, split_name, precision, content, encoder_path)
     name = parts["model"]
     if cache_dir is not None:
         cache_dir = Path(cache_dir)
@@ -177,7 +188,8 @@ def extract_features(model: Any, split: ImageSplit, *, split_name: str, cache_di
         raise InputError(f"split {split_name!r} is empty: nothing to extract")
     # rows to encode: every row without content keys; else the first row of each content with no cached feature
     known: dict[str, np.ndarray] = {}
-    items = _item_dir(cache_dir, model, precision) if (cache_dir is not None and content is not None) else None
+    items = (_item_dir(cache_dir, model, precision, encoder_path)
+             if cache_dir is not None and content is not None else None)
     if content is None:
         todo = list(range(len(ids)))
     else:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
+from fairmedbench.registry.models.encoder_path import frozen_forward, resolve_encoder_path
 from fairmedbench.registry.models.preprocess import preprocess_image, resized_shape
 from fairmedbench.registry.models.weights import ResolvedWeights
 
@@ -48,6 +49,11 @@ class FoundationModel:
             "preprocessing": self.card.preprocessing.describe(),
             "pooling": type(self).__name__,
         }
+
+    def encoder_path(self, device: str, precision: str) -> str:
+        """How frozen inference of the image encoder runs on `device` at `precision` (see
+        registry.models.encoder_path): 'torch' unless another path was measured faster on this machine."""
+        return "torch"
 
     def _unsupported(self, capability: str) -> InputError:
         return InputError(
@@ -142,9 +148,13 @@ class PromptableSegmenter(FoundationModel):
         mode = str(torch.get_autocast_dtype(dev)) if torch.is_autocast_enabled(dev) else "fp32"
         return (self.card.name, f"{self.weights.identity}|{mode}", _pixel_key(pixels))
 
+    def encoder_path(self, device: str, precision: str) -> str:
+        """The image encoder's frozen-inference path on `device` at `precision` (resolved once, printed)."""
+        return resolve_encoder_path(self.module.image_encoder, self.card.preprocessing.size, device, precision)
+
     def image_map(self, pixels: torch.Tensor) -> torch.Tensor:
-        """The encoder's dense feature map (also remembered per image)."""
-        maps = self.module.image_encoder(pixels)
+        """The encoder's dense feature map, on the machine's frozen-inference path (also remembered per image)."""
+        maps = frozen_forward(self.module.image_encoder, pixels)
         if pixels.device.type == "meta":  # FLOP counting on the meta device (benchmark.costs): nothing to remember
             return maps
         for i in range(pixels.shape[0]):
