@@ -38,7 +38,7 @@ PROBE_VERSION = 1
 _ORT_PACKAGES = ("onnxruntime", "onnx", "onnxscript")
 
 
-def _versions() -> str:
+def ort_versions() -> str:
     """The installed ONNX packages' versions, or '' when one is missing (the path is then unavailable)."""
     try:
         return ",".join(f"{p} {metadata.version(p)}" for p in _ORT_PACKAGES)
@@ -53,7 +53,7 @@ def _signature(module: nn.Module) -> tuple[tuple[str, int, int], ...]:
 
 def _module_digest(module: nn.Module, size: int) -> str:
     """sha256 of the module's structure, every parameter and buffer, the input size and the exporter versions."""
-    h = hashlib.sha256(f"{module!r}|{size}|torch {torch.__version__}|{_versions()}".encode())
+    h = hashlib.sha256(f"{module!r}|{size}|torch {torch.__version__}|{ort_versions()}".encode())
     for name, t in (*module.named_parameters(), *module.named_buffers()):
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.detach().cpu().contiguous().numpy().tobytes())
@@ -162,7 +162,7 @@ def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: s
                              f"only (here {type(module).__name__} on {device})")
         return "torch"
     unavailable = ("it runs fp32 only" if precision != "fp32"
-                   else "the `fast` extra is not installed (pip install 'fairmedbench[fast]')" if not _versions()
+                   else "the `fast` extra is not installed (pip install 'fairmedbench[fast]')" if not ort_versions()
                    else "")
     if requested == "onnxruntime" and unavailable:
         raise InputError(f"${ENV}=onnxruntime: {unavailable}")
@@ -172,7 +172,8 @@ def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: s
     if unavailable:
         choice, reason = "torch", f"ONNX Runtime not used: {unavailable}"
     else:
-        probe_id = f"encoder-path v{PROBE_VERSION}|{probe_key()}|{_versions()}|{arch}|threads {torch.get_num_threads()}"
+        threads = torch.get_num_threads()
+        probe_id = f"encoder-path v{PROBE_VERSION}|{probe_key()}|{ort_versions()}|{arch}|threads {threads}"
         t0 = time.perf_counter()
         measured, path, cached = cached_probe("encoder_path", probe_id, lambda: measure_paths(module, size))
         speedup = measured["torch"] / measured["onnxruntime"]
