@@ -77,8 +77,10 @@ def export_onnx(module: nn.Module, size: int) -> Path:
 
 
 class OrtEncoder:
-    """An encoder's ONNX export run by ONNX Runtime on the CPU (fp32, torch's thread count, no spin-waiting: cores
-    are shared); refuses to run once the module's weights changed after the export."""
+    """An encoder's ONNX export run by ONNX Runtime on the CPU: fp32, torch's thread count, no spin-waiting (cores
+    are shared: 1.29 vs 1.54 CPU-s per LiteMedSAM image with spinning, measured under load), no memory patterns
+    (a preallocated plan per input shape: peak resident 1.64 GB with, 0.93 GB without, at batch 2 then 1, same
+    speed). `ort_runner` builds one per module and builds another once the module's weights changed."""
 
     def __init__(self, module: nn.Module, size: int) -> None:
         import onnxruntime as ort
@@ -88,6 +90,7 @@ class OrtEncoder:
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.enable_mem_pattern = False
         self.session = ort.InferenceSession(str(export_onnx(module, size)), options,
                                             providers=["CPUExecutionProvider"])
 
