@@ -222,7 +222,11 @@ def resolve_precision(requested: str, device: str) -> str:
 #: the kernel and page-faulted back every batch. At 4 a batch's working set (~1 GiB) stays below the threshold, so
 #: the heap is reused (the main job: 0.2 M minor faults, was 25.8 M).
 #: measured on 2 cores, `benchmark controls`: fp32 at batch 2 vs 4 took the same time (114 vs 116 s wall, 214 vs
-#: 213 CPU-s) with a peak resident size of 1.99 vs 3.07 GB; bf16 at 4 peaked at 2.35 GB
+#: 213 CPU-s) with a peak resident size of 1.99 vs 3.07 GB; bf16 at 4 peaked at 2.35 GB. The ONNX Runtime path
+#: (registry.models.encoder_path) is flat from batch 1 (1.24, 1.29, 1.27 CPU-s per image at 1, 2, 4, one process,
+#: load 11 on 2 cores) while torch at batch 1 is not (3.36 vs 2.42 at 2: per-call overhead and threads waiting).
+#: A constant, not a per-machine probe: the choice is the smallest batch past the flat point, which needs no
+#: measurement here, and a probe (about 10 CPU-seconds per model) would measure differences below its noise.
 CPU_BATCH = 2
 GPU_BATCH = 16
 _BATCH_SAID: set[str] = set()

@@ -143,7 +143,9 @@ def read_cached(cache_dir: Path, model_name: str, key: str) -> tuple[np.ndarray,
 
 
 def default_workers(device: str) -> int:
-    """Loader processes: none on CPU (the encoder already uses every core; measured best), else up to 4."""
+    """Loader processes: none on CPU, else up to 4. On a CPU the encoder already uses every core, and loading is
+    too small to overlap with it: 2 ms CPU (5 ms wall) to read and preprocess a real NIH PNG for LiteMedSAM vs
+    1.3 CPU-s to encode it, so a prefetching thread or process could save under 0.5% of the stage."""
     if not device.startswith("cuda"):
         return 0
     return max(0, min(4, (os.cpu_count() or 1) - 1))
