@@ -110,6 +110,18 @@ def test_torch_is_kept_where_onnx_runtime_is_not_clearly_faster_or_cannot_run(
     assert capsys.readouterr().err == "" and len(calls) == 1
 
 
+def test_without_the_fast_extra_the_torch_path_runs_and_says_so(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    encoder = _tiny().module.image_encoder
+    monkeypatch.setattr(ep, "ort_versions", lambda: "")
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "torch"
+    assert "ONNX Runtime not used: the `fast` extra is not installed" in capsys.readouterr().err
+    monkeypatch.setenv(ep.ENV, "onnxruntime")
+    monkeypatch.setattr(ep, "_RESOLVED", {})
+    with pytest.raises(InputError, match="extra is not installed"):
+        ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32")
+
+
 def test_a_forced_path_is_taken_and_an_impossible_one_refused(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     encoder = _tiny().module.image_encoder
     calls = _fake_probe(monkeypatch, 2.0, 1.0)
