@@ -89,7 +89,7 @@ def test_the_choice_is_measured_once_per_machine_and_printed(fresh: Path, monkey
     assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "onnxruntime"
     assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "onnxruntime"
     err = capsys.readouterr().err
-    assert err.count("encoder path auto -> onnxruntime (ONNX Runtime 1.00, torch 2.00 CPU-s per image: 2.00x") == 1
+    assert err.count("encoder path auto -> onnxruntime (ONNX Runtime 1.00, torch 2.00 CPU-s for one image: 2.00x") == 1
     assert "measured in" in err and str(fresh / "fairmedbench" / "encoder_path.json") in err
     monkeypatch.setattr(ep, "_RESOLVED", {})  # a new process: the probe is read back, not measured again
     assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "onnxruntime"

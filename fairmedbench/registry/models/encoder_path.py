@@ -4,9 +4,10 @@ module exported by torch.onnx, chosen per machine by a cached measurement and pr
 ONNX Runtime (the optional `fast` extra: onnxruntime, onnx, onnxscript) runs fp32 frozen inference only
 (`frozen_forward` without autograd or autocast) of the encoders in `EXPORTABLE`; training, LoRA copies, bf16
 autocast and other devices run the torch module. The two paths agree to float rounding, not bit for bit (LiteMedSAM
-on its real weights: max abs difference about 3e-6 of maps up to 0.6, printed by benchmarks/encoder_throughput.py),
-so the path resolved here keys the feature cache (`engine.features`). $FMB_ENCODER_PATH=torch|onnxruntime forces a
-path. The exported file is kept in the user cache, keyed by the module's structure, weights and exporter versions.
+on its real weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94, printed by
+benchmarks/encoder_throughput.py), so the path resolved here keys the feature cache (`engine.features`).
+$FMB_ENCODER_PATH=torch|onnxruntime forces a path. The exported file (26 MB for LiteMedSAM) is kept in the user
+cache, keyed by the module's structure, weights and exporter versions.
 """
 
 from __future__ import annotations
@@ -119,12 +120,13 @@ def _cpu_seconds(fn: Callable[[], object]) -> float:
 
 
 def measure_paths(module: nn.Module, size: int, repeats: int = 2) -> dict[str, float]:
-    """CPU seconds per image of the torch forward and of ONNX Runtime on one random image, each the least of
+    """CPU seconds of the torch forward and of ONNX Runtime on one random image (a batch of 1), each the least of
     `repeats` interleaved calls after a warm-up (process CPU time: other processes on the cores distort it less)."""
     x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0))
-    runner = ort_runner(module, size)
+    runner = ort_runner(module, size)  # exports the module on the first probe of its weights
     with torch.inference_mode():
-        module(x), runner(x)
+        module(x)
+        runner(x)
         times: dict[str, list[float]] = {"torch": [], "onnxruntime": []}
         for _ in range(repeats):
             times["torch"].append(_cpu_seconds(lambda: module(x)))
@@ -182,7 +184,7 @@ def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: s
         speedup = measured["torch"] / measured["onnxruntime"]
         choice = "onnxruntime" if speedup >= ORT_MIN_SPEEDUP else "torch"
         how = "cached" if cached else f"measured in {time.perf_counter() - t0:.0f} s and cached"
-        reason = (f"ONNX Runtime {measured['onnxruntime']:.2f}, torch {measured['torch']:.2f} CPU-s per image: "
+        reason = (f"ONNX Runtime {measured['onnxruntime']:.2f}, torch {measured['torch']:.2f} CPU-s for one image: "
                   f"{speedup:.2f}x on this CPU, probe {how} at {path}; ${ENV}=torch to choose")
     _RESOLVED[key] = choice
     print(f"encoder path auto -> {choice} ({reason})", file=sys.stderr)
