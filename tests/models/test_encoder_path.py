@@ -104,7 +104,7 @@ def test_torch_is_kept_where_onnx_runtime_is_not_clearly_faster_or_cannot_run(
     assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "bf16") == "torch"
     err = capsys.readouterr().err
     assert "encoder path auto -> torch (ONNX Runtime 1.00, torch 1.05" in err
-    assert "encoder path auto -> torch (ONNX Runtime not used: it runs fp32 only)" in err
+    assert "encoder path auto -> torch (ONNX Runtime not used: it runs fp32 only (--precision fp32 runs it))" in err
     assert ep.resolve_encoder_path(encoder, SIZE, "cuda", "fp32") == "torch"  # nothing to choose: silent
     assert ep.resolve_encoder_path(torch.nn.Conv2d(3, 3, 1), SIZE, "cpu", "fp32") == "torch"
     assert capsys.readouterr().err == "" and len(calls) == 1

@@ -166,7 +166,7 @@ def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: s
             raise InputError(f"${ENV}=onnxruntime: it runs {', '.join(c.__name__ for c in EXPORTABLE)} on a CPU "
                              f"only (here {type(module).__name__} on {device})")
         return "torch"
-    unavailable = ("it runs fp32 only" if precision != "fp32"
+    unavailable = ("it runs fp32 only (--precision fp32 runs it)" if precision != "fp32"
                    else "the `fast` extra is not installed (pip install 'fairmedbench[fast]')" if not ort_versions()
                    else "")
     if requested == "onnxruntime" and unavailable:
