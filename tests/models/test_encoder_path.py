@@ -164,6 +164,14 @@ class _Split:
 
 def test_features_of_both_paths_agree_and_are_cached_apart(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model, split, cache = _tiny(), _Split(), fresh / "features"
+    runs: list[int] = []
+    runner = ep.ort_runner
+
+    def counted(module: torch.nn.Module, size: int) -> ep.OrtEncoder:
+        runs.append(size)
+        return runner(module, size)
+
+    monkeypatch.setattr(ep, "ort_runner", counted)
     feats = {}
     for path in ("torch", "onnxruntime"):
         monkeypatch.setenv(ep.ENV, path)
@@ -171,7 +179,9 @@ def test_features_of_both_paths_agree_and_are_cached_apart(fresh: Path, monkeypa
         feats[path] = extract_features(model, split, split_name="all", cache_dir=cache, batch_size=3, device="cpu")
         assert not feats[path].from_cache and feats[path].encoded == 8
         assert model.encoder_path("cpu", "fp32") == path
+    assert runs == [SIZE] * 3  # batches of 3, 3, 2 through ONNX Runtime (the in-process map memo is per path)
     np.testing.assert_allclose(feats["onnxruntime"].array, feats["torch"].array, rtol=1e-4, atol=1e-6)
+    assert not np.array_equal(feats["onnxruntime"].array, feats["torch"].array)  # two computations, not one
     assert feats["onnxruntime"].key != feats["torch"].key
     # the torch path keeps the key it had before paths existed; another path is a part of the key
     plain, parts = cache_key(model, split, "all", "fp32")

@@ -134,9 +134,17 @@ def measure_paths(module: nn.Module, size: int, repeats: int = 2) -> dict[str, f
     return {k: round(min(v), 4) for k, v in times.items()}
 
 
+_STRUCTURES: "weakref.WeakKeyDictionary[nn.Module, str]" = weakref.WeakKeyDictionary()
+
+
 def _architecture(module: nn.Module, size: int) -> str:
-    """What the probe's result depends on besides the machine: the module's structure and input size."""
-    return f"{type(module).__name__}|{hashlib.sha256(repr(module).encode()).hexdigest()[:12]}|{size}px"
+    """What the probe's result depends on besides the machine: the module's structure (its repr, hashed once per
+    module: milliseconds) and the input size."""
+    structure = _STRUCTURES.get(module)
+    if structure is None:
+        digest = hashlib.sha256(repr(module).encode()).hexdigest()[:12]
+        structure = _STRUCTURES[module] = f"{type(module).__name__}|{digest}"
+    return f"{structure}|{size}px"
 
 
 _RESOLVED: dict[tuple[str, str, str], str] = {}  # (architecture, device, precision) -> path, in this process
@@ -191,15 +199,19 @@ def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: s
     return choice
 
 
+def path_of(module: nn.Module, pixels: torch.Tensor) -> str:
+    """The path `frozen_forward(module, pixels)` takes now: the resolved one for frozen CPU inference, else torch."""
+    dev = pixels.device.type
+    if torch.is_grad_enabled() or module.training or dev != "cpu":
+        return "torch"
+    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
+    precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
+    return resolve_encoder_path(module, pixels.shape[-1], str(pixels.device), precision)
+
+
 def frozen_forward(module: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
     """`module(pixels)` for frozen inference, on the path resolved for this machine, device and autocast state;
     with autograd on or in training mode, always the torch module."""
-    dev = pixels.device.type
-    if torch.is_grad_enabled() or module.training or dev != "cpu":
+    if path_of(module, pixels) == "torch":
         return module(pixels)
-    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
-    precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
-    size = pixels.shape[-1]
-    if resolve_encoder_path(module, size, str(pixels.device), precision) == "torch":
-        return module(pixels)
-    return ort_runner(module, size)(pixels).to(pixels.device)
+    return ort_runner(module, pixels.shape[-1])(pixels).to(pixels.device)

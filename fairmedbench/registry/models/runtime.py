@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
-from fairmedbench.registry.models.encoder_path import frozen_forward, resolve_encoder_path
+from fairmedbench.registry.models.encoder_path import frozen_forward, path_of, resolve_encoder_path
 from fairmedbench.registry.models.preprocess import preprocess_image, resized_shape
 from fairmedbench.registry.models.weights import ResolvedWeights
 
@@ -137,16 +137,17 @@ def _pixel_key(pixels: torch.Tensor) -> str:
 class PromptableSegmenter(FoundationModel):
     """SAM-style model: image encoder -> (B, C, h, w) map; prompt encoder + mask decoder for boxes and points.
 
-    The encoder map of every image encoded is remembered (`MAP_MEMO`, keyed by model, weights, precision and
-    pixels), so an image is encoded once per process however many runs (frozen features, prompted segmentation,
-    twin datasets sharing pixel-identical images) read it. A copy whose `image_map` is replaced on the instance
-    (LoRA's trainable encoder) bypasses the memo.
+    The encoder map of every image encoded is remembered (`MAP_MEMO`, keyed by model, weights, precision, encoder
+    path and pixels), so an image is encoded once per process however many runs (frozen features, prompted
+    segmentation, twin datasets sharing pixel-identical images) read it. A copy whose `image_map` is replaced on the
+    instance (LoRA's trainable encoder) bypasses the memo.
     """
 
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
         dev = pixels.device.type
         mode = str(torch.get_autocast_dtype(dev)) if torch.is_autocast_enabled(dev) else "fp32"
-        return (self.card.name, f"{self.weights.identity}|{mode}", _pixel_key(pixels))
+        path = path_of(self.module.image_encoder, pixels)  # paths agree to rounding only: never serve one as another
+        return (self.card.name, f"{self.weights.identity}|{mode}|{path}", _pixel_key(pixels))
 
     def encoder_path(self, device: str, precision: str) -> str:
         """The image encoder's frozen-inference path on `device` at `precision` (resolved once, printed)."""
