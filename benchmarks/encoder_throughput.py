@@ -2,12 +2,14 @@
 
 1. Harness end-to-end images/s (PNG decode + model preprocessing in a DataLoader + batched forward, via
    fairmedbench.engine.features.extract_features) vs the bare encoder forward on tensors of the same shape.
-2. LiteMedSAM encoder achieved GFLOP/s (FLOPs counted by torch's FlopCounterMode) as a fraction of this
-   machine's matmul peak measured in the same run, for fp32, bf16 autocast and channels-last variants,
-   with each variant's output tolerance against fp32 (min cosine similarity of embeddings, max relative
-   error of the 64x64x256 feature map).
+2. LiteMedSAM's encoder FLOPs per image (torch's FlopCounterMode), this machine's fp32 matmul peak, and each
+   execution path (torch fp32, the reference; ONNX Runtime fp32 with the `fast` extra; torch bf16 autocast;
+   torch.compile with --compile) in CPU-seconds and wall seconds per image, GFLOP/s and % of the peak, with its
+   maps' max abs difference from the reference path's; timed in interleaved rounds, medians printed with the load
+   average; then the paths `auto` chooses here (precision and encoder path).
 
-Usage: python benchmarks/encoder_throughput.py [--n 24] [--batch-size 8] [--num-workers N] [--device auto]
+Usage: python benchmarks/encoder_throughput.py [--n 8] [--batch-size 2] [--num-workers N] [--device auto]
+       [--rounds 5] [--compile]
 Real PNGs: $FMB_REAL_DATA/nih-cxr14/images (default ../shared/real next to the project).
 """
 
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +29,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fairmedbench.engine.device import BF16_MIN_COSINE, autocast, select_device  # noqa: E402
+from fairmedbench.engine.device import BF16_MIN_COSINE, autocast, resolve_precision, select_device  # noqa: E402
 from fairmedbench.engine.features import default_workers, extract_features  # noqa: E402
-from fairmedbench.registry.models import load_model  # noqa: E402
+from fairmedbench.registry.models import encoder_path, load_model, runtime  # noqa: E402
 
 
 class PngSplit:
@@ -53,45 +57,37 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_peak(device: str, dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """Best-of-`reps` GFLOP/s of an n x n matmul on this machine."""
+def cpu_seconds() -> float:
+    """CPU seconds of this process so far, every thread (torch's and ONNX Runtime's pools)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def matmul_peak(device: str, dtype: torch.dtype, n: int = 2048, reps: int = 3) -> tuple[float, float]:
+    """Best-of-`reps` GFLOP per wall second and per CPU second of an n x n matmul on this machine (all threads)."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b
-    best = 0.0
+    wall = cpu = 0.0
     for _ in range(reps):
         sync(device)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), cpu_seconds()
         a @ b
         sync(device)
-        best = max(best, 2 * n**3 / (time.perf_counter() - t) / 1e9)
-    return best
-
-
-def timed_forward(encoder: torch.nn.Module, batches: list[torch.Tensor], device: str, precision: str,
-                  channels_last: bool) -> tuple[float, torch.Tensor]:
-    """Seconds for all batches (after one warm-up batch) and the concatenated feature maps."""
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    encoder.to(memory_format=fmt)
-    xs = [b.to(device).contiguous(memory_format=fmt) for b in batches]
-    with autocast(device, precision):
-        encoder(xs[0])
-        sync(device)
-        t = time.perf_counter()
-        outs = [encoder(x).float() for x in xs]
-        sync(device)
-    encoder.to(memory_format=torch.contiguous_format)
-    return time.perf_counter() - t, torch.cat(outs)
+        wall = max(wall, 2 * n**3 / (time.perf_counter() - t) / 1e9)
+        cpu = max(cpu, 2 * n**3 / max(cpu_seconds() - c, 1e-9) / 1e9)
+    return wall, cpu
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=24, help="number of real PNGs (default 24)")
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--n", type=int, default=8, help="number of real PNGs (default 8)")
+    ap.add_argument("--batch-size", type=int, default=2, help="encoder batch; [2] times one batch (default 2)")
     ap.add_argument("--num-workers", type=int, default=None, help="default: the harness's own choice")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating timing rounds; best is kept")
-    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds; medians are printed")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile (inductor; minutes of compiling on a cold cache)")
     args = ap.parse_args()
 
     root = Path(os.environ.get("FMB_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "real"))
@@ -117,11 +113,13 @@ def main() -> int:
     gen = torch.Generator().manual_seed(0)
     batches = [torch.rand((min(bs, n - i),) + shape, generator=gen) for i in range(0, n, bs)]
     harness_s = bare_s = float("inf")
-    for _ in range(args.rounds):
+    for _ in range(min(args.rounds, 2)):
+        runtime.MAP_MEMO.clear()  # encode every image again (the memo would serve the maps of the round before)
         t = time.perf_counter()
         feats = extract_features(model, split, split_name="bench", cache_dir=None, batch_size=bs,
                                  num_workers=args.num_workers, device=device)
         harness_s = min(harness_s, time.perf_counter() - t)
+        runtime.MAP_MEMO.clear()
         with autocast(device, "fp32"):
             sync(device)
             t = time.perf_counter()
@@ -130,41 +128,67 @@ def main() -> int:
             sync(device)
             bare_s = min(bare_s, time.perf_counter() - t)
     print(f"\n[1] harness end-to-end {n / harness_s:7.2f} img/s | bare forward {n / bare_s:7.2f} img/s | "
-          f"ratio {bare_s / harness_s:.1%} (best of {args.rounds}; features {feats.array.shape})")
+          f"ratio {bare_s / harness_s:.1%} (best of {min(args.rounds, 2)}; features {feats.array.shape})")
 
-    # 2. achieved GFLOP/s as a fraction of measured matmul peak
+    # 2. each path's achieved GFLOP per CPU-second (and per wall second) as a fraction of the fp32 matmul peak
     with FlopCounterMode(display=False) as counter, torch.inference_mode():
         encoder(batches[0][:1].to(device))
-    flops_per_image = counter.get_total_flops()
-    peak32 = matmul_peak(device, torch.float32)
-    peak16 = matmul_peak(device, torch.bfloat16)
-    print(f"\n[2] LiteMedSAM encoder {flops_per_image / 1e9:.2f} GFLOP/image; matmul peak fp32 "
-          f"{peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
-    m = min(n, bs)  # variants are timed on one batch of real images
-    pixels = torch.cat([torch.from_numpy(model.preprocess(split.load_image(i)))[None] for i in range(m)])
-    real_batches = [pixels]
-    ref_s, ref = timed_forward(encoder, real_batches, device, "fp32", False)
-    ref_emb = ref.mean(dim=(2, 3))
-    print(f"{'variant (' + str(m) + ' real images)':<26}{'img/s':>8}{'GFLOP/s':>9}{'of fp32 peak':>14}"
-          f"{'of own peak':>13}{'min cos':>9}{'max rel err':>13}")
-    variants = [("fp32", "fp32", False, encoder), ("fp32 channels-last", "fp32", True, encoder),
-                ("bf16 autocast", "bf16", False, encoder), ("bf16 channels-last", "bf16", True, encoder)]
-    if not args.no_compile:
+    flops = counter.get_total_flops()
+    size = model.card.preprocessing.size
+    m = min(n, bs)  # the runs are timed on one batch of real images
+    pixels = torch.cat([torch.from_numpy(model.preprocess(split.load_image(i)))[None] for i in range(m)]).to(device)
+    runs: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {"torch fp32 (reference)": ("fp32", encoder)}
+    if device == "cpu" and not encoder_path.ort_versions():
+        print("(onnxruntime fp32 not measured: pip install 'fairmedbench[fast]')")
+    elif device == "cpu":
+        runs["onnxruntime fp32"] = ("fp32", encoder_path.ort_runner(encoder, size))
+    runs["torch bf16 autocast"] = ("bf16", encoder)
+    if args.compile:
         compiled = torch.compile(encoder)
         t = time.perf_counter()
-        timed_forward(compiled, real_batches, device, "bf16", True)  # compiles (and warms up)
-        print(f"(torch.compile took {time.perf_counter() - t:.0f} s)")
-        variants.append(("bf16 channels-last compile", "bf16", True, compiled))
-    for name, precision, cl, enc in variants:
-        secs, out = (ref_s, ref) if name == "fp32" else timed_forward(enc, real_batches, device, precision, cl)
-        gflops = flops_per_image * m / secs / 1e9
-        own = peak16 if precision == "bf16" else peak32
-        cos = torch.nn.functional.cosine_similarity(out.mean(dim=(2, 3)), ref_emb).min().item()
-        rel = ((out - ref).abs().max() / ref.abs().max()).item()
-        ok = "" if cos >= BF16_MIN_COSINE else "  (outside tolerance)"
-        print(f"{name:<26}{m / secs:8.2f}{gflops:9.1f}{gflops / peak32:14.1%}{gflops / own:13.1%}"
-              f"{cos:9.5f}{rel:13.2e}{ok}")
-    print(f"\ntolerance: embeddings' cosine similarity to fp32 >= {BF16_MIN_COSINE}")
+        with autocast(device, "fp32"):
+            compiled(pixels)
+        print(f"(torch.compile: first call {time.perf_counter() - t:.0f} s wall)")
+        runs["torch.compile fp32"] = ("fp32", compiled)
+    outs: dict[str, torch.Tensor] = {}
+    cpu_s: dict[str, list[float]] = {k: [] for k in runs}
+    wall_s: dict[str, list[float]] = {k: [] for k in runs}
+    peaks: list[tuple[float, float]] = []
+    for name, (precision, fn) in runs.items():  # warm-up, and the maps compared below
+        with autocast(device, precision):
+            outs[name] = fn(pixels).float()
+    for _ in range(args.rounds):  # interleaved, so that other processes' load falls on every path alike
+        peaks.append(matmul_peak(device, torch.float32))
+        for name, (precision, fn) in runs.items():
+            with autocast(device, precision):
+                sync(device)
+                t, c = time.perf_counter(), cpu_seconds()
+                fn(pixels)
+                sync(device)
+                wall_s[name].append((time.perf_counter() - t) / m)
+                cpu_s[name].append((cpu_seconds() - c) / m)
+    peak_wall = statistics.median(p[0] for p in peaks)
+    peak_cpu = statistics.median(p[1] for p in peaks)
+    gf = flops / 1e9
+    print(f"\n[2] LiteMedSAM encoder: {gf:.2f} GFLOP per {size}x{size} image (FlopCounterMode, torch graph)")
+    print(f"fp32 matmul peak (2048^3, {torch.get_num_threads()} threads, median of {args.rounds} rounds of best of 3): "
+          f"{peak_wall:.1f} GFLOP/s wall, {peak_cpu:.1f} GFLOP per CPU-s")
+    print(f"{'path (' + str(m) + ' real images)':<28}{'CPU-s/img':>10}{'GFLOP/CPU-s':>12}{'of peak':>9}"
+          f"{'s/img wall':>11}{'GFLOP/s':>9}{'of peak':>9}{'max abs diff':>14}{'min cos':>9}")
+    ref = outs["torch fp32 (reference)"]
+    for name in runs:
+        c, w = statistics.median(cpu_s[name]), statistics.median(wall_s[name])
+        diff = (outs[name] - ref).abs().max().item()
+        cos = torch.nn.functional.cosine_similarity(outs[name].mean(dim=(2, 3)), ref.mean(dim=(2, 3))).min().item()
+        print(f"{name:<28}{c:10.2f}{gf / c:12.1f}{gf / c / peak_cpu:9.0%}{w:11.2f}{gf / w:9.1f}"
+              f"{gf / w / peak_wall:9.0%}{diff:14.1e}{cos:9.5f}")
+    print(f"(medians of {args.rounds} interleaved rounds; max abs diff of the {'x'.join(map(str, ref.shape[1:]))} "
+          f"maps from the torch fp32 path's, maps up to {ref.abs().max().item():.2f}; min cos of the pooled "
+          f"embeddings; bf16 is accepted at min cos >= {BF16_MIN_COSINE})")
+    chosen = resolve_precision("auto", device)
+    print(f"chosen: precision auto -> {chosen}; encoder path auto -> "
+          f"{encoder_path.resolve_encoder_path(encoder, size, device, chosen)} (the lines above on stderr say why)")
+    print(f"load average (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
     return 0
 
 

@@ -10,7 +10,8 @@ Prints, for a fresh run of the main job (empty results and feature cache under a
 - images encoded, distinct contents among them, and encodes per content (1.00: no image encoded twice);
 - LiteMedSAM's encoder FLOPs per image (torch.utils.flop_counter.FlopCounterMode), this machine's fp32 matmul rate
   (2048^3, best of 5, all threads) per wall second and per CPU second, a bare forward pass of the same encoder at
-  the job's precision and batch, and the encoder stage's achieved rate as a fraction of the matmul rate;
+  the job's precision, encoder path ($FMB_ENCODER_PATH, else the machine's measured choice) and batch, and the
+  encoder stage's achieved rate as a fraction of the matmul rate;
 - ratios of the job's encoder stage to the bare forward pass (CPU seconds per image).
 
 Usage: python benchmarks/main_job.py [--precision auto|fp32|bf16] [--n 100] [--batch-size N] [--keep DIR] [--bare-only]
@@ -142,6 +143,7 @@ def main() -> int:
     from fairmedbench.engine.device import autocast, encoder_batch_size, resolve_precision
     from fairmedbench.registry import models as models_mod
     from fairmedbench.registry.models import runtime
+    from fairmedbench.registry.models.encoder_path import frozen_forward
 
     print(f"cpu: {cpu_flags()}")
     print(f"torch {torch.__version__}: {torch.get_num_threads()} intra-op threads, "
@@ -156,11 +158,12 @@ def main() -> int:
     with FlopCounterMode(display=False) as counter, torch.inference_mode():
         enc(torch.randn(1, 3, size, size))
     flops = counter.get_total_flops()
+    path = model.encoder_path("cpu", precision)
     x = torch.randn(batch, 3, size, size)
     with autocast("cpu", precision):
-        enc(x[:1])
+        frozen_forward(enc, x[:1])
         s = snapshot()
-        enc(x)
+        frozen_forward(enc, x)
         e = snapshot()
     bare_wall = (e["wall"] - s["wall"]) / batch
     bare_cpu = (e["user"] + e["sys"] - s["user"] - s["sys"]) / batch
@@ -169,8 +172,9 @@ def main() -> int:
         r = snapshot()
         print(f"process: peak RSS {r['maxrss']:.2f} GB, {r['minflt']:.0f} minor page faults")
     print(f"fp32 matmul 2048^3: {peak_wall:.0f} GFLOP/s wall, {peak_cpu:.0f} GFLOP per CPU-second")
-    print(f"LiteMedSAM encoder: {flops / 1e9:.1f} GFLOP per {size}x{size} image; bare forward ({precision}, batch "
-          f"{batch}): {bare_wall:.2f} s wall, {bare_cpu:.2f} CPU-s per image = {flops / 1e9 / bare_wall:.0f} GFLOP/s "
+    print(f"LiteMedSAM encoder: {flops / 1e9:.1f} GFLOP per {size}x{size} image; bare forward ({precision}, {path}, "
+          f"batch {batch}): {bare_wall:.2f} s wall, {bare_cpu:.2f} CPU-s per image = "
+          f"{flops / 1e9 / bare_wall:.0f} GFLOP/s "
           f"({100 * flops / 1e9 / bare_wall / peak_wall:.0f}% of the matmul rate), "
           f"{flops / 1e9 / bare_cpu:.0f} GFLOP per CPU-s ({100 * flops / 1e9 / bare_cpu / peak_cpu:.0f}%)")
 
@@ -236,7 +240,7 @@ def main() -> int:
               f"({per_cpu / bare_cpu:.2f}x the bare forward's CPU-s), {rate:.0f} GFLOP/s = "
               f"{100 * rate / peak_wall:.0f}% of the fp32 matmul rate measured above; "
               f"{flops / 1e9 / per_cpu:.0f} GFLOP per CPU-s = {100 * flops / 1e9 / per_cpu / peak_cpu:.0f}% "
-              f"(precision {precision}, batch {batch})")
+              f"(precision {precision}, encoder path {path}, batch {batch})")
         print(f"job / encoder: the encoder forward is {100 * (enc_row['user'] + enc_row['sys']) / (user + sys_):.0f}% "
               "of the job's CPU seconds")
     return rc

@@ -12,6 +12,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the torch encoder path (the reference) everywhere but in the tests of the paths themselves, which set their own:
+# an ONNX export per random-weight model would cost each test tens of CPU-seconds
+os.environ.setdefault("FMB_ENCODER_PATH", "torch")
 
 REPO = Path(__file__).resolve().parents[1]
 

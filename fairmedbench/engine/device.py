@@ -11,7 +11,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,10 +78,42 @@ class Bf16Probe:
         return self.speedup >= BF16_MIN_SPEEDUP
 
 
-def probe_cache_path() -> Path:
-    """The per-user probe cache: $XDG_CACHE_HOME/fairmedbench/precision.json (default ~/.cache)."""
+def probe_cache_dir() -> Path:
+    """The per-user cache folder of measurements: $XDG_CACHE_HOME/fairmedbench (default ~/.cache)."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "fairmedbench" / "precision.json"
+    return Path(root) / "fairmedbench"
+
+
+def probe_cache_path() -> Path:
+    """The per-user precision probe cache: precision.json in `probe_cache_dir()`."""
+    return probe_cache_dir() / "precision.json"
+
+
+def cached_probe(name: str, key: str, measure: Callable[[], dict[str, float]],
+                 path: Path | None = None) -> tuple[dict[str, float], Path, bool]:
+    """`measure()` once per `key`, kept in `name`.json of the cache folder (or `path`): (values, file, cached).
+    An unreadable file is measured again; a read-only home keeps the values for this process only."""
+    from fairmedbench.engine.store import write_json
+
+    path = probe_cache_dir() / f"{name}.json" if path is None else Path(path)
+    try:
+        stored = json.loads(path.read_text())
+        stored = stored if isinstance(stored, dict) else {}
+    except (OSError, ValueError):
+        stored = {}
+    hit = stored.get(key)
+    if isinstance(hit, dict) and hit:
+        try:
+            return {k: float(v) for k, v in hit.items() if k != "measured_at"}, path, True
+        except (TypeError, ValueError):  # a hand-edited entry: measure again
+            pass
+    values = measure()
+    stored[key] = {**values, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        write_json(path, stored)
+    except OSError:
+        pass
+    return values, path, False
 
 
 def _cpu_identity() -> str:
@@ -146,26 +178,13 @@ def measure_bf16_speedup(repeats: int = 3) -> tuple[float, float]:
 
 def bf16_probe(path: Path | None = None) -> Bf16Probe:
     """This CPU's bf16 speedup over fp32, measured once per (torch, CPU) and cached in a small JSON file."""
-    from fairmedbench.engine.store import write_json
+    def measure() -> dict[str, float]:
+        matmul, conv = measure_bf16_speedup()
+        return {"matmul_speedup": round(matmul, 4), "conv_speedup": round(conv, 4)}
 
-    path = probe_cache_path() if path is None else Path(path)
-    key = probe_key()
-    try:
-        stored = json.loads(path.read_text())
-        stored = stored if isinstance(stored, dict) else {}
-    except (OSError, ValueError):
-        stored = {}
-    hit = stored.get(key)
-    if isinstance(hit, dict) and {"matmul_speedup", "conv_speedup"} <= hit.keys():
-        return Bf16Probe(float(hit["matmul_speedup"]), float(hit["conv_speedup"]), path, True)
-    matmul, conv = measure_bf16_speedup()
-    stored[key] = {"matmul_speedup": round(matmul, 4), "conv_speedup": round(conv, 4),
-                   "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        write_json(path, stored)
-    except OSError:  # a read-only home: the choice still holds for this process
-        pass
-    return Bf16Probe(matmul, conv, path, False)
+    values, file, cached = cached_probe("precision", probe_key(), measure,
+                                        probe_cache_path() if path is None else path)
+    return Bf16Probe(values["matmul_speedup"], values["conv_speedup"], file, cached)
 
 
 _RESOLVED: dict[str, str] = {}  # device -> what 'auto' resolved to in this process
@@ -204,7 +223,11 @@ def resolve_precision(requested: str, device: str) -> str:
 #: the kernel and page-faulted back every batch. At 4 a batch's working set (~1 GiB) stays below the threshold, so
 #: the heap is reused (the main job: 0.2 M minor faults, was 25.8 M).
 #: measured on 2 cores, `benchmark controls`: fp32 at batch 2 vs 4 took the same time (114 vs 116 s wall, 214 vs
-#: 213 CPU-s) with a peak resident size of 1.99 vs 3.07 GB; bf16 at 4 peaked at 2.35 GB
+#: 213 CPU-s) with a peak resident size of 1.99 vs 3.07 GB; bf16 at 4 peaked at 2.35 GB. The ONNX Runtime path
+#: (registry.models.encoder_path) is flat from batch 1 (1.24, 1.29, 1.27 CPU-s per image at 1, 2, 4, one process,
+#: load 11 on 2 cores) while torch at batch 1 is not (3.36 vs 2.42 at 2: per-call overhead and threads waiting).
+#: A constant, not a per-machine probe: the choice is the smallest batch past the flat point, which needs no
+#: measurement here, and a probe (about 10 CPU-seconds per model) would measure differences below its noise.
 CPU_BATCH = 2
 GPU_BATCH = 16
 _BATCH_SAID: set[str] = set()

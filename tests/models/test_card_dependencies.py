@@ -23,13 +23,25 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-@functools.cache
-def install_requires() -> set[str]:
-    """Normalised distribution names of setup.cfg's install_requires (version pins and extras dropped)."""
+def _requirements(section: str, key: str) -> set[str]:
+    """Normalised distribution names of a setup.cfg requirement list (version pins and extras dropped)."""
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    lines = [ln.split("#")[0].strip() for ln in cfg["options"]["install_requires"].splitlines()]
+    lines = [ln.split("#")[0].strip() for ln in cfg[section][key].splitlines()]
     return {_norm(re.split(r"[\[<>=!~; ]", ln, maxsplit=1)[0]) for ln in lines if ln}
+
+
+@functools.cache
+def install_requires() -> set[str]:
+    """Normalised distribution names of setup.cfg's install_requires."""
+    return _requirements("options", "install_requires")
+
+
+@functools.cache
+def fast_extra() -> set[str]:
+    """The `fast` extra: ONNX Runtime's encoder path, imported only once registry.models.encoder_path found it
+    installed (every card runs without it, on the torch path)."""
+    return _requirements("options.extras_require", "fast")
 
 
 def _source(module: str) -> Path | None:
@@ -81,7 +93,7 @@ def _distributions() -> dict[str, list[str]]:
 @pytest.mark.parametrize("card", sorted(MODELS.names()))
 def test_loader_imports_are_declared_in_install_requires(card: str) -> None:
     module = MODELS.get(card).loader.split(":")[0]
-    declared = install_requires()
+    declared = install_requires() | fast_extra()
     dists = _distributions()
     missing = {}
     for top in sorted(third_party_imports(module)):

@@ -49,6 +49,9 @@ class CountingEncoder:
     def cache_identity(self) -> dict[str, str]:
         return {"model": "counting", "weights": self.weights_id, "preprocessing": "x/255 gray->3", "pooling": "avg"}
 
+    def encoder_path(self, device: str, precision: str) -> str:
+        return "torch"
+
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         return np.repeat(image[None].astype(np.float32) / 255.0, 3, axis=0)
 

@@ -39,6 +39,9 @@ class ImageCounter:
     def cache_identity(self) -> dict[str, str]:
         return {"model": "counter", "weights": "w", "preprocessing": "x/255", "pooling": "avg"}
 
+    def encoder_path(self, device: str, precision: str) -> str:
+        return "torch"
+
     def preprocess(self, image: np.ndarray) -> np.ndarray:
         return np.repeat(np.asarray(image, np.float32)[None] / 255.0, 3, axis=0)
 

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
+from fairmedbench.registry.models.encoder_path import frozen_forward, path_of, resolve_encoder_path
 from fairmedbench.registry.models.preprocess import preprocess_image, resized_shape
 from fairmedbench.registry.models.weights import ResolvedWeights
 
@@ -73,6 +74,11 @@ class FoundationModel:
             "preprocessing": self.card.preprocessing.describe(),
             "pooling": type(self).__name__,
         }
+
+    def encoder_path(self, device: str, precision: str) -> str:
+        """How frozen inference of the image encoder runs on `device` at `precision` (see
+        registry.models.encoder_path): 'torch' unless another path was measured faster on this machine."""
+        return "torch"
 
     def _unsupported(self, capability: str) -> InputError:
         return InputError(
@@ -161,10 +167,10 @@ def _pixel_key(pixels: torch.Tensor) -> str:
 class PromptableSegmenter(FoundationModel):
     """SAM-style model: image encoder -> (B, C, h, w) map; prompt encoder + mask decoder for boxes and points.
 
-    The encoder map of every image encoded is remembered (`MAP_MEMO`, keyed by model, weights, precision and
-    pixels), so an image is encoded once per process however many runs (frozen features, prompted segmentation,
-    twin datasets sharing pixel-identical images) read it. A copy whose `image_map` is replaced on the instance
-    (LoRA's trainable encoder) bypasses the memo.
+    The encoder map of every image encoded is remembered (`MAP_MEMO`, keyed by model, weights, precision, encoder
+    path and pixels), so an image is encoded once per process however many runs (frozen features, prompted
+    segmentation, twin datasets sharing pixel-identical images) read it. A copy whose `image_map` is replaced on the
+    instance (LoRA's trainable encoder) bypasses the memo.
     """
 
     module: SamParts
@@ -172,11 +178,16 @@ class PromptableSegmenter(FoundationModel):
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
         dev = pixels.device.type
         mode = str(torch.get_autocast_dtype(dev)) if torch.is_autocast_enabled(dev) else "fp32"
-        return (self.card.name, f"{self.weights.identity}|{mode}", _pixel_key(pixels))
+        path = path_of(self.module.image_encoder, pixels)  # paths agree to rounding only: never serve one as another
+        return (self.card.name, f"{self.weights.identity}|{mode}|{path}", _pixel_key(pixels))
+
+    def encoder_path(self, device: str, precision: str) -> str:
+        """The image encoder's frozen-inference path on `device` at `precision` (resolved once, printed)."""
+        return resolve_encoder_path(self.module.image_encoder, self.card.preprocessing.size, device, precision)
 
     def image_map(self, pixels: torch.Tensor) -> torch.Tensor:
-        """The encoder's dense feature map (also remembered per image)."""
-        maps = self.module.image_encoder(pixels)
+        """The encoder's dense feature map, on the machine's frozen-inference path (also remembered per image)."""
+        maps = frozen_forward(self.module.image_encoder, pixels)
         if pixels.device.type == "meta":  # FLOP counting on the meta device (benchmark.costs): nothing to remember
             return maps
         for i in range(pixels.shape[0]):

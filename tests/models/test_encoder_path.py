@@ -1,0 +1,189 @@
+"""The frozen encoder's CPU path: ONNX Runtime agrees with the torch module to float rounding (tiny LiteMedSAM,
+random weights), the choice is measured once per machine and printed, and the path keys the feature cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fairmedbench.engine.features import cache_key, extract_features
+from fairmedbench.errors import InputError
+from fairmedbench.registry.models import encoder_path as ep
+from fairmedbench.registry.models import load_model
+
+SIZE = 64  # LiteMedSAM's architecture (1x1 stem, four stages, neck) at a quarter of its input size
+ORT = pytest.importorskip("onnxruntime", reason="the ONNX Runtime path needs the `fast` extra")
+
+
+@pytest.fixture(scope="module")
+def onnx_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One user cache for the module: the tiny encoder is exported once and reused by every test."""
+    return tmp_path_factory.mktemp("xdg")
+
+
+@pytest.fixture
+def fresh(onnx_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The shared export cache, no resolved choice, no probe result and no forced path."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(onnx_home))
+    monkeypatch.delenv(ep.ENV, raising=False)
+    monkeypatch.setattr(ep, "_RESOLVED", {})
+    (onnx_home / "fairmedbench" / "encoder_path.json").unlink(missing_ok=True)
+    yield onnx_home
+
+
+def _tiny(seed: int = 0):
+    return load_model("litemedsam", "random", seed=seed, image_size=SIZE)
+
+
+def _pixels(n: int) -> torch.Tensor:
+    return torch.rand(n, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
+
+
+def test_onnx_runtime_maps_equal_the_torch_maps_at_any_batch(fresh: Path) -> None:
+    encoder = _tiny().module.image_encoder
+    runner = ep.ort_runner(encoder, SIZE)
+    with torch.inference_mode():
+        for n in (1, 3):  # exported with a batch of 2: the batch dimension is dynamic
+            ref, got = encoder(_pixels(n)), runner(_pixels(n))
+            assert got.shape == ref.shape and got.dtype == torch.float32
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    assert ep.ort_runner(encoder, SIZE) is runner  # one session per module while its weights stay the same
+    assert len(list((fresh / "fairmedbench" / "onnx").glob("*.onnx"))) == 1
+
+
+def test_changed_weights_get_a_new_runner(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner is bound to the weights it exported: an in-place change builds another (stub runners here)."""
+
+    class Stub:
+        def __init__(self, module: torch.nn.Module, size: int) -> None:
+            self.size, self.signature = size, ep._signature(module)
+
+    monkeypatch.setattr(ep, "OrtEncoder", Stub)
+    encoder = _tiny().module.image_encoder
+    runner = ep.ort_runner(encoder, SIZE)
+    assert ep.ort_runner(encoder, SIZE) is runner
+    with torch.no_grad():
+        encoder.neck[0].weight.mul_(2)
+    assert ep.ort_runner(encoder, SIZE) is not runner
+
+
+def _fake_probe(monkeypatch: pytest.MonkeyPatch, torch_s: float, ort_s: float) -> list[int]:
+    calls: list[int] = []
+
+    def measure(module: torch.nn.Module, size: int, repeats: int = 2) -> dict[str, float]:
+        calls.append(size)
+        return {"torch": torch_s, "onnxruntime": ort_s}
+
+    monkeypatch.setattr(ep, "measure_paths", measure)
+    return calls
+
+
+def test_the_choice_is_measured_once_per_machine_and_printed(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    encoder = _tiny().module.image_encoder
+    calls = _fake_probe(monkeypatch, 2.0, 1.0)
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "onnxruntime"
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "onnxruntime"
+    err = capsys.readouterr().err
+    assert err.count("encoder path auto -> onnxruntime (ONNX Runtime 1.00, torch 2.00 CPU-s for one image: 2.00x") == 1
+    assert "measured in" in err and str(fresh / "fairmedbench" / "encoder_path.json") in err
+    monkeypatch.setattr(ep, "_RESOLVED", {})  # a new process: the probe is read back, not measured again
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "onnxruntime"
+    assert "probe cached at" in capsys.readouterr().err and calls == [SIZE]
+
+
+def test_torch_is_kept_where_onnx_runtime_is_not_clearly_faster_or_cannot_run(
+        fresh: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    encoder = _tiny().module.image_encoder
+    calls = _fake_probe(monkeypatch, 1.05, 1.0)
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "torch"
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "bf16") == "torch"
+    err = capsys.readouterr().err
+    assert "encoder path auto -> torch (ONNX Runtime 1.00, torch 1.05" in err
+    assert "encoder path auto -> torch (ONNX Runtime not used: it runs fp32 only (--precision fp32 runs it))" in err
+    assert ep.resolve_encoder_path(encoder, SIZE, "cuda", "fp32") == "torch"  # nothing to choose: silent
+    assert ep.resolve_encoder_path(torch.nn.Conv2d(3, 3, 1), SIZE, "cpu", "fp32") == "torch"
+    assert capsys.readouterr().err == "" and len(calls) == 1
+
+
+def test_without_the_fast_extra_the_torch_path_runs_and_says_so(fresh: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    encoder = _tiny().module.image_encoder
+    monkeypatch.setattr(ep, "ort_versions", lambda: "")
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "torch"
+    assert "ONNX Runtime not used: the `fast` extra is not installed" in capsys.readouterr().err
+    monkeypatch.setenv(ep.ENV, "onnxruntime")
+    monkeypatch.setattr(ep, "_RESOLVED", {})
+    with pytest.raises(InputError, match="extra is not installed"):
+        ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32")
+
+
+def test_a_forced_path_is_taken_and_an_impossible_one_refused(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    encoder = _tiny().module.image_encoder
+    calls = _fake_probe(monkeypatch, 2.0, 1.0)
+    monkeypatch.setenv(ep.ENV, "torch")
+    assert ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32") == "torch" and calls == []
+    monkeypatch.setenv(ep.ENV, "onnxruntime")
+    with pytest.raises(InputError, match="runs fp32 only"):
+        ep.resolve_encoder_path(encoder, SIZE, "cpu", "bf16")
+    with pytest.raises(InputError, match="on a CPU only"):
+        ep.resolve_encoder_path(encoder, SIZE, "cuda", "fp32")
+    monkeypatch.setenv(ep.ENV, "fastest")
+    with pytest.raises(InputError, match="expected one of auto, torch, onnxruntime"):
+        ep.resolve_encoder_path(encoder, SIZE, "cpu", "fp32")
+
+
+def test_training_and_autograd_run_the_torch_module(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    encoder = _tiny().module.image_encoder
+    monkeypatch.setenv(ep.ENV, "onnxruntime")
+    monkeypatch.setattr(ep, "ort_runner", lambda *a: pytest.fail("ONNX Runtime used with autograd on"))
+    out = ep.frozen_forward(encoder, _pixels(1).requires_grad_())
+    assert out.requires_grad
+
+
+class _Split:
+    """Eight random gray images as a dataset split."""
+
+    fingerprint = "eight-random"
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(0)
+        self.images = [rng.integers(0, 256, (SIZE, SIZE), dtype=np.uint8) for _ in range(8)]
+        self.sample_ids = [f"s{i}" for i in range(8)]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def load_image(self, i: int) -> np.ndarray:
+        return self.images[i]
+
+
+def test_features_of_both_paths_agree_and_are_cached_apart(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, split, cache = _tiny(), _Split(), fresh / "features"
+    runs: list[int] = []
+    runner = ep.ort_runner
+
+    def counted(module: torch.nn.Module, size: int) -> ep.OrtEncoder:
+        runs.append(size)
+        return runner(module, size)
+
+    monkeypatch.setattr(ep, "ort_runner", counted)
+    feats = {}
+    for path in ("torch", "onnxruntime"):
+        monkeypatch.setenv(ep.ENV, path)
+        monkeypatch.setattr(ep, "_RESOLVED", {})
+        feats[path] = extract_features(model, split, split_name="all", cache_dir=cache, batch_size=3, device="cpu")
+        assert not feats[path].from_cache and feats[path].encoded == 8
+        assert model.encoder_path("cpu", "fp32") == path
+    assert runs == [SIZE] * 3  # batches of 3, 3, 2 through ONNX Runtime (the in-process map memo is per path)
+    np.testing.assert_allclose(feats["onnxruntime"].array, feats["torch"].array, rtol=1e-4, atol=1e-6)
+    assert not np.array_equal(feats["onnxruntime"].array, feats["torch"].array)  # two computations, not one
+    assert feats["onnxruntime"].key != feats["torch"].key
+    # the torch path keeps the key it had before paths existed; another path is a part of the key
+    plain, parts = cache_key(model, split, "all", "fp32")
+    assert plain == feats["torch"].key and "encoder_path" not in parts
+    assert cache_key(model, split, "all", "fp32", encoder_path="onnxruntime")[1]["encoder_path"] == "onnxruntime"
