@@ -155,7 +155,8 @@ class RunConfig:
         for name in OMITTED_WHEN_EMPTY:
             if not out[name]:
                 del out[name]
-        return _canonical(out)
+        canonical: dict[str, Any] = _canonical(out)  # a dict in, a dict out
+        return canonical
 
     @property
     def run_id(self) -> str:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from fairmedbench.errors import InputError
 
@@ -254,9 +255,8 @@ def matched_age_column(spec: ResampleSpec, dcard: DatasetCard) -> str | None:
     return ages[0].column
 
 
-def resample_test_set(spec: ResampleSpec, groups: Sequence[object], labels: Sequence[int], ids: Sequence[object],
-                      seed: int, ages: Sequence[float] | None = None, columns: dict[str, str] | None = None
-                      ) -> Resampled:
+def resample_test_set(spec: ResampleSpec, groups: ArrayLike, labels: ArrayLike, ids: ArrayLike, seed: int,
+                      ages: ArrayLike | None = None, columns: dict[str, str] | None = None) -> Resampled:
     """`apply_test_resample` on arrays of the test rows: each row's group (None = missing), 0/1 label, id and,
     for `matched`, age. `columns` names where they came from (group_col, label_col, age_col), recorded in the
     params; the positions index these arrays."""

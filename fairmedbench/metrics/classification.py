@@ -512,7 +512,7 @@ def resampling_unit_description(patient_ids: np.ndarray | None) -> str:
 
 
 def resolve_attributes(
-    attributes: Mapping[str, ArrayLike], n: int, bins: Mapping[str, Sequence[float]] | None = None,
+    attributes: Mapping[str, ArrayLike | Attribute], n: int, bins: Mapping[str, Sequence[float]] | None = None,
     intersect: bool = False,
 ) -> list[Attribute]:
     """Encode raw attribute columns (binning those named in `bins`) and optionally add their crossing."""
@@ -538,7 +538,7 @@ def resolve_attributes(
 def evaluate_classification(
     y_true: ArrayLike,
     y_score: ArrayLike,
-    attributes: Mapping[str, ArrayLike],
+    attributes: Mapping[str, ArrayLike | Attribute],
     *,
     task_names: Sequence[str] | None = None,
     bins: Mapping[str, Sequence[float]] | None = None,

@@ -262,7 +262,7 @@ def _mc_between(per: dict[str, dict[str, np.ndarray]], groups: list[str], define
 def evaluate_multiclass(
     y_true: ArrayLike,
     y_score: ArrayLike,
-    attributes: Mapping[str, ArrayLike],
+    attributes: Mapping[str, ArrayLike | Attribute],
     *,
     classes: Sequence[str] | None = None,
     task_name: str = "task",

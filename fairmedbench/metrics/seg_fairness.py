@@ -82,7 +82,7 @@ def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]
 
 def evaluate_segmentation(
     dsc: ArrayLike,
-    attributes: Mapping[str, ArrayLike],
+    attributes: Mapping[str, ArrayLike | Attribute],
     *,
     iou: ArrayLike | None = None,
     hd95: ArrayLike | None = None,

@@ -131,7 +131,8 @@ class Task:
 
     def run(self) -> Callable[..., Any]:
         """The runner function (imported on first use)."""
-        return _load(self.runner)
+        runner: Callable[..., Any] = _load(self.runner)
+        return runner
 
     def check(self, settings: ScoreSettings) -> None:
         """InputError for settings this task cannot score by: a threshold policy when it is not thresholded."""

@@ -64,6 +64,7 @@ def selection_score(rule: str, y: np.ndarray, p: np.ndarray, groups: np.ndarray 
     overall = float(np.nanmean([auc(y[:, j], p[:, j]) for j in range(y.shape[1])]))
     if rule == "overall_auc":
         return -overall
+    assert groups is not None, f"selection rule {rule!r} needs groups (train_head refuses it without them)"
     per_group = [float(np.nanmean([auc(y[groups == g, j], p[groups == g, j]) for j in range(y.shape[1])]))
                  for g in np.unique(groups[groups >= 0])]
     per_group = [a for a in per_group if np.isfinite(a)]
@@ -292,6 +293,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
     t0 = time.perf_counter()
     card = ds.card
     tasks = spec.train_hparams["tasks"]
+    assert card.label_column is not None, f"dataset {card.name!r}: a classification dataset names its label column"
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
     prepared = prepare_inputs(adapter, inputs.model, ds, split, inputs.ctx, externals)  # 3D: one row per volume
@@ -305,7 +307,9 @@ def run(inputs: RunInputs) -> RunnerOutput:
     cfg = task.make_config(spec.train_hparams)
     mit_h = spec.mitigation_hparams
     mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
-    docs, results, reused = [], [], []
+    docs: list[dict[str, Any]] = []
+    results: list[FairnessResult] = []
+    reused: list[int] = []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
         if reuse_seed(path, inputs.opts, docs, reused, seed):
@@ -315,7 +319,9 @@ def run(inputs: RunInputs) -> RunnerOutput:
         arrays = {k: SplitArrays(_rows(prepared.inputs[k], keep[k]), y[p], None if codes is None else codes[p],
                                  n_groups) for k, p in ps.items()}
         t1 = time.perf_counter()
-        factory = lambda: make_mitigation(spec.mitigation, **mit_h)  # noqa: E731
+        def factory() -> Mitigation:
+            return make_mitigation(spec.mitigation, **mit_h)
+
         extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds))
                    for k, e in enumerate(externals)}
         [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
@@ -341,6 +347,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
             rows.append(frame)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
+        extra: dict[str, Any]
         extra = {"training": {"config": describe_config(cfg), "mitigation": factory().describe(),
                               "best_epoch": sr.fit.best_epoch, "best_val_loss": finite(sr.fit.best_val_loss),
                               "select": sr.fit.select, "best_select_score": finite(sr.fit.best_score),
@@ -436,7 +443,8 @@ def _numeric(values: np.ndarray) -> np.ndarray:
     """Numbers as float (unparseable cells NaN: left out by the age bins)."""
     import pandas as pd
 
-    return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+    out: np.ndarray = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+    return out
 
 
 def _rows(x: np.ndarray, keep: np.ndarray) -> np.ndarray:

@@ -175,7 +175,8 @@ def attr_columns(ds: Dataset, spec: RunConfig, positions: np.ndarray) -> dict[st
 
 def patient_ids(ds: Dataset, positions: np.ndarray) -> np.ndarray:
     """The patient of each sample at `positions`: the unit every interval and permutation test resamples."""
-    return ds.samples["patient_id"].to_numpy()[positions].astype(str)
+    ids: np.ndarray = ds.samples["patient_id"].to_numpy()[positions].astype(str)
+    return ids
 
 
 def training_groups(spec: RunConfig, ds: Dataset) -> tuple[np.ndarray | None, int]:
@@ -248,7 +249,7 @@ def fit_epochs(model: Any, mitigation: Mitigation, opt: Any, train: tuple[Any, A
             logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
             loss = mitigation.loss(per_sample_loss(logits, y[b]), Batch(logits, y[b], gb, rep))
             opt.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             opt.step()
         model.eval()
         with torch.no_grad():

@@ -76,6 +76,7 @@ def selection_score(rule: str, y: np.ndarray, p: np.ndarray, groups: np.ndarray 
         return val_loss
     if rule == "macro_auc":
         return -macro_auc(y, p)
+    assert groups is not None, f"selection rule {rule!r} needs groups (fit_softmax_head refuses it without them)"
     per = [macro_auc(y[groups == g], p[groups == g]) for g in np.unique(groups[groups >= 0])]
     per = [a for a in per if np.isfinite(a)]
     return -min(per) if per else float("inf")
@@ -202,7 +203,9 @@ def run(inputs: RunInputs) -> RunnerOutput:
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     label = task.label_column
-    docs: list[dict] = []
+    label_col = ds.card.label_column
+    assert label_col is not None, "class_labels checked the card's label column"
+    docs: list[dict[str, Any]] = []
     results: list[FairnessResult] = []
     reused: list[int] = []
     for seed in spec.seeds:
@@ -231,7 +234,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
             mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
             probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
-        res = score(spec, seed, ds.card.label_column, classes, y[split.test], probs["test"],
+        res = score(spec, seed, label_col, classes, y[split.test], probs["test"],
                     attr_columns(ds, spec, split.test), patient_ids(ds, split.test))
         rows = []
         for name in ("val", "test"):
@@ -247,6 +250,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
             rows.append(frame)
         pred_name = f"seed{seed}.predictions.parquet"
         store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
+        extra: dict[str, Any]
         extra = {"training": {"config": asdict(cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
                               "best_epoch": fit.best_epoch, "best_val_loss": finite(fit.best_val_loss),
                               "select": fit.select, "best_select_score": finite(fit.best_score),
@@ -257,10 +261,10 @@ def run(inputs: RunInputs) -> RunnerOutput:
                                                    (y[split.test], attr_columns(ds, spec, split.test),
                                                     patient_ids(ds, split.test)))
         if mc is not None:
-            extra["uncertainty"] = {ds.card.label_column: uncertainty_block(
+            extra["uncertainty"] = {label_col: uncertainty_block(
                 y[split.test], mc["test"], attr_columns(ds, spec, split.test),
                 patient_ids=patient_ids(ds, split.test))}
-        doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, [ds.card.label_column], extra,
+        doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, [label_col], extra,
                             {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
                              "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device, classes)
         store.write_json(path, doc)
@@ -283,7 +287,9 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
     for k, ext in enumerate(externals):
         p, ye, attrs = probs[f"external{k}"], ext_y[k], ext.attributes(spec)
         ext_pids = patient_ids(ext.dataset, ext.split.test)
-        res = score(spec, seed, ext.dataset.card.label_column, classes, ye, p, attrs, ext_pids)
+        ext_label = ext.dataset.card.label_column
+        assert ext_label is not None, "class_labels checked the external card's label column"
+        res = score(spec, seed, ext_label, classes, ye, p, attrs, ext_pids)
         frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[ext.split.test].astype(str),
                               "split": "test", "seed": seed, "patient_id": ext_pids, label: ye})
         for c, cls in enumerate(classes):

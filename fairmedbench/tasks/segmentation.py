@@ -69,7 +69,7 @@ def prompted_slices(image: np.ndarray, gt: np.ndarray) -> Iterator[tuple[int | N
             yield z, image[z], gt[z]
 
 
-def _predict_sample(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], image: np.ndarray, gt: np.ndarray,
+def _predict_sample(predict_mask: Callable[..., np.ndarray], image: np.ndarray, gt: np.ndarray,
                     mode: str, rng: np.random.Generator, jitter: float, spacing: Any = None) -> tuple[np.ndarray, int]:
     """The predicted mask of a 2D image, of a 3D volume slice by slice, or of a whole volume by a volumetric
     predictor (one 3D prompt); and how many prompts were made."""
@@ -92,8 +92,8 @@ def _predict_sample(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], im
     return pred, prompted
 
 
-def run_segmentation(predict_mask: Callable[[np.ndarray, Prompt], np.ndarray], load_image: Callable[[int], Any],
-                     load_mask: Callable[[int], Any], positions: Sequence[int], mode: str, seed: int,
+def run_segmentation(predict_mask: Callable[..., np.ndarray], load_image: Callable[[int], Any],
+                     load_mask: Callable[[int], Any], positions: Sequence[int] | np.ndarray, mode: str, seed: int,
                      jitter: float = 0.0, progress: Callable[[int, int], None] | None = None,
                      spacing_of: Callable[[int], Sequence[float]] | None = None) -> SegOutcome:
     """Prompt from each ground-truth mask (seeded per sample), predict, score; empty masks are skipped.
@@ -300,6 +300,13 @@ class DecoderFit:
                 "trained": self.trained, "frozen": self.frozen}
 
 
+def _bbox(mask: np.ndarray, rng: np.random.Generator, jitter: float) -> np.ndarray:
+    """The (jittered) box prompt of a training mask."""
+    box = make_prompt(mask, "bbox", rng, jitter).box
+    assert box is not None, "a bbox prompt carries a box"
+    return box
+
+
 def _batch_logits(problem: TrainableSegmenter, trained: Trained, keys: Sequence[str],
                   boxes: Sequence[np.ndarray], shapes: Sequence[tuple[int, int]], groups: Any) -> Any:
     """Training logits of a batch; a decoder wrapped with `group_heads` (one per group) sees each sample through its
@@ -317,8 +324,8 @@ def _batch_logits(problem: TrainableSegmenter, trained: Trained, keys: Sequence[
     parts, order = [], []
     for code in np.unique(g):
         idx = np.flatnonzero(g == code)
-        parts.append(problem.logits(Trained(trained.encoder, heads[int(code)]), [keys[i] for i in idx],
-                                    [boxes[i] for i in idx], [shapes[i] for i in idx]))
+        parts.append(problem.logits(Trained(trained.encoder, heads[int(code)]), [keys[i] for i in idx.tolist()],
+                                    [boxes[i] for i in idx.tolist()], [shapes[i] for i in idx.tolist()]))
         order.extend(idx.tolist())
     out = torch.cat(parts)
     return out[torch.as_tensor(np.argsort(order), device=out.device)]
@@ -387,14 +394,14 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
         total = 0.0
         for start in range(0, len(order), cfg.batch_size):
             b = np.asarray(order[start:start + cfg.batch_size])
-            boxes = [make_prompt(train.masks[j], "bbox", rng, jitter).box for j in b]
+            boxes = [_bbox(train.masks[j], rng, jitter) for j in b]
             gb = None if groups_t is None else groups_t[torch.as_tensor(b)].to(device)
             logits = _batch_logits(problem, trained, [train.keys[j] for j in b], boxes, [shapes[j] for j in b], gb)
             target = targets[torch.as_tensor(b)].to(device)
             per = dice_bce_loss(logits, target)
             loss = mitigation.loss(per, Batch(logits, target.to(logits.dtype), gb, None))
             opt.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             opt.step()
             total += float(per.detach().sum())
         row = {"epoch": epoch, "train_loss": total / max(len(order), 1), **validate(),
@@ -473,13 +480,18 @@ def run(inputs: RunInputs) -> RunnerOutput:
                                                inputs.out_dir, inputs.opts)
     jitter = float(spec.usage_hparams["box_jitter"])
     t0 = time.perf_counter()
+    fit: Callable[[int], tuple[Any, dict[str, Any] | None]]
     if adapter.learns:
         fit, notes = _decoder_trainer(spec, adapter, inputs.model, ds, split, inputs.ctx, jitter)
     else:
         zero_shot = adapter.predictor(inputs.model, inputs.ctx)
         fit, notes = (lambda seed: (zero_shot, None)), {}
     t_prep = time.perf_counter() - t0
-    docs, results, reused = [], [], []
+    prompt, progress = spec.prompt, opts.progress
+    assert prompt is not None, "resolve gives a segmentation run its prompt mode"
+    docs: list[dict[str, Any]] = []
+    results: list[FairnessResult] = []
+    reused: list[int] = []
     for seed in spec.seeds:
         path = out_dir / f"seed{seed}.json"
         if reuse_seed(path, opts, docs, reused, seed):
@@ -487,8 +499,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
         t1 = time.perf_counter()
         predict, training = fit(seed)
         t_train = time.perf_counter() - t1
-        step = (lambda d, n: opts.progress("segmenting", d, n)) if opts.progress else None
-        out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, spec.prompt, seed,
+        step = (lambda d, n: progress("segmenting", d, n)) if progress else None
+        out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, prompt, seed,
                                jitter=jitter, progress=step, spacing_of=ds.spacing if ds.card.dim == 3 else None)
         if not out.positions:
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
@@ -525,6 +537,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
     internal one, its predictions Parquet, and the shift of the group mean DSC."""
     from fairmedbench.analysis.shift import group_draws, shift_block
 
+    assert spec.prompt is not None, "resolve gives a segmentation run its prompt mode"
     res_out = []
     for k, ext in enumerate(externals):
         eds = ext.dataset
