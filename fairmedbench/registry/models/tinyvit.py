@@ -15,10 +15,20 @@ from torch import nn
 class ConvBN(nn.Sequential):
     """Conv (no bias) followed by BatchNorm; children named `c` and `bn` as in the checkpoints."""
 
+    c: nn.Conv2d
+    bn: nn.BatchNorm2d
+
     def __init__(self, cin: int, cout: int, k: int = 1, stride: int = 1, pad: int = 0, groups: int = 1):
         super().__init__()
         self.add_module("c", nn.Conv2d(cin, cout, k, stride, pad, groups=groups, bias=False))
         self.add_module("bn", nn.BatchNorm2d(cout))
+
+
+def _pair(size: str | tuple[int, ...]) -> tuple[int, int]:
+    """A Conv2d's stored 2D size (kernel, stride, numeric padding) as the pair its constructor takes."""
+    assert not isinstance(size, str), "ConvBN pads by numbers"
+    h, w = size
+    return h, w
 
 
 def fuse_conv_bn(module: nn.Module) -> nn.Module:
@@ -26,9 +36,11 @@ def fuse_conv_bn(module: nn.Module) -> nn.Module:
     for name, child in list(module.named_children()):
         if isinstance(child, ConvBN):
             conv, bn = child.c, child.bn
+            assert bn.running_mean is not None and bn.running_var is not None, "ConvBN's BatchNorm tracks its stats"
             scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
-            fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                              groups=conv.groups, bias=True).to(conv.weight.device)
+            fused = nn.Conv2d(conv.in_channels, conv.out_channels, _pair(conv.kernel_size), _pair(conv.stride),
+                              _pair(conv.padding), groups=conv.groups, bias=True).to(conv.weight.device)
+            assert fused.bias is not None
             with torch.no_grad():
                 fused.weight.copy_(conv.weight * scale[:, None, None, None])
                 fused.bias.copy_(bn.bias - bn.running_mean * scale)
@@ -89,6 +101,8 @@ class PatchMerging(nn.Module):
 
 class Attention(nn.Module):
     """Multi-head self-attention in a window, with a learned bias per relative offset (LeViT-style)."""
+
+    bias_idx: torch.Tensor
 
     def __init__(self, dim: int, heads: int, window: int):
         super().__init__()
