@@ -26,7 +26,7 @@ SPLIT_FORMAT_VERSION = 1
 Column = Sequence[str] | np.ndarray
 
 
-def test_fingerprint(sample_ids: Sequence[str]) -> str:
+def test_fingerprint(sample_ids: Sequence[str] | np.ndarray) -> str:
     """sha256 (hex) of the sorted sample ids joined by newlines, utf-8: a test set's identity."""
     return hashlib.sha256("\n".join(sorted(str(s) for s in sample_ids)).encode("utf-8")).hexdigest()
 

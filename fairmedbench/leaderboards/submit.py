@@ -352,7 +352,7 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
         if role in ("score", "label", "unscored", "distance", "int"):
             full = np.asarray(col.to_numpy(), dtype=np.float64)
             arr = full
-            if nullable:
+            if nullable and unscored is not None:
                 given = int((~np.isnan(full) & unscored).sum())
                 if given:
                     problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with {flag} true; such "
@@ -461,7 +461,7 @@ def _score_settings(rel: str, res: dict[str, Any], attrs_named: list[str], tasks
     """The settings a result records in its meta (groups in the order its reports give them, so the bootstrap
     draws them alike; the threshold policy of a thresholded task under a profile that takes one), within limits."""
     meta, reports = res["meta"], res["reports"]
-    first = {}
+    first: dict[str, dict[str, Any]] = {}
     for r in reports:
         first.setdefault(r.get("attribute"), r)
     missing = [a for a in attrs_named if a not in first]
@@ -588,7 +588,8 @@ def _check_test_ids(rel: str, cols: _Columns, entry: Entry, ds: dict[str, Any]) 
     ids = cols.test["sample_id"]
     fp = test_fingerprint(ids)
     n = len(ids)
-    if entry.partial_coverage:  # any subset of the pinned ids; the result must describe the ids it holds
+    # any subset of the pinned ids (partial coverage implies a test set); the result must describe the ids it holds
+    if entry.test_set is not None and entry.partial_coverage:
         lines = entry.test_set.check_test_ids(ids, rel)
         leaked = sorted(set(cols.val.get("sample_id", ())) & entry.test_set.pinned_ids())
         if leaked:  # a copy split by another rule: the threshold (and likely the training) saw test patients
@@ -624,7 +625,8 @@ def _coverage(entry: Entry, n: int) -> dict[str, Any]:
 
 def _check_skipped(rel: str, doc: dict[str, Any], cols: _Columns) -> list[str]:
     """A segmentation run's usage block (when it has one) names exactly the test rows with empty_gt as skipped."""
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    given = doc.get("usage")
+    usage = given if isinstance(given, dict) else {}
     if "empty_gt" not in cols.test or "skipped" not in usage:
         return []
     skipped, n = usage["skipped"], usage.get("n_skipped")
@@ -752,6 +754,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
     if lines:
         raise _Stop(lines)
 
+    split_seen: dict[str, str | None]
     rows, flags, split_seen, all_weights = [], [], {}, set()
     for entry in suite.entries:
         if entry.key not in layout:
@@ -812,7 +815,7 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
         if lines or not per_seed:
             continue
         for attr in per_seed[0]:
-            metrics = {c: _mean([math.nan if s[attr][c] is None else s[attr][c] for s in per_seed])
+            metrics = {c: _mean([math.nan if v is None else v for v in (s[attr][c] for s in per_seed)])
                        for c in per_seed[0][attr]}
             # the flags this bundle raises on its own; `board.build` recomputes them with the other submissions
             row_flags = row_flags_of(Facts(model, card, entry, attr.split("|")[0], preds, frozenset(weights)))
