@@ -153,7 +153,7 @@ def _run_rows(cols: dict[str, Any], run_id: str, folder: Path) -> list[dict[str,
     kind = results[0].kind.removeprefix("run-")
     cols = _resolved_sampling(cols, results[0].spec.get("sampling") or {}, run_id)
     keys: dict[tuple[str, str, str, str], int] = {}
-    per_seed: list[dict[tuple[str, str, str, str], tuple[float, float, float, int]]] = []
+    per_seed: list[dict[tuple[str, str, str, str], tuple[float, float, float, int, float]]] = []
     for res in results:
         vals = {}
         for rec in res.fairness().records():
@@ -206,7 +206,7 @@ def _external_rows(base: dict[str, Any], docs: list[dict[str, Any]]) -> list[dic
     rows = []
 
     def row(label: str, task: str, attribute: str, metric: str, scope: str, group: str | None,
-            cells: list[tuple[float, float, float]], n: int) -> dict[str, Any]:
+            cells: list[tuple[float | None, float | None, float | None]], n: int) -> dict[str, Any]:
         values = np.array([math.nan if c[0] is None else c[0] for c in cells], dtype=float)
         ok = values[np.isfinite(values)]
         s = seed_summary(ok) if ok.size else None
@@ -233,7 +233,8 @@ def _external_rows(base: dict[str, Any], docs: list[dict[str, Any]]) -> list[dic
                         rows.append(row(first["label"], rep["task"], rep["attribute"], m,
                                         "external", None if g == OVERALL else "between", cells, first["n_test"]))
         for j, sh in enumerate(first["shift"]):
-            items = [(f"{sh['metric']}_shift", g, lambda s, g=g: s["per_group"].get(g, {})) for g in sh["per_group"]]
+            items: list[tuple[str, str | None, Callable[[dict[str, Any]], dict[str, Any]]]]
+            items = [(f"{sh['metric']}_shift", g, _group_shift(g)) for g in sh["per_group"]]
             items.append((f"{sh['metric']}_gap_shift", None, lambda s: s["gap"]))
             if "diff" in sh:
                 items.append((f"{sh['metric']}_diff_shift", None, lambda s: s.get("diff", {})))
@@ -243,6 +244,11 @@ def _external_rows(base: dict[str, Any], docs: list[dict[str, Any]]) -> list[dic
                 rows.append(row(first["label"], first["result"]["reports"][0]["task"], sh["attribute"], metric,
                                 "shift", group, cells, first["n_test"]))
     return rows
+
+
+def _group_shift(group: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Picks one group's block from an external result's shift entry (absent: {})."""
+    return lambda s: s["per_group"].get(group, {})
 
 
 def tidy_table(plan: dict[str, Any], out_root: Path) -> Any:
@@ -541,7 +547,8 @@ class _Builder:
             return sec
         import pandas as pd
 
-        rows, verdicts = [], {}
+        verdicts: dict[tuple[str, str], list[str]] = {}
+        rows = []
         for kind in self.kinds(base):
             names = _names(kind)
             sub = base[base["task_kind"] == kind]
