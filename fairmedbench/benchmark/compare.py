@@ -254,5 +254,7 @@ def _ranks(out: CompareOutcome, metric: str) -> dict[str, Any]:
     from fairmedbench.metrics.stats import friedman_nemenyi
 
     scores = np.array([[np.nanmean(out.values[(d, m, metric)]) for m in out.methods] for d in out.datasets])
-    res = friedman_nemenyi(scores, out.methods, higher_is_better=metric_spec(metric).higher_is_better)
+    higher = metric_spec(metric).higher_is_better
+    assert higher is not None, f"the rank metric {metric} has a direction"
+    res = friedman_nemenyi(scores, out.methods, higher_is_better=higher)
     return store.jsonable({"metric": metric, **dataclasses.asdict(res)})

@@ -361,6 +361,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     if opts.report:
         from fairmedbench.report.audit import write_audit_report
 
+        assert audit is not None, "--report reaches here with binary classification only, which builds the audit"
         paths["report"] = str(write_audit_report(Path(opts.report), doc, audit, command=opts.command))
     outcome = EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
     if pack is not None:
@@ -564,7 +565,9 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
     """One label column (class index or name) and the class probabilities: per-group multi-class metrics."""
     _columns(df, opts.labels + opts.scores, "label/score", source)
     if len(opts.scores) == 1:
-        s = _list_scores(df[opts.scores[0]], f"score column {opts.scores[0]!r} in {source}")
+        listed = _list_scores(df[opts.scores[0]], f"score column {opts.scores[0]!r} in {source}")
+        assert listed is not None, "multiclass_scores found a list column"
+        s = listed
         classes = [str(k) for k in range(s.shape[1])]
     else:
         try:

@@ -213,7 +213,7 @@ def split_summary(config: RunConfig, leaves: list[RunOutcome]) -> dict[str, Any]
         task, attribute = key.split("/", 1)
         table[key] = {}
         for m in first.summary["across_seeds"][key]:
-            per_split = []
+            per_split: list[dict[str, Any]] = []
             for s, leaf in zip(config.split_seeds, leaves):
                 cell = leaf.summary["across_seeds"].get(key, {}).get(m)
                 v, lo, hi = leaf.seeds[0].cell(m, attribute, task)

@@ -151,6 +151,7 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
         return None, [], [f"the re-run resolves differently from the submitted run in {', '.join(differ)} (submitted "
                       + "; ".join(f"{k}={str(theirs.get(k))[:40]}" for k in differ[:3]) + ")"]
     split, ds = resolved.split, resolved.dataset
+    assert split.positions is not None, "resolve_run binds the split to its dataset"
     test_ids = set(split.ids["test"])
     absent = [i for i in ids if i not in test_ids]
     if absent:

@@ -226,8 +226,9 @@ def render_controls(outcome: Any, console: Any) -> None:
     console.print(f"{verdict} ({outcome.seconds:.0f} s)")
 
 
-def _triple(cell: dict) -> tuple[float, float, float]:
-    return tuple(math.nan if cell.get(k) is None else cell[k] for k in ("value", "ci_low", "ci_high"))
+def _triple(cell: dict[str, Any]) -> tuple[float, float, float]:
+    value, low, high = (math.nan if cell.get(k) is None else cell[k] for k in ("value", "ci_low", "ci_high"))
+    return value, low, high
 
 
 def render_compare(doc: dict, console: Any) -> None:

@@ -71,6 +71,7 @@ def export_onnx(module: nn.Module, size: int) -> Path:
     with torch.inference_mode():
         program = torch.onnx.export(module.eval(), (example,), dynamo=True, optimize=True, verbose=False,
                                     dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+    assert program is not None, "a dynamo export returns its program"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     program.save(str(tmp))
     os.replace(tmp, path)
