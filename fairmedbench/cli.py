@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 from fairmedbench import __version__
 from fairmedbench.benchmark import arguments, evidence, sweep, uncertainty
-from fairmedbench.benchmark.arguments import parse_hparams, parse_seeds, route_default
+from fairmedbench.benchmark.arguments import parse_hparams, route_default
 from fairmedbench.benchmark.catalog import DESCRIBERS, LISTERS, profile_names
-from fairmedbench.benchmark.compare import N_BOOT_COMPARE, compare, save_compare
-from fairmedbench.benchmark.controls import controls_options, run_controls
+from fairmedbench.benchmark.compare import N_BOOT_COMPARE, CompareOptions, compare_with, save_compare
+from fairmedbench.benchmark.controls import ControlsOptions, controls_with
 from fairmedbench.benchmark.evaluate import EvaluateOptions, expand_sources, run_evaluate, run_evaluate_batch
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.run import run
@@ -45,15 +45,18 @@ def _d(cls: type, name: str) -> Any:
 
 
 def _options(p: Any, cls: type, *names: str, **override: dict[str, Any]) -> None:
-    """Options for the fields `names` of the spec type `cls`: flag, help and argparse settings from the field's
-    metadata (spec.option), the default from the field; `override`: settings known here only (registry choices)."""
+    """Options for the fields `names` (default: every field with metadata, in order) of the options type `cls`: flag,
+    help and argparse settings from the field's metadata (spec.option), the default from the field; `override`:
+    settings known here only (registry choices). A csv field's tuple default is given as the comma-separated text."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in names:
+    for name in names or [n for n, f in fields.items() if f.metadata]:
         kw = {**fields[name].metadata, **override.get(name, {})}
         flag = kw.pop("flag", "--" + name.replace("_", "-"))
+        kw.setdefault("default", _d(cls, name))
         if kw.pop("csv", False):
             kw["type"] = _csv_list
-        kw.setdefault("default", _d(cls, name))
+            if isinstance(kw["default"], tuple):
+                kw["default"] = ",".join(kw["default"])
         if isinstance(kw["default"], bool):
             kw.setdefault("action", "store_false" if kw["default"] else "store_true")
         elif isinstance(kw["default"], (int, float)):
@@ -278,30 +281,17 @@ def _add_compare(sub: Any) -> None:
         description="Run each mitigation with the same splits, cached features and seeds; report mean and "
                     "95% CI across seeds, paired differences and Welch's t-test against ERM, and with several "
                     "datasets Friedman ranks with the Nemenyi critical difference.")
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", required=True, type=_csv_list, help="one or more datasets, comma-separated")
-    p.add_argument("--attribute", required=True, help="the sensitive attribute methods train and report with")
-    p.add_argument("--usage", default="lp", choices=[n for n in USAGES.names() if USAGES.get(n).learns],
-                   help="a usage that learns from the train split")
-    p.add_argument("--mitigations", default="erm,resampling,groupdro", type=_csv_list)
-    p.add_argument("--seeds", default="0-4")
-    p.add_argument("--split-file", help="an exported split (benchmark splits export) to run every method on")
-    p.add_argument("--select", help="checkpoint selection on validation (default: the task's first rule: val_loss "
-                                    "for classification, val_dsc for segmentation)")
-    p.add_argument("--report", action="store_true", help="also write a utility-fairness Pareto page")
-    p.add_argument("--json", action="store_true")
+    _options(p, CompareOptions, usage={"choices": [n for n in USAGES.names() if USAGES.get(n).learns]})
     p.set_defaults(handler=_cmd_compare, n_boot=N_BOOT_COMPARE)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    with StageProgress(quiet=args.json) as progress:
-        outcome = compare(args.model, args.dataset, args.attribute, args.usage, args.mitigations,
-                          parse_seeds(args.seeds), run_options(args, progress), select=args.select,
-                          weights=args.weights, n_boot=args.n_boot, precision=args.precision, skip_bad=args.skip_bad,
-                          dataset_options=parse_hparams(args.dataset_option),
-                          hparams=parse_hparams(args.hparam), split_file=args.split_file)
-    doc, path, report = save_compare(outcome, args.model, args.dataset, args.out, report=args.report)
-    if args.json:
+    o = _fill(CompareOptions, args, hparams=parse_hparams(args.hparam),
+              dataset_options=parse_hparams(args.dataset_option))
+    with StageProgress(quiet=o.json) as progress:
+        outcome = compare_with(o, run_options(args, progress))
+    doc, path, report = save_compare(outcome, o.model, o.dataset, args.out, report=o.report)
+    if o.json:
         return _json(doc)
     terminal.render_compare_saved(doc, path, report, _console())
     return 0
@@ -318,24 +308,13 @@ def _add_controls(sub: Any) -> None:
                     "that the injected disparity is found (the signed difference's permutation test gives p < 0.05, in "
                     "the declared direction) while the control shows none (p >= 0.05). Exits 1 when a control does not "
                     "behave as declared.")
-    p.add_argument("--model", default="litemedsam")
-    p.add_argument("--weights")
-    p.add_argument("--datasets", default="synth-contrast,synth-control", type=_csv_list)
-    p.add_argument("--usages", default="lp,sam-prompt", type=_csv_list)
-    p.add_argument("--n", type=int, default=100, help="samples per synthetic dataset")
-    p.add_argument("--test-share", type=float, default=0.4,
-                   help="share of each synthetic dataset in its test split (train gets the rest minus 0.1 val)")
-    p.add_argument("--seeds")
-    p.add_argument("--n-boot", type=int, default=_d(RunSpec, "n_boot"))
-    p.add_argument("--precision", default=_d(RunSpec, "precision"), choices=PRECISIONS)
+    _options(p, ControlsOptions, precision={"choices": PRECISIONS})
     p.set_defaults(handler=_cmd_controls)
 
 
 def _cmd_controls(args: argparse.Namespace) -> int:
     with StageProgress(quiet=False) as progress:
-        outcome = run_controls(args.model, tuple(args.datasets), tuple(args.usages), run_options(args, progress),
-                               weights=args.weights, dataset_options=controls_options(args.n, args.test_share),
-                               seeds=parse_seeds(args.seeds), n_boot=args.n_boot, precision=args.precision)
+        outcome = controls_with(_fill(ControlsOptions, args), run_options(args, progress))
     terminal.render_controls(outcome, _console())
     return 0 if outcome.passed else 1
 
