@@ -15,14 +15,15 @@ from typing import Any, TypeVar
 from fairmedbench import __version__
 from fairmedbench.benchmark import arguments, evidence, sweep, uncertainty
 from fairmedbench.benchmark.arguments import parse_hparams, route_default
-from fairmedbench.benchmark.catalog import DESCRIBERS, LISTERS, profile_names
+from fairmedbench.benchmark.catalog import LISTERS, DescribeOptions, ListOptions, profile_names
 from fairmedbench.benchmark.compare import N_BOOT_COMPARE, CompareOptions, compare_with, save_compare
 from fairmedbench.benchmark.controls import ControlsOptions, controls_with
 from fairmedbench.benchmark.evaluate import EvaluateOptions, expand_sources, run_evaluate, run_evaluate_batch
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.run import run
 from fairmedbench.benchmark.studies import load_study
-from fairmedbench.benchmark.verify import DEFAULT_SAMPLE, verify_bundle
+from fairmedbench.benchmark.suite import SuiteOptions
+from fairmedbench.benchmark.verify import VerifyOptions, verify_bundle
 from fairmedbench.engine.progress import StageProgress
 from fairmedbench.errors import FMBError
 from fairmedbench.report import terminal
@@ -324,26 +325,16 @@ def _add_suite(sub: Any) -> None:
                        parents=[_compute_parent()],
                        description="Run every entry of a leaderboard suite (each dataset, usage and seed) for "
                                    "one model and write a bundle to submit with `benchmark submit`.")
-    p.add_argument("suite", help="a board suite (benchmark list suites)")
-    p.add_argument("--model", required=True)
-    p.add_argument("--weights")
-    p.add_argument("--revision", help="the model revision shown on the board (default: weights sha256 prefix)")
-    p.add_argument("--bundle", required=True, help="folder to write the bundle into")
-    p.add_argument("--n-boot", type=int, default=_d(RunSpec, "n_boot"))
-    p.add_argument("--entry", action="append", default=[], metavar="KEY",
-                   help="run only this entry (repeatable; default: all; keys: benchmark describe suite NAME)")
+    _options(p, SuiteOptions)
     p.set_defaults(handler=_cmd_suite)
 
 
 def _cmd_suite(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from fairmedbench.benchmark.suite import run_suite  # reads the boards' test sets: not needed to parse
+    from fairmedbench.benchmark.suite import suite_with  # reads the boards' test sets: not needed to parse
 
     with StageProgress(quiet=False) as progress:
-        path = run_suite(args.suite, args.model, Path(args.bundle), run_options(args, progress), weights=args.weights,
-                         n_boot=args.n_boot, revision=args.revision, entries=args.entry)
-    print(f"bundle written: {path}; submit it with: benchmark submit {path} --board {args.suite}")
+        path = suite_with(o := _fill(SuiteOptions, args), run_options(args, progress))
+    print(f"bundle written: {path}; submit it with: benchmark submit {path} --board {o.suite}")
     return 0
 
 
@@ -362,16 +353,7 @@ def _add_boards(sub: Any) -> None:
                                    "is re-trained with the declared seed) and compare every per-sample score with "
                                    "the submitted one; the outcome is recorded beside a stored submission's "
                                    "submission.json, and its rows show as verified only when every entry passed.")
-    p.add_argument("bundle", help="a stored submission (leaderboards/<board>/submissions/<model>/<revision>) or a "
-                                  "bundle folder (checked, not recorded)")
-    p.add_argument("--board", help="the board suite (default: the bundle's suite.json)")
-    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
-                   help=f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
-    p.add_argument("--tolerance", type=float,
-                   help="absolute tolerance on per-sample scores (default: by the precision the run recorded, "
-                        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)")
-    p.add_argument("--weights", help="the weights file when the card's default source is not available here")
+    _options(p, VerifyOptions)
     p.set_defaults(handler=_cmd_verify)
     p = sub.add_parser("leaderboard", help="build a board's page from its accepted submissions")
     b = p.add_subparsers(dest="action", metavar="ACTION", required=True).add_parser(
@@ -390,8 +372,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     with StageProgress(quiet=False) as progress:
-        outcome = verify_bundle(args.bundle, args.board, sample=args.sample, seed=args.seed,
-                                tolerance=args.tolerance, weights=args.weights, opts=run_options(args, progress))
+        outcome = verify_bundle(**dataclasses.asdict(_fill(VerifyOptions, args)), opts=run_options(args, progress))
     return _lines(outcome.lines(), outcome.passed)
 
 
@@ -404,19 +385,14 @@ def _cmd_board(args: argparse.Namespace) -> int:
 def _add_catalog(sub: Any) -> None:
     p = sub.add_parser("list", help="list registered things (instant)",
                        description="List metric profiles, threshold policies, datasets, models or mitigations.")
-    p.add_argument("what", choices=sorted(LISTERS), help="what to list")
-    p.add_argument("--json", action="store_true")
+    _options(p, ListOptions)
     p.set_defaults(handler=_cmd_list)
     p = sub.add_parser("describe", help="a dataset's or model's card (+ group counts when data is present), or a "
                                         "board suite (entries, pinned test sets, coverage rules)",
                        description="Print a card as JSON: for a dataset, with sample and group counts and the "
                                    "split fingerprint when the data is found, else where to get it.")
-    p.add_argument("what", choices=sorted(DESCRIBERS))
-    p.add_argument("name")
-    p.add_argument("--data-root", help="the dataset's folder (default: $FMB_DATA_<NAME> or $FMB_DATA_ROOT/<name>)")
-    p.add_argument("--seed", type=int, default=_d(RunSpec, "split_seed"), help="split seed for the per-split counts")
-    p.add_argument("--skip-bad", action="store_true", help="skip (and count) rows that fail to map or decode")
-    p.set_defaults(handler=lambda a: _json(DESCRIBERS[a.what](a.name, a.data_root, a.seed, a.skip_bad)))
+    _options(p, DescribeOptions)
+    p.set_defaults(handler=lambda a: _json(_fill(DescribeOptions, a).card()))
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -461,14 +437,7 @@ def _add_studies(sub: Any) -> None:
         description="Expand a study into runs, skip incompatible cells with their reason, reuse finished runs "
                     "from the store, extract each (model, dataset)'s features once, and run the rest; rerun the "
                     "same command to resume. Shipped studies: fairmedfm, smoke, fairness-laws, imbalance.")
-    p.add_argument("study", help="a shipped study's name or a study YAML file")
-    p.add_argument("--launcher", default="local", choices=list(sweep.LAUNCHERS),
-                   help="local: in this process (or a process pool with --max-parallel); ray: Ray tasks")
-    p.add_argument("--address", help="an existing Ray cluster (HOST:PORT or ray://HOST:PORT); default: a local one")
-    p.add_argument("--max-parallel", type=int, help="tasks at once (local pool size; Ray: CPUs of a local cluster)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan (runs, encodes, skipped cells with reasons, a measured cost estimate)")
-    p.add_argument("--status", action="store_true", help="show done / running / failed / skipped cells")
+    _options(p, sweep.SweepOptions)
     p.set_defaults(handler=_cmd_sweep)
     p = sub.add_parser("study", help="a swept study's report (tidy Parquet, FairMedFM-style figures, one HTML page)")
     r = p.add_subparsers(dest="study_command", required=True).add_parser(
@@ -477,21 +446,20 @@ def _add_studies(sub: Any) -> None:
                     "names; write study.parquet/.csv, PNG and SVG figures (ΔAUC/ΔDSC per FM x dataset, ES "
                     "trade-offs, per-group utility, mitigations vs ERM, Friedman-Nemenyi ranks, fairness laws, "
                     "imbalance) and study.html.")
-    r.add_argument("study", help="a shipped study's name or a study YAML file (as given to benchmark sweep)")
-    r.add_argument("--out", default=_d(RunOptions, "out_root"), help="the results folder the sweep wrote into")
-    r.add_argument("--dest", help="report folder (default: <out>/studies/<name>/report)")
+    _options(r, sweep.StudyReportOptions)
     r.set_defaults(handler=lambda a: _lines([terminal.study_report_text(sweep.study_report(a.study, a.out, a.dest))]))
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    study, opts = load_study(args.study), run_options(args)
-    if args.status:
-        return _lines([sweep.render_status(sweep.read_status(args.out, study.name))])
-    if args.dry_run:
+    o, opts = _fill(sweep.SweepOptions, args), run_options(args)
+    study = load_study(o.study)
+    if o.status:
+        return _lines([sweep.render_status(sweep.read_status(opts.out_root, study.name))])
+    if o.dry_run:
         return _lines([sweep.render_plan(sweep.make_plan(study, opts), opts)])
     with StageProgress(quiet=False) as progress:
-        result = sweep.sweep(study, opts, launcher=args.launcher, address=args.address,
-                             max_parallel=args.max_parallel, progress=progress)
+        result = sweep.sweep(study, opts, launcher=o.launcher, address=o.address, max_parallel=o.max_parallel,
+                             progress=progress)
     print(sweep.render_result(result))
     return 0 if result.passed else 1
 
