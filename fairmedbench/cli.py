@@ -18,6 +18,7 @@ from fairmedbench.benchmark.arguments import parse_hparams, route_default
 from fairmedbench.benchmark.catalog import LISTERS, DescribeOptions, ListOptions, profile_names
 from fairmedbench.benchmark.compare import N_BOOT_COMPARE, CompareOptions, compare_with, save_compare
 from fairmedbench.benchmark.controls import ControlsOptions, controls_with
+from fairmedbench.benchmark.datasets import SplitExportOptions, SplitImportOptions, export_split, import_split
 from fairmedbench.benchmark.evaluate import EvaluateOptions, expand_sources, run_evaluate, run_evaluate_batch
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.run import run
@@ -104,8 +105,6 @@ def _lines(lines: Sequence[str], ok: bool = True) -> int:
 
 
 def _add_evaluate(sub: Any) -> None:
-    from fairmedbench.analysis.uncertainty import MEASURES, PAIR_AGGREGATIONS, PERFORMANCE
-
     E = EvaluateOptions
     p = sub.add_parser(
         "evaluate", help="every fairness metric, with CIs, on a prediction file",
@@ -120,15 +119,7 @@ def _add_evaluate(sub: Any) -> None:
              "mask_threshold", "hd95")
     _options(p, E, "out", "test_resample", "age_column", "out_table", "report", "evidence", "force")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
-    g = p.add_argument_group("uncertainty disparity (Lu et al. 2021)")
-    g.add_argument("--uncertainty", metavar="COL|MEASURE",
-                   help=f"rejection curves per group and δ instead of the metrics: a column with one uncertainty "
-                        f"per row, or a measure ({', '.join(MEASURES)}) computed from mc:<t>:<name> MC columns")
-    g.add_argument("--retention-step", type=float, default=0.05, help="retention 100%%..50%% in these steps")
-    g.add_argument("--uncertainty-pm", choices=PERFORMANCE, default=None,
-                   help="performance on the kept cases (default: kappa for multi-class, auc for binary)")
-    g.add_argument("--pair-aggregation", choices=PAIR_AGGREGATIONS, default="sum",
-                   help="δ over group pairs: sum (Lu et al. Eq. 5) or mean")
+    _options(p.add_argument_group("uncertainty disparity (Lu et al. 2021)"), uncertainty.UncertaintyOptions)
     p.set_defaults(handler=_cmd_evaluate)
 
 
@@ -408,26 +399,18 @@ def _add_splits(sub: Any) -> None:
                        description="Export a seeded split (sample ids per split + fingerprint) or check an "
                                    "imported split file.")
     ssub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    e = ssub.add_parser("export", help="write a dataset's split to a JSON file")
-    e.add_argument("name")
-    e.add_argument("--out", required=True, metavar="FILE.json")
-    e.add_argument("--data-root")
-    e.add_argument("--seed", type=int, default=_d(RunSpec, "split_seed"))
-    e.add_argument("--policy", choices=["official", "patient"], help="default: the card's split policy")
-    e.set_defaults(handler=_cmd_splits)
-    i = ssub.add_parser("import", help="check a split file (and, with --check-data, that the data matches)")
-    i.add_argument("file")
-    i.add_argument("--data-root")
-    i.add_argument("--check-data", action="store_true", help="load the dataset and check every id is present")
-    i.set_defaults(handler=_cmd_splits)
+    _options(ssub.add_parser("export", help="write a dataset's split to a JSON file"), SplitExportOptions)
+    _options(ssub.add_parser("import", help="check a split file (and, with --check-data, that the data matches)"),
+             SplitImportOptions)
+    p.set_defaults(handler=_cmd_splits)
 
 
 def _cmd_splits(args: argparse.Namespace) -> int:
-    from fairmedbench.benchmark.datasets import export_split, import_split  # the registries: not needed to parse
-
     if args.action == "export":
-        return _json(export_split(args.name, args.data_root, args.seed, args.out, policy=args.policy))
-    return _json(import_split(args.file, data_root=args.data_root, check_data=args.check_data))
+        o = _fill(SplitExportOptions, args)
+        return _json(export_split(o.name, o.data_root, o.seed, o.out, policy=o.policy))
+    o = _fill(SplitImportOptions, args)
+    return _json(import_split(o.file, data_root=o.data_root, check_data=o.check_data))
 
 
 def _add_studies(sub: Any) -> None:
