@@ -14,15 +14,17 @@ from typing import Any, TypeVar
 
 from fairmedbench import __version__
 from fairmedbench.benchmark import arguments, evidence, sweep, uncertainty
-from fairmedbench.benchmark.arguments import parse_hparams, parse_seeds, route_default
-from fairmedbench.benchmark.catalog import DESCRIBERS, LISTERS, profile_names
-from fairmedbench.benchmark.compare import N_BOOT_COMPARE, compare, save_compare
-from fairmedbench.benchmark.controls import controls_options, run_controls
+from fairmedbench.benchmark.arguments import parse_hparams, route_default
+from fairmedbench.benchmark.catalog import LISTERS, DescribeOptions, ListOptions, profile_names
+from fairmedbench.benchmark.compare import N_BOOT_COMPARE, CompareOptions, compare_with, save_compare
+from fairmedbench.benchmark.controls import ControlsOptions, controls_with
+from fairmedbench.benchmark.datasets import SplitExportOptions, SplitImportOptions, export_split, import_split
 from fairmedbench.benchmark.evaluate import EvaluateOptions, expand_sources, run_evaluate, run_evaluate_batch
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.run import run
 from fairmedbench.benchmark.studies import load_study
-from fairmedbench.benchmark.verify import DEFAULT_SAMPLE, verify_bundle
+from fairmedbench.benchmark.suite import SuiteOptions
+from fairmedbench.benchmark.verify import VerifyOptions, verify_bundle
 from fairmedbench.engine.progress import StageProgress
 from fairmedbench.errors import FMBError
 from fairmedbench.report import terminal
@@ -45,15 +47,18 @@ def _d(cls: type, name: str) -> Any:
 
 
 def _options(p: Any, cls: type, *names: str, **override: dict[str, Any]) -> None:
-    """Options for the fields `names` of the spec type `cls`: flag, help and argparse settings from the field's
-    metadata (spec.option), the default from the field; `override`: settings known here only (registry choices)."""
+    """Options for the fields `names` (default: every field with metadata, in order) of the options type `cls`: flag,
+    help and argparse settings from the field's metadata (spec.option), the default from the field; `override`:
+    settings known here only (registry choices). A csv field's tuple default is given as the comma-separated text."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in names:
+    for name in names or [n for n, f in fields.items() if f.metadata]:
         kw = {**fields[name].metadata, **override.get(name, {})}
         flag = kw.pop("flag", "--" + name.replace("_", "-"))
+        kw.setdefault("default", _d(cls, name))
         if kw.pop("csv", False):
             kw["type"] = _csv_list
-        kw.setdefault("default", _d(cls, name))
+            if isinstance(kw["default"], tuple):
+                kw["default"] = ",".join(kw["default"])
         if isinstance(kw["default"], bool):
             kw.setdefault("action", "store_false" if kw["default"] else "store_true")
         elif isinstance(kw["default"], (int, float)):
@@ -100,8 +105,6 @@ def _lines(lines: Sequence[str], ok: bool = True) -> int:
 
 
 def _add_evaluate(sub: Any) -> None:
-    from fairmedbench.analysis.uncertainty import MEASURES, PAIR_AGGREGATIONS, PERFORMANCE
-
     E = EvaluateOptions
     p = sub.add_parser(
         "evaluate", help="every fairness metric, with CIs, on a prediction file",
@@ -116,15 +119,7 @@ def _add_evaluate(sub: Any) -> None:
              "mask_threshold", "hd95")
     _options(p, E, "out", "test_resample", "age_column", "out_table", "report", "evidence", "force")
     p.add_argument("--json", action="store_true", help="print the result JSON instead of tables")
-    g = p.add_argument_group("uncertainty disparity (Lu et al. 2021)")
-    g.add_argument("--uncertainty", metavar="COL|MEASURE",
-                   help=f"rejection curves per group and δ instead of the metrics: a column with one uncertainty "
-                        f"per row, or a measure ({', '.join(MEASURES)}) computed from mc:<t>:<name> MC columns")
-    g.add_argument("--retention-step", type=float, default=0.05, help="retention 100%%..50%% in these steps")
-    g.add_argument("--uncertainty-pm", choices=PERFORMANCE, default=None,
-                   help="performance on the kept cases (default: kappa for multi-class, auc for binary)")
-    g.add_argument("--pair-aggregation", choices=PAIR_AGGREGATIONS, default="sum",
-                   help="δ over group pairs: sum (Lu et al. Eq. 5) or mean")
+    _options(p.add_argument_group("uncertainty disparity (Lu et al. 2021)"), uncertainty.UncertaintyOptions)
     p.set_defaults(handler=_cmd_evaluate)
 
 
@@ -278,30 +273,17 @@ def _add_compare(sub: Any) -> None:
         description="Run each mitigation with the same splits, cached features and seeds; report mean and "
                     "95% CI across seeds, paired differences and Welch's t-test against ERM, and with several "
                     "datasets Friedman ranks with the Nemenyi critical difference.")
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", required=True, type=_csv_list, help="one or more datasets, comma-separated")
-    p.add_argument("--attribute", required=True, help="the sensitive attribute methods train and report with")
-    p.add_argument("--usage", default="lp", choices=[n for n in USAGES.names() if USAGES.get(n).learns],
-                   help="a usage that learns from the train split")
-    p.add_argument("--mitigations", default="erm,resampling,groupdro", type=_csv_list)
-    p.add_argument("--seeds", default="0-4")
-    p.add_argument("--split-file", help="an exported split (benchmark splits export) to run every method on")
-    p.add_argument("--select", help="checkpoint selection on validation (default: the task's first rule: val_loss "
-                                    "for classification, val_dsc for segmentation)")
-    p.add_argument("--report", action="store_true", help="also write a utility-fairness Pareto page")
-    p.add_argument("--json", action="store_true")
+    _options(p, CompareOptions, usage={"choices": [n for n in USAGES.names() if USAGES.get(n).learns]})
     p.set_defaults(handler=_cmd_compare, n_boot=N_BOOT_COMPARE)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    with StageProgress(quiet=args.json) as progress:
-        outcome = compare(args.model, args.dataset, args.attribute, args.usage, args.mitigations,
-                          parse_seeds(args.seeds), run_options(args, progress), select=args.select,
-                          weights=args.weights, n_boot=args.n_boot, precision=args.precision, skip_bad=args.skip_bad,
-                          dataset_options=parse_hparams(args.dataset_option),
-                          hparams=parse_hparams(args.hparam), split_file=args.split_file)
-    doc, path, report = save_compare(outcome, args.model, args.dataset, args.out, report=args.report)
-    if args.json:
+    o = _fill(CompareOptions, args, hparams=parse_hparams(args.hparam),
+              dataset_options=parse_hparams(args.dataset_option))
+    with StageProgress(quiet=o.json) as progress:
+        outcome = compare_with(o, run_options(args, progress))
+    doc, path, report = save_compare(outcome, o.model, o.dataset, args.out, report=o.report)
+    if o.json:
         return _json(doc)
     terminal.render_compare_saved(doc, path, report, _console())
     return 0
@@ -318,24 +300,13 @@ def _add_controls(sub: Any) -> None:
                     "that the injected disparity is found (the signed difference's permutation test gives p < 0.05, in "
                     "the declared direction) while the control shows none (p >= 0.05). Exits 1 when a control does not "
                     "behave as declared.")
-    p.add_argument("--model", default="litemedsam")
-    p.add_argument("--weights")
-    p.add_argument("--datasets", default="synth-contrast,synth-control", type=_csv_list)
-    p.add_argument("--usages", default="lp,sam-prompt", type=_csv_list)
-    p.add_argument("--n", type=int, default=100, help="samples per synthetic dataset")
-    p.add_argument("--test-share", type=float, default=0.4,
-                   help="share of each synthetic dataset in its test split (train gets the rest minus 0.1 val)")
-    p.add_argument("--seeds")
-    p.add_argument("--n-boot", type=int, default=_d(RunSpec, "n_boot"))
-    p.add_argument("--precision", default=_d(RunSpec, "precision"), choices=PRECISIONS)
+    _options(p, ControlsOptions, precision={"choices": PRECISIONS})
     p.set_defaults(handler=_cmd_controls)
 
 
 def _cmd_controls(args: argparse.Namespace) -> int:
     with StageProgress(quiet=False) as progress:
-        outcome = run_controls(args.model, tuple(args.datasets), tuple(args.usages), run_options(args, progress),
-                               weights=args.weights, dataset_options=controls_options(args.n, args.test_share),
-                               seeds=parse_seeds(args.seeds), n_boot=args.n_boot, precision=args.precision)
+        outcome = controls_with(_fill(ControlsOptions, args), run_options(args, progress))
     terminal.render_controls(outcome, _console())
     return 0 if outcome.passed else 1
 
@@ -345,26 +316,16 @@ def _add_suite(sub: Any) -> None:
                        parents=[_compute_parent()],
                        description="Run every entry of a leaderboard suite (each dataset, usage and seed) for "
                                    "one model and write a bundle to submit with `benchmark submit`.")
-    p.add_argument("suite", help="a board suite (benchmark list suites)")
-    p.add_argument("--model", required=True)
-    p.add_argument("--weights")
-    p.add_argument("--revision", help="the model revision shown on the board (default: weights sha256 prefix)")
-    p.add_argument("--bundle", required=True, help="folder to write the bundle into")
-    p.add_argument("--n-boot", type=int, default=_d(RunSpec, "n_boot"))
-    p.add_argument("--entry", action="append", default=[], metavar="KEY",
-                   help="run only this entry (repeatable; default: all; keys: benchmark describe suite NAME)")
+    _options(p, SuiteOptions)
     p.set_defaults(handler=_cmd_suite)
 
 
 def _cmd_suite(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from fairmedbench.benchmark.suite import run_suite  # reads the boards' test sets: not needed to parse
+    from fairmedbench.benchmark.suite import suite_with  # reads the boards' test sets: not needed to parse
 
     with StageProgress(quiet=False) as progress:
-        path = run_suite(args.suite, args.model, Path(args.bundle), run_options(args, progress), weights=args.weights,
-                         n_boot=args.n_boot, revision=args.revision, entries=args.entry)
-    print(f"bundle written: {path}; submit it with: benchmark submit {path} --board {args.suite}")
+        path = suite_with(o := _fill(SuiteOptions, args), run_options(args, progress))
+    print(f"bundle written: {path}; submit it with: benchmark submit {path} --board {o.suite}")
     return 0
 
 
@@ -383,16 +344,7 @@ def _add_boards(sub: Any) -> None:
                                    "is re-trained with the declared seed) and compare every per-sample score with "
                                    "the submitted one; the outcome is recorded beside a stored submission's "
                                    "submission.json, and its rows show as verified only when every entry passed.")
-    p.add_argument("bundle", help="a stored submission (leaderboards/<board>/submissions/<model>/<revision>) or a "
-                                  "bundle folder (checked, not recorded)")
-    p.add_argument("--board", help="the board suite (default: the bundle's suite.json)")
-    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
-                   help=f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample")
-    p.add_argument("--tolerance", type=float,
-                   help="absolute tolerance on per-sample scores (default: by the precision the run recorded, "
-                        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)")
-    p.add_argument("--weights", help="the weights file when the card's default source is not available here")
+    _options(p, VerifyOptions)
     p.set_defaults(handler=_cmd_verify)
     p = sub.add_parser("leaderboard", help="build a board's page from its accepted submissions")
     b = p.add_subparsers(dest="action", metavar="ACTION", required=True).add_parser(
@@ -411,8 +363,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     with StageProgress(quiet=False) as progress:
-        outcome = verify_bundle(args.bundle, args.board, sample=args.sample, seed=args.seed,
-                                tolerance=args.tolerance, weights=args.weights, opts=run_options(args, progress))
+        outcome = verify_bundle(**dataclasses.asdict(_fill(VerifyOptions, args)), opts=run_options(args, progress))
     return _lines(outcome.lines(), outcome.passed)
 
 
@@ -425,19 +376,14 @@ def _cmd_board(args: argparse.Namespace) -> int:
 def _add_catalog(sub: Any) -> None:
     p = sub.add_parser("list", help="list registered things (instant)",
                        description="List metric profiles, threshold policies, datasets, models or mitigations.")
-    p.add_argument("what", choices=sorted(LISTERS), help="what to list")
-    p.add_argument("--json", action="store_true")
+    _options(p, ListOptions)
     p.set_defaults(handler=_cmd_list)
     p = sub.add_parser("describe", help="a dataset's or model's card (+ group counts when data is present), or a "
                                         "board suite (entries, pinned test sets, coverage rules)",
                        description="Print a card as JSON: for a dataset, with sample and group counts and the "
                                    "split fingerprint when the data is found, else where to get it.")
-    p.add_argument("what", choices=sorted(DESCRIBERS))
-    p.add_argument("name")
-    p.add_argument("--data-root", help="the dataset's folder (default: $FMB_DATA_<NAME> or $FMB_DATA_ROOT/<name>)")
-    p.add_argument("--seed", type=int, default=_d(RunSpec, "split_seed"), help="split seed for the per-split counts")
-    p.add_argument("--skip-bad", action="store_true", help="skip (and count) rows that fail to map or decode")
-    p.set_defaults(handler=lambda a: _json(DESCRIBERS[a.what](a.name, a.data_root, a.seed, a.skip_bad)))
+    _options(p, DescribeOptions)
+    p.set_defaults(handler=lambda a: _json(_fill(DescribeOptions, a).card()))
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -453,26 +399,18 @@ def _add_splits(sub: Any) -> None:
                        description="Export a seeded split (sample ids per split + fingerprint) or check an "
                                    "imported split file.")
     ssub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    e = ssub.add_parser("export", help="write a dataset's split to a JSON file")
-    e.add_argument("name")
-    e.add_argument("--out", required=True, metavar="FILE.json")
-    e.add_argument("--data-root")
-    e.add_argument("--seed", type=int, default=_d(RunSpec, "split_seed"))
-    e.add_argument("--policy", choices=["official", "patient"], help="default: the card's split policy")
-    e.set_defaults(handler=_cmd_splits)
-    i = ssub.add_parser("import", help="check a split file (and, with --check-data, that the data matches)")
-    i.add_argument("file")
-    i.add_argument("--data-root")
-    i.add_argument("--check-data", action="store_true", help="load the dataset and check every id is present")
-    i.set_defaults(handler=_cmd_splits)
+    _options(ssub.add_parser("export", help="write a dataset's split to a JSON file"), SplitExportOptions)
+    _options(ssub.add_parser("import", help="check a split file (and, with --check-data, that the data matches)"),
+             SplitImportOptions)
+    p.set_defaults(handler=_cmd_splits)
 
 
 def _cmd_splits(args: argparse.Namespace) -> int:
-    from fairmedbench.benchmark.datasets import export_split, import_split  # the registries: not needed to parse
-
     if args.action == "export":
-        return _json(export_split(args.name, args.data_root, args.seed, args.out, policy=args.policy))
-    return _json(import_split(args.file, data_root=args.data_root, check_data=args.check_data))
+        o = _fill(SplitExportOptions, args)
+        return _json(export_split(o.name, o.data_root, o.seed, o.out, policy=o.policy))
+    o = _fill(SplitImportOptions, args)
+    return _json(import_split(o.file, data_root=o.data_root, check_data=o.check_data))
 
 
 def _add_studies(sub: Any) -> None:
@@ -482,14 +420,7 @@ def _add_studies(sub: Any) -> None:
         description="Expand a study into runs, skip incompatible cells with their reason, reuse finished runs "
                     "from the store, extract each (model, dataset)'s features once, and run the rest; rerun the "
                     "same command to resume. Shipped studies: fairmedfm, smoke, fairness-laws, imbalance.")
-    p.add_argument("study", help="a shipped study's name or a study YAML file")
-    p.add_argument("--launcher", default="local", choices=list(sweep.LAUNCHERS),
-                   help="local: in this process (or a process pool with --max-parallel); ray: Ray tasks")
-    p.add_argument("--address", help="an existing Ray cluster (HOST:PORT or ray://HOST:PORT); default: a local one")
-    p.add_argument("--max-parallel", type=int, help="tasks at once (local pool size; Ray: CPUs of a local cluster)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan (runs, encodes, skipped cells with reasons, a measured cost estimate)")
-    p.add_argument("--status", action="store_true", help="show done / running / failed / skipped cells")
+    _options(p, sweep.SweepOptions)
     p.set_defaults(handler=_cmd_sweep)
     p = sub.add_parser("study", help="a swept study's report (tidy Parquet, FairMedFM-style figures, one HTML page)")
     r = p.add_subparsers(dest="study_command", required=True).add_parser(
@@ -498,21 +429,20 @@ def _add_studies(sub: Any) -> None:
                     "names; write study.parquet/.csv, PNG and SVG figures (ΔAUC/ΔDSC per FM x dataset, ES "
                     "trade-offs, per-group utility, mitigations vs ERM, Friedman-Nemenyi ranks, fairness laws, "
                     "imbalance) and study.html.")
-    r.add_argument("study", help="a shipped study's name or a study YAML file (as given to benchmark sweep)")
-    r.add_argument("--out", default=_d(RunOptions, "out_root"), help="the results folder the sweep wrote into")
-    r.add_argument("--dest", help="report folder (default: <out>/studies/<name>/report)")
+    _options(r, sweep.StudyReportOptions)
     r.set_defaults(handler=lambda a: _lines([terminal.study_report_text(sweep.study_report(a.study, a.out, a.dest))]))
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    study, opts = load_study(args.study), run_options(args)
-    if args.status:
-        return _lines([sweep.render_status(sweep.read_status(args.out, study.name))])
-    if args.dry_run:
+    o, opts = _fill(sweep.SweepOptions, args), run_options(args)
+    study = load_study(o.study)
+    if o.status:
+        return _lines([sweep.render_status(sweep.read_status(opts.out_root, study.name))])
+    if o.dry_run:
         return _lines([sweep.render_plan(sweep.make_plan(study, opts), opts)])
     with StageProgress(quiet=False) as progress:
-        result = sweep.sweep(study, opts, launcher=args.launcher, address=args.address,
-                             max_parallel=args.max_parallel, progress=progress)
+        result = sweep.sweep(study, opts, launcher=o.launcher, address=o.address, max_parallel=o.max_parallel,
+                             progress=progress)
     print(sweep.render_result(result))
     return 0 if result.passed else 1
 

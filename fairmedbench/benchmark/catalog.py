@@ -4,7 +4,10 @@ Each lister imports only its own registry, so listing stays instant."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from fairmedbench.spec import RunSpec, option
 
 Row = dict[str, Any]
 
@@ -107,3 +110,27 @@ def _describe_suite(name: str, data_root: str | None, seed: int, skip_bad: bool)
 #: what -> its card as a mapping; each takes (name, data_root, split seed, skip_bad) and uses what it needs
 DESCRIBERS: dict[str, Callable[[str, str | None, int, bool], Row]] = {
     "dataset": _describe_dataset, "model": _describe_model, "suite": _describe_suite}
+
+
+@dataclass(frozen=True)
+class ListOptions:
+    """`benchmark list`'s options."""
+
+    what: str = field(metadata=option("what to list", flag="what", choices=sorted(LISTERS)))
+    json: bool = field(default=False, metadata=option())
+
+
+@dataclass(frozen=True)
+class DescribeOptions:
+    """`benchmark describe`'s options, in the order DESCRIBERS take them."""
+
+    what: str = field(metadata=option(flag="what", choices=sorted(DESCRIBERS)))
+    name: str = field(metadata=option(flag="name"))
+    data_root: str | None = field(default=None, metadata=option(
+        "the dataset's folder (default: $FMB_DATA_<NAME> or $FMB_DATA_ROOT/<name>)"))
+    seed: int = field(default=RunSpec.split_seed, metadata=option("split seed for the per-split counts"))
+    skip_bad: bool = field(default=False, metadata=option("skip (and count) rows that fail to map or decode"))
+
+    def card(self) -> Row:
+        """The card DESCRIBERS give for these options."""
+        return DESCRIBERS[self.what](self.name, self.data_root, self.seed, self.skip_bad)

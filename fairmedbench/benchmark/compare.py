@@ -32,7 +32,7 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
-from fairmedbench.spec import RunOptions, RunSpec
+from fairmedbench.spec import RunOptions, RunSpec, option
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
                   "intervals of {headline} are across seeds on one test set and leave out its sampling error")
@@ -71,6 +71,40 @@ class CompareOutcome:
 
 #: `benchmark compare`'s bootstrap resamples per run (every method x dataset x seed is a run of its own)
 N_BOOT_COMPARE = 500
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareOptions:
+    """`benchmark compare`'s options; the fields without an option come from the RunSpec options it shares."""
+
+    model: str = field(metadata=option(required=True))
+    dataset: list[str] = field(metadata=option("one or more datasets, comma-separated", required=True, csv=True))
+    attribute: str = field(metadata=option("the sensitive attribute methods train and report with", required=True))
+    usage: str = field(default="lp", metadata=option("a usage that learns from the train split"))
+    mitigations: tuple[str, ...] = field(default=(BASELINE, "resampling", "groupdro"), metadata=option(csv=True))
+    seeds: str = field(default="0-4", metadata=option())
+    split_file: str | None = field(default=None, metadata=option(
+        "an exported split (benchmark splits export) to run every method on"))
+    select: str | None = field(default=None, metadata=option(
+        "checkpoint selection on validation (default: the task's first rule: val_loss for classification, val_dsc "
+        "for segmentation)"))
+    report: bool = field(default=False, metadata=option("also write a utility-fairness Pareto page"))
+    json: bool = field(default=False, metadata=option())
+    weights: str | None = None
+    n_boot: int = N_BOOT_COMPARE
+    precision: str = RunSpec.precision
+    skip_bad: bool = False
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+
+def compare_with(o: CompareOptions, opts: RunOptions) -> CompareOutcome:
+    """compare() with `benchmark compare`'s options."""
+    from fairmedbench.benchmark.arguments import parse_seeds
+
+    return compare(o.model, o.dataset, o.attribute, o.usage, list(o.mitigations), parse_seeds(o.seeds), opts,
+                   select=o.select, weights=o.weights, n_boot=o.n_boot, precision=o.precision, skip_bad=o.skip_bad,
+                   dataset_options=o.dataset_options, hparams=o.hparams, split_file=o.split_file)
 
 
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],

@@ -18,7 +18,7 @@ from typing import Any
 from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
-from fairmedbench.spec import RunOptions, RunSpec
+from fairmedbench.spec import RunOptions, RunSpec, option
 
 
 @dataclass
@@ -48,6 +48,31 @@ class ControlsOutcome:
     def passed(self) -> bool:
         """True when every control behaved as its card declares."""
         return bool(self.checks) and all(c.passed for c in self.checks)
+
+
+@dataclass(frozen=True)
+class ControlsOptions:
+    """`benchmark controls`'s options."""
+
+    model: str = field(default="litemedsam", metadata=option())
+    weights: str | None = field(default=None, metadata=option())
+    datasets: tuple[str, ...] = field(default=("synth-contrast", "synth-control"), metadata=option(csv=True))
+    usages: tuple[str, ...] = field(default=("lp", "sam-prompt"), metadata=option(csv=True))
+    n: int = field(default=100, metadata=option("samples per synthetic dataset"))
+    test_share: float = field(default=0.4, metadata=option(
+        "share of each synthetic dataset in its test split (train gets the rest minus 0.1 val)"))
+    seeds: str | None = field(default=None, metadata=option())
+    n_boot: int = field(default=N_BOOT, metadata=option())
+    precision: str = field(default=RunSpec.precision, metadata=option())
+
+
+def controls_with(o: ControlsOptions, opts: RunOptions) -> ControlsOutcome:
+    """run_controls() with `benchmark controls`'s options."""
+    from fairmedbench.benchmark.arguments import parse_seeds
+
+    return run_controls(o.model, tuple(o.datasets), tuple(o.usages), opts, weights=o.weights,
+                        dataset_options=controls_options(o.n, o.test_share), seeds=parse_seeds(o.seeds),
+                        n_boot=o.n_boot, precision=o.precision)
 
 
 def controls_options(n: int, test_share: float) -> dict[str, Any]:

@@ -5,11 +5,13 @@ Importing this module is instant (cards only); data and pandas load inside the f
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.registry.datasets import DATASETS, get_card
+from fairmedbench.spec import RunSpec, option
 
 if TYPE_CHECKING:
     from fairmedbench.engine.splits import Split
@@ -64,6 +66,27 @@ def describe_dataset(name: str, data_root: str | os.PathLike | None = None, seed
         }
     out["data"] = data
     return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitExportOptions:
+    """`benchmark splits export`'s options."""
+
+    name: str = field(metadata=option(flag="name"))
+    out: str = field(metadata=option(required=True, metavar="FILE.json"))
+    data_root: str | None = field(default=None, metadata=option())
+    seed: int = field(default=RunSpec.split_seed, metadata=option())
+    policy: str | None = field(default=None, metadata=option(
+        "default: the card's split policy", choices=["official", "patient"]))
+
+
+@dataclass(frozen=True)
+class SplitImportOptions:
+    """`benchmark splits import`'s options."""
+
+    file: str = field(metadata=option(flag="file"))
+    data_root: str | None = field(default=None, metadata=option())
+    check_data: bool = field(default=False, metadata=option("load the dataset and check every id is present"))
 
 
 def export_split(

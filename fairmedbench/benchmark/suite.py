@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from fairmedbench.benchmark.run import run
 from fairmedbench.engine import store
@@ -16,7 +14,7 @@ from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.bundle import write_header, write_result
 from fairmedbench.leaderboards.suites import Entry, Suite, get_suite
 from fairmedbench.metrics.bootstrap import N_BOOT
-from fairmedbench.spec import RunOptions, RunSpec
+from fairmedbench.spec import RunOptions, RunSpec, option
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -47,11 +45,35 @@ def board_split_file(entry: Entry, opts: RunOptions, suite: Suite) -> str | None
     return str(save_split(split, path))
 
 
+@dataclass(frozen=True, kw_only=True)
+class SuiteOptions:
+    """`benchmark run-suite`'s options."""
+
+    suite: str = field(metadata=option("a board suite (benchmark list suites)", flag="suite"))
+    model: str = field(metadata=option(required=True))
+    weights: str | None = field(default=None, metadata=option())
+    revision: str | None = field(default=None, metadata=option(
+        "the model revision shown on the board (default: weights sha256 prefix)"))
+    bundle: str = field(metadata=option("folder to write the bundle into", required=True))
+    n_boot: int = field(default=N_BOOT, metadata=option())
+    entry: list[str] = field(default_factory=list, metadata=option(
+        "run only this entry (repeatable; default: all; keys: benchmark describe suite NAME)", action="append",
+        metavar="KEY"))
+
+
+def suite_with(o: SuiteOptions, opts: RunOptions) -> Path:
+    """run_suite() with `benchmark run-suite`'s options."""
+    return run_suite(o.suite, o.model, Path(o.bundle), opts, weights=o.weights, n_boot=o.n_boot, revision=o.revision,
+                     entries=o.entry)
+
+
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,
               n_boot: int = N_BOOT, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
     """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs), evaluating
     the entry's external datasets (--eval-dataset), and write the bundle; returns its path. Entries on a real test
     set run on the board's split (`board_split_file`)."""
+    import pandas as pd
+
     suite = get_suite(suite_name)
     for key in entries:
         suite.entry(key)  # unknown keys fail here, listing the suite's entries

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from fairmedbench.benchmark.studies import Cell, Study, group_reasons, runnable
 from fairmedbench.engine import store
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
+from fairmedbench.spec import RunOptions, option
 
 if TYPE_CHECKING:
     from fairmedbench.report.study import StudyReport
@@ -53,6 +54,32 @@ LAUNCHERS = ("local", "ray")
 # RunOptions fields a task receives (plain values: they travel to process-pool and Ray workers)
 _OPTION_FIELDS = ("data_root", "out_root", "cache_dir", "device", "batch_size", "num_workers", "channels_last",
                   "force", "verify_weights")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """`benchmark sweep`'s options (where and how: RunOptions)."""
+
+    study: str = field(metadata=option("a shipped study's name or a study YAML file", flag="study"))
+    launcher: str = field(default="local", metadata=option(
+        "local: in this process (or a process pool with --max-parallel); ray: Ray tasks", choices=list(LAUNCHERS)))
+    address: str | None = field(default=None, metadata=option(
+        "an existing Ray cluster (HOST:PORT or ray://HOST:PORT); default: a local one"))
+    max_parallel: int | None = field(default=None, metadata=option(
+        "tasks at once (local pool size; Ray: CPUs of a local cluster)", type=int))
+    dry_run: bool = field(default=False, metadata=option(
+        "print the plan (runs, encodes, skipped cells with reasons, a measured cost estimate)"))
+    status: bool = field(default=False, metadata=option("show done / running / failed / skipped cells"))
+
+
+@dataclass(frozen=True)
+class StudyReportOptions:
+    """`benchmark study report`'s options."""
+
+    study: str = field(metadata=option(
+        "a shipped study's name or a study YAML file (as given to benchmark sweep)", flag="study"))
+    out: str = field(default=RunOptions.out_root, metadata=option("the results folder the sweep wrote into"))
+    dest: str | None = field(default=None, metadata=option("report folder (default: <out>/studies/<name>/report)"))
 
 
 @dataclass

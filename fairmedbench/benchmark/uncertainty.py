@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ import numpy as np
 
 from fairmedbench.analysis.uncertainty import (
     MEASURES,
+    PAIR_AGGREGATIONS,
+    PERFORMANCE,
     binary_as_classes,
     rejection_curves,
     retention_grid,
@@ -30,6 +33,22 @@ from fairmedbench.analysis.uncertainty import (
 )
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.spec import option
+
+
+@dataclass(frozen=True)
+class UncertaintyOptions:
+    """`benchmark evaluate`'s uncertainty-disparity options (Lu et al. 2021)."""
+
+    uncertainty: str | None = field(default=None, metadata=option(
+        f"rejection curves per group and δ instead of the metrics: a column with one uncertainty per row, or a measure "
+        f"({', '.join(MEASURES)}) computed from mc:<t>:<name> MC columns", metavar="COL|MEASURE"))
+    retention_step: float = field(default=0.05, metadata=option("retention 100%%..50%% in these steps"))
+    uncertainty_pm: str | None = field(default=None, metadata=option(
+        "performance on the kept cases (default: kappa for multi-class, auc for binary)", choices=PERFORMANCE))
+    pair_aggregation: str = field(default="sum", metadata=option(
+        "δ over group pairs: sum (Lu et al. Eq. 5) or mean", choices=PAIR_AGGREGATIONS))
+
 
 _MC = re.compile(r"^mc:(\d+):(.+)$")
 

@@ -27,6 +27,7 @@ import dataclasses
 import datetime as _dt
 import json
 import tempfile
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,29 @@ import numpy as np
 
 from fairmedbench import __version__
 from fairmedbench.errors import InputError, MissingResourceError
+from fairmedbench.spec import option
 
 DEFAULT_SAMPLE = 64
 # identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
 OWN_FIELDS = ("precision", "n_boot", "n_perm", "seeds", "seed", "engine")
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyOptions:
+    """`benchmark verify`'s options."""
+
+    bundle: str = field(metadata=option(
+        "a stored submission (leaderboards/<board>/submissions/<model>/<revision>) or a bundle folder (checked, not "
+        "recorded)", flag="bundle"))
+    board: str | None = field(default=None, metadata=option("the board suite (default: the bundle's suite.json)"))
+    sample: int = field(default=DEFAULT_SAMPLE, metadata=option(
+        f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})"))
+    seed: int = field(default=0, metadata=option("seed of the sample"))
+    tolerance: float | None = field(default=None, metadata=option(
+        "absolute tolerance on per-sample scores (default: by the precision the run recorded, "
+        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)", type=float))
+    weights: str | None = field(default=None, metadata=option(
+        "the weights file when the card's default source is not available here"))
 
 
 @dataclasses.dataclass
