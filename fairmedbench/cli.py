@@ -407,10 +407,10 @@ def _add_splits(sub: Any) -> None:
 
 def _cmd_splits(args: argparse.Namespace) -> int:
     if args.action == "export":
-        o = _fill(SplitExportOptions, args)
-        return _json(export_split(o.name, o.data_root, o.seed, o.out, policy=o.policy))
-    o = _fill(SplitImportOptions, args)
-    return _json(import_split(o.file, data_root=o.data_root, check_data=o.check_data))
+        e = _fill(SplitExportOptions, args)
+        return _json(export_split(e.name, e.data_root, e.seed, e.out, policy=e.policy))
+    i = _fill(SplitImportOptions, args)
+    return _json(import_split(i.file, data_root=i.data_root, check_data=i.check_data))
 
 
 def _add_studies(sub: Any) -> None:
@@ -479,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `benchmark` console script; user errors exit 2 with a one-line message."""
     parser = build_parser()
-    commands = list(parser._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = list(parser._subparsers._group_actions[0].choices or ())  # type: ignore[union-attr]
     routed = route_default(sys.argv[1:] if argv is None else argv, commands, DEFAULT_COMMAND)
     args = parser.parse_args(routed)
     args.command_line = ["benchmark", *routed]  # what evidence packs record as the command

@@ -269,6 +269,8 @@ def _compute(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:
                   "weights_source": model.weights.source,
                   "seen_in_pretraining": seen_in_pretraining(checked.model_card.name, checked.dataset_card.name)},
         "precision": config.precision,
+        # how frozen inference ran (torch, or ONNX Runtime where measured faster): features agree to float rounding
+        "encoder_path": model.encoder_path(resolved.device, config.precision),
     }
     t_load = time.perf_counter() - t0
     ctx = RunContext(device=resolved.device, precision=config.precision, cache_dir=opts.cache_dir,
