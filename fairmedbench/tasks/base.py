@@ -178,7 +178,7 @@ class MulticlassTask(Task):
 
 TASKS: Registry[Task] = Registry("task", plugins=True)
 
-TASKS.add("classification", Task(
+TASKS.add_named(Task(
     name="classification", runner="fairmedbench.tasks.classification:run",
     scorer="fairmedbench.tasks.scoring:score_classification",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
@@ -188,7 +188,7 @@ TASKS.add("classification", Task(
     decision="a threshold on each score, chosen by the threshold policy", head="classifier",
     extra_hparams=(("tasks", "main"),)))
 
-TASKS.add("segmentation", Task(
+TASKS.add_named(Task(
     name="segmentation", runner="fairmedbench.tasks.segmentation:run",
     scorer="fairmedbench.tasks.scoring:score_segmentation",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
@@ -198,7 +198,7 @@ TASKS.add("segmentation", Task(
     label_column="", score_column="dsc", decision="the predicted mask (logit > 0 per pixel)",
     head="mask_decoder"))
 
-TASKS.add("multiclass", MulticlassTask(
+TASKS.add_named(MulticlassTask(
     name="multiclass", runner="fairmedbench.tasks.multiclass:run", scorer="fairmedbench.tasks.scoring:score_multiclass",
     config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
     select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
