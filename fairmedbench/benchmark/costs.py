@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fairmedbench.tasks.base import get_task
+
 if TYPE_CHECKING:
     import torch
 
@@ -195,7 +197,7 @@ def estimate(plan: Any, device: str, precision: str) -> dict[str, Any]:
                 cost += enc * n_all / 1000
         elif enc is None:
             cost = None
-        elif usage.task == "classification":  # trains through the encoder: forward + backward ~ 3 forwards
+        elif get_task(usage.task).head == "classifier":  # trains through the encoder: forward + backward ~ 3x
             cost = enc / 1000 * (seeds * epochs * n_train * 3 + seeds * (n_all - n_train))
         elif usage.learns:  # encoder maps of every split once; the decoder's training counted as 10% per epoch
             cost = enc / 1000 * n_all * (1 + 0.1 * seeds * epochs)
