@@ -3,12 +3,14 @@ the spec types, with the refusals of contradictory options; and the routing of `
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import InputError
-from fairmedbench.spec import RunSpec
+from fairmedbench.spec import RunSpec, option
 
 if TYPE_CHECKING:
     from fairmedbench.benchmark.evaluate import EvaluateOptions
@@ -55,6 +57,8 @@ def run_spec(*, seeds: str | None, split_seeds: str | None, hparams: Sequence[st
     if fields.get("prevalence_on") is not None and fields.get("prevalence") is None:
         raise InputError(f"--prevalence-on {fields['prevalence_on']} says which split --prevalence samples: give "
                          "--prevalence P too, or drop it")
+    if fields.get("attributes") is not None:  # one flat list of names (--attribute a,b --attribute c)
+        fields["attributes"] = tuple(fields["attributes"])
     parsed: dict[str, Any] = dict(seeds=parse_seeds(seeds), hparams=parse_hparams(hparams),
                                   dataset_options=parse_hparams(dataset_options),
                                   eval_datasets=tuple(t for v in eval_datasets or [] for t in split_eval_list(v)))
@@ -65,6 +69,26 @@ def run_spec(*, seeds: str | None, split_seeds: str | None, hparams: Sequence[st
             raise InputError(f"--split-seeds {split_seeds!r}: expected distinct numbers like 0,1,2 or a range like "
                              "0-4") from None
     return RunSpec(**{k: v for k, v in fields.items() if v is not None}, **parsed)
+
+
+class McSamples(argparse.Action):
+    """--mc-samples T is --hparam mc_samples=T (MC dropout, Lu et al. 2021)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.hparams = [*(getattr(namespace, "hparams", None) or []), f"mc_samples={values}"]
+
+
+@dataclass(frozen=True)
+class HparamShortcuts:
+    """`benchmark run` options that stand for an --hparam (written into the hparams while parsing)."""
+
+    mc_samples: int | None = field(default=None, metadata=option(
+        "MC dropout: T >= 2 stochastic passes of the head at inference (= --hparam mc_samples=T; lp or lora with "
+        "--hparam dropout=RATE); scores become the passes' mean, the predictions file gets mc:<t>:<task> and "
+        "unc:<measure> columns and each result an `uncertainty` block (rejection curves per group, δ)",
+        type=int, action=McSamples, metavar="T"))
 
 
 def parse_bins(items: Sequence[str]) -> dict[str, list[float]]:

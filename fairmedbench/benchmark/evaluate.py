@@ -99,10 +99,11 @@ class EvaluateOptions:
         "write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, command, environment, "
         "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new or empty", metavar="DIR"))
     force: bool = field(default=False, metadata=option("with --evidence: replace a non-empty DIR"))
+    json: bool = field(default=False, metadata=option("print the result JSON instead of tables"))
 
 
 #: options that say where results go (or how they were asked for), not what is computed: out of the run id
-OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force")
+OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "json")
 
 
 def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
@@ -661,6 +662,11 @@ class BatchOutcome:
     table: str
     out_dir: str
 
+    @property
+    def document(self) -> list[dict[str, Any]]:
+        """Every file's result document, in order (what --json prints)."""
+        return [o.document for o in self.outcomes]
+
 
 def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
                        progress: Callable[[int, int, str], None] | None = None) -> BatchOutcome:
@@ -697,3 +703,18 @@ def run_evaluate_batch(sources: list[str], opts: EvaluateOptions,
     store.write_table(table, pd.DataFrame(rows, columns=["source", *TIDY_COLUMNS]
                                           + (["test_set"] if opts.test_resample else [])))
     return BatchOutcome(outcomes, table, str(out_dir))
+
+
+def evaluate_with(patterns: list[str], opts: EvaluateOptions) -> EvaluateOutcome | BatchOutcome:
+    """`benchmark evaluate`: the files named by `patterns` (paths or globs; none with --demo) checked, then one
+    evaluated (`run_evaluate`) or several in one process (`run_evaluate_batch`), with a progress bar on a terminal."""
+    from fairmedbench.benchmark.arguments import check_evaluate
+    from fairmedbench.engine.progress import StageProgress
+
+    sources = expand_sources(patterns)
+    check_evaluate(opts, len(sources))
+    with StageProgress(quiet=opts.json or not sys.stderr.isatty()) as progress:  # the bar: on a terminal only
+        bar = progress.labelled("metrics + bootstrap")
+        if len(sources) > 1:
+            return run_evaluate_batch(sources, opts, progress=bar)
+        return run_evaluate(replace(opts, predictions=sources[0] if sources else None), progress=bar)

@@ -96,6 +96,7 @@ class InspectOptions:
         "output folder (default results/inspect/<name>-<id>/)", metavar="DIR"))
     out_table: str | None = field(default=None, metadata=option(
         "also write the tidy table here (.csv or .parquet)", metavar="FILE"))
+    json: bool = field(default=False, metadata=option("print the result JSON instead of tables"))
 
 
 @dataclass
@@ -468,7 +469,7 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
         notes.append("t-SNE: scikit-learn TSNE on the features" + (" (the given modes)" if inp.projected else ""))
     # Output folder, figures, table, JSON.
     spec = {"command": "inspect", **{k: v for k, v in asdict(opts).items()
-                                     if k not in ("out", "out_table", "device", "batch_size", "cache_dir")}}
+                                     if k not in ("out", "out_table", "device", "batch_size", "cache_dir", "json")}}
     rid = store.run_id({"kind": "inspect", "spec": spec, "inputs": inp.provenance})
     stem = Path(opts.embeddings).stem if opts.embeddings else f"{opts.model}-{opts.dataset}"
     out_dir = Path(opts.out) if opts.out else Path("results") / "inspect" / f"{stem}-{rid}"

@@ -1,18 +1,43 @@
-"""`benchmark submit` and `benchmark leaderboard build`: the board's suite looked up, then leaderboards/ called."""
+"""`benchmark submit` and `benchmark leaderboard build`: the board's suite looked up, then leaderboards/ called.
+
+The leaderboards package (jsonschema, the metric engine) is imported when a command runs, not when the parser is
+built, so `benchmark list` stays instant."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fairmedbench.errors import InputError, MissingResourceError
-from fairmedbench.leaderboards import board as _board
-from fairmedbench.leaderboards.submit import Limits, Outcome, submit
-from fairmedbench.leaderboards.suites import get_suite
+from fairmedbench.spec import option
 
-DEFAULT_ROOT = Path("leaderboards")
+if TYPE_CHECKING:
+    from fairmedbench.leaderboards.submit import Limits, Outcome
+
+DEFAULT_ROOT = "leaderboards"
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """`benchmark submit`'s options."""
+
+    bundle: str = field(metadata=option(flag="bundle"))
+    board: str = field(metadata=option(required=True))
+    root: str = field(default=DEFAULT_ROOT, metadata=option("folder holding the boards"))
+
+
+@dataclass(frozen=True)
+class BoardOptions:
+    """`benchmark leaderboard build`'s options."""
+
+    board: str = field(metadata=option(required=True))
+    root: str = field(default=DEFAULT_ROOT, metadata=option())
 
 
 def _board_dir(board: str, root: Path | str) -> Path:
+    from fairmedbench.leaderboards.suites import get_suite
+
     get_suite(board)  # unknown board names fail here, listing the known ones
     return Path(root) / board
 
@@ -23,6 +48,9 @@ def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROO
 
     The outcome's `lines()` are what the CLI prints (one per reason); exit non-zero when not `accepted`.
     """
+    from fairmedbench.leaderboards.submit import submit
+    from fairmedbench.leaderboards.suites import get_suite
+
     if not Path(bundle).exists():
         raise MissingResourceError(f"bundle {bundle} not found; `benchmark run-suite {board} --model M` writes one")
     return submit(bundle, get_suite(board), _board_dir(board, root), limits)
@@ -30,6 +58,9 @@ def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROO
 
 def build_board(board: str, root: Path | str = DEFAULT_ROOT) -> dict[str, Path]:
     """Render root/<board>/index.html, leaderboard.md and board.json from the accepted submissions."""
+    from fairmedbench.leaderboards import board as _board
+    from fairmedbench.leaderboards.suites import get_suite
+
     folder = _board_dir(board, root)
     if not _board.submission_dirs(folder):
         raise InputError(f"board {board!r} has no accepted submissions under {folder / 'submissions'}; "

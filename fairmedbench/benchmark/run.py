@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,21 @@ from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
-from fairmedbench.spec import RunConfig, RunOptions, RunSpec
+from fairmedbench.spec import RunConfig, RunOptions, RunSpec, option
 from fairmedbench.tasks.base import Task
 
 CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """What `benchmark run` prints or writes beside the result; none of it is a number or in the run's identity."""
+
+    json: bool = field(default=False, metadata=option("print the summary JSON instead of tables"))
+    report: bool = field(default=False, metadata=option("also write a self-contained report.html in the run folder"))
+    evidence: str | None = field(default=None, metadata=option(
+        "write an evidence pack of the run (report page, result JSONs, tidy table, predictions, command, environment, "
+        "summary.md, MANIFEST.sha256); DIR must be new or empty (--force replaces it)", metavar="DIR"))
 
 
 @dataclass
@@ -111,6 +123,25 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
         if created and not any(out_dir.glob("seed*.json")):
             _remove_empty_run_dir(out_dir, Path(opts.out_root))
         raise
+
+
+def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
+                     command: Sequence[str]) -> tuple[RunOutcome, Path | None]:
+    """`run`, then what `outputs` asks for: the evidence pack (its folder refused before any work when not empty,
+    unless --force) and the report page; the outcome and the page written, if any."""
+    from fairmedbench.benchmark import evidence
+
+    if outputs.evidence:
+        evidence.check(outputs.evidence, opts.force)
+    outcome = run(spec, opts)
+    if outputs.evidence:
+        evidence.run_pack(evidence.prepare(outputs.evidence, opts.force), outcome, command)
+        print(evidence.describe(Path(outputs.evidence)), file=sys.stderr)
+    if not outputs.report:
+        return outcome, None
+    from fairmedbench.report.html import write_run_report
+
+    return outcome, write_run_report(outcome.out_dir, outcome.seed_docs)
 
 
 def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:

@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from fairmedbench.analysis.uncertainty import (
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.spec import option
+
+if TYPE_CHECKING:
+    from fairmedbench.benchmark.evaluate import EvaluateOptions
 
 
 @dataclass(frozen=True)
@@ -197,20 +200,23 @@ def uncertainty_patient_column(asked: str | None) -> str | None:
     return asked or "patient_id"
 
 
-def run_uncertainty(predictions: list[str] | None, uncertainty: str, *, labels: list[str], patient_column: str | None,
-                    out: str | None = None, out_table: str | None = None, **options: Any) -> dict[str, Any]:
-    """`benchmark evaluate --uncertainty`: one prediction file and one task analysed (`evaluate_uncertainty`, with
-    `options`), the result written to `out` (JSON) and its tidy rows to `out_table` (`delta_rows`) when given."""
+def run_uncertainty(predictions: list[str] | None, opts: EvaluateOptions, u: UncertaintyOptions) -> dict[str, Any]:
+    """`benchmark evaluate --uncertainty`: one prediction file and one task analysed (`evaluate_uncertainty` with
+    the options of `u`), the result written to `opts.out` (JSON) and its tidy rows to `opts.out_table` when given."""
     if not predictions or len(predictions) != 1:
         raise InputError("--uncertainty analyses one prediction file: give --predictions FILE")
-    if len(labels) > 1:
-        raise InputError(f"--uncertainty analyses one task: give one --label, not {labels}")
-    doc = evaluate_uncertainty(predictions[0], uncertainty, label=labels[0] if labels else None,
-                               patient_column=uncertainty_patient_column(patient_column), **options)
-    if out:
-        store.write_json(out, doc)
-    if out_table:
+    if len(opts.labels) > 1:
+        raise InputError(f"--uncertainty analyses one task: give one --label, not {opts.labels}")
+    assert u.uncertainty is not None
+    doc = evaluate_uncertainty(predictions[0], u.uncertainty, label=opts.labels[0] if opts.labels else None,
+                               patient_column=uncertainty_patient_column(opts.patient_column),
+                               scores=opts.scores or None, attributes=opts.attributes or None,
+                               split_column=opts.split_column, pm=u.uncertainty_pm, retention_step=u.retention_step,
+                               pair_aggregation=u.pair_aggregation)
+    if opts.out:
+        store.write_json(opts.out, doc)
+    if opts.out_table:
         import pandas as pd
 
-        store.write_table(out_table, pd.DataFrame(delta_rows(doc)))
+        store.write_table(opts.out_table, pd.DataFrame(delta_rows(doc)))
     return doc

@@ -17,10 +17,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
+from fairmedbench.spec import option
 
 if TYPE_CHECKING:
     from fairmedbench.registry.datasets.card import AttributeSpec
@@ -388,6 +390,14 @@ def readme_block(readme: str, mark: str) -> str:
 def insert_readme_blocks(markdown: str, readme: str) -> str:
     """Replace each `<!-- readme: MARK -->` in a page by the README's block under `<!-- MARK -->`."""
     return README_MARK.sub(lambda m: readme_block(readme, m.group(1)), markdown)
+
+
+@dataclass(frozen=True)
+class DocsOptions:
+    """`benchmark docs`'s options."""
+
+    out: str = field(default="site", metadata=option("the site's folder (default: site)"))
+    config: str = field(default="mkdocs.yml", metadata=option("the mkdocs config (default: ./mkdocs.yml)"))
 
 
 def build_site(config: str | Path = "mkdocs.yml", site_dir: str | Path = "site") -> Path:

@@ -5,6 +5,7 @@ Data roots with different data give different ids; a stored config is checked on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -14,7 +15,8 @@ import pytest
 
 from fairmedbench.benchmark.datasets import export_split
 from fairmedbench.benchmark.resolve import resolve_run
-from fairmedbench.cli import OUTPUT_ONLY, _compute_parent, build_parser, run_spec
+from fairmedbench.benchmark.run import RunOutputs
+from fairmedbench.cli import _compute_parent, build_parser, run_spec
 from tests.datasets.fmb_ds_fixtures import make_nih
 
 BASE = ["--model", "litemedsam", "--weights", "random", "--dataset", "synth-contrast", "--dataset-option", "n=24"]
@@ -30,21 +32,21 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
     return {
         "model": (BASE, [*BASE[2:], "--model", "sam-vit-b"]),
         "dataset": (BASE, [*BASE, "--dataset", "synth-control"]),
-        "attribute": (BASE, [*BASE, "--attribute", "sex"]),
+        "attributes": (BASE, [*BASE, "--attribute", "sex"]),
         "usage": (BASE, [*BASE, "--usage", "lora"]),
         "mitigation": (BASE, [*BASE, "--mitigation", "groupdro"]),
         "seeds": (BASE, [*BASE, "--seeds", "0,1"]),
         "split_seed": (BASE, [*BASE, "--split-seed", "1"]),
         "split_seeds": (BASE, [*BASE, "--split-seeds", "1"]),
-        "eval_dataset": (BASE, [*BASE, "--eval-dataset", "synth-control:n=24"]),
+        "eval_datasets": (BASE, [*BASE, "--eval-dataset", "synth-control:n=24"]),
         "split_file": (BASE, [*BASE, "--split-file", str(split)]),
         "weights": (BASE, [*BASE, "--weights", "random:1"]),
         "profile": (BASE, [*BASE, "--profile", "fairmedfm"]),
         "threshold": (BASE, [*BASE, "--threshold", "val_best_f1"]),
         "n_boot": (BASE, [*BASE, "--n-boot", "100"]),
         "n_perm": (BASE, [*BASE, "--n-perm", "100"]),
-        "hparam": (BASE, [*BASE, "--hparam", "lr=0.01"]),
-        "dataset_option": (BASE, [*BASE, "--dataset-option", "n=25"]),
+        "hparams": (BASE, [*BASE, "--hparam", "lr=0.01"]),
+        "dataset_options": (BASE, [*BASE, "--dataset-option", "n=25"]),
         "precision": ([*BASE, "--precision", "fp32"], [*BASE, "--precision", "bf16"]),
         "skip_bad": (BASE, [*BASE, "--skip-bad"]),
         "prompt": (SEG, [*SEG, "--prompt", "center"]),
@@ -73,9 +75,10 @@ def test_every_run_option_changes_the_run_id_or_is_declared_harmless(tmp_path: P
     where_how = {a.dest for a in _compute_parent()._actions}
     alternatives = _alternatives(tmp_path)
     dests = {a.dest for a in _run_parser()._actions if a.dest != "help"}
-    undeclared = dests - where_how - OUTPUT_ONLY - set(alternatives)
+    output_only = {f.name for f in dataclasses.fields(RunOutputs)}
+    undeclared = dests - where_how - output_only - set(alternatives)
     assert not undeclared, (f"options {sorted(undeclared)} are neither in the run's identity test nor declared "
-                            "as where/how (cli._compute_parent) or output-only (cli.OUTPUT_ONLY): add them")
+                            "as where/how (cli._compute_parent) or output-only (run.RunOutputs): add them")
     assert not set(alternatives) & where_how, "an option cannot both change numbers and be declared harmless"
     for dest, (base, changed) in alternatives.items():
         assert _run_id(base) != _run_id(changed), f"--{dest.replace('_', '-')} does not change the run id"
