@@ -423,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"benchmark: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("benchmark: interrupted; no partial result was written", file=sys.stderr)
+        print("benchmark: interrupted; nothing half-written was kept (the same command resumes from what finished)",
+              file=sys.stderr)
         return 130
 
 

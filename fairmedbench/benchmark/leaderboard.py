@@ -51,9 +51,10 @@ def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROO
     from fairmedbench.leaderboards.submit import submit
     from fairmedbench.leaderboards.suites import get_suite
 
+    folder = _board_dir(board, root)  # an unknown board is named first
     if not Path(bundle).exists():
         raise MissingResourceError(f"bundle {bundle} not found; `benchmark run-suite {board} --model M` writes one")
-    return submit(bundle, get_suite(board), _board_dir(board, root), limits)
+    return submit(bundle, get_suite(board), folder, limits)
 
 
 def build_board(board: str, root: Path | str = DEFAULT_ROOT) -> dict[str, Path]:

@@ -204,7 +204,8 @@ def run_uncertainty(predictions: list[str] | None, opts: EvaluateOptions, u: Unc
     """`benchmark evaluate --uncertainty`: one prediction file and one task analysed (`evaluate_uncertainty` with
     the options of `u`), the result written to `opts.out` (JSON) and its tidy rows to `opts.out_table` when given."""
     if not predictions or len(predictions) != 1:
-        raise InputError("--uncertainty analyses one prediction file: give --predictions FILE")
+        raise InputError(f"--uncertainty analyses one prediction file, not {len(predictions or [])}: give "
+                         "--predictions FILE")
     if len(opts.labels) > 1:
         raise InputError(f"--uncertainty analyses one task: give one --label, not {opts.labels}")
     assert u.uncertainty is not None
