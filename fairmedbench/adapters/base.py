@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from fairmedbench.engine.features import ImageSplit
     from fairmedbench.registry.datasets.card import DatasetCard
     from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
+    from fairmedbench.tasks.segmentation import TrainableSegmenter
 
 
 @dataclass
@@ -133,7 +134,7 @@ class Usage:
         """Segmentation: a function (image, prompt) -> boolean mask."""
         raise NotImplementedError(f"usage {self.name!r} is not a segmentation usage")
 
-    def trainable(self, model: FoundationModel, ctx: RunContext) -> Any:
+    def trainable(self, model: FoundationModel, ctx: RunContext) -> TrainableSegmenter:
         """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
         raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
 
