@@ -251,7 +251,7 @@ def board_headline(rows: Sequence[dict[str, Any]]) -> str:
     return lead + tail
 
 
-def study_friedman(chi2: Any, p: Any, n_blocks: int, k: int) -> str | None:
+def study_friedman(chi2: float | None, p: float | None, n_blocks: int, k: int) -> str | None:
     """Why a Friedman test (and its critical-difference plot, whose Nemenyi post-hoc follows a defined Friedman
     test) is undefined, or None when it is defined: too few blocks or methods, or every value tied."""
     if n_blocks < 2 or k < 3:
@@ -263,7 +263,8 @@ def study_friedman(chi2: Any, p: Any, n_blocks: int, k: int) -> str | None:
     return None
 
 
-def study_mitigation(diff: Any, lo: Any, hi: Any, n_seeds: int, higher_is_better: bool | None) -> str:
+def study_mitigation(diff: float | None, lo: float | None, hi: float | None, n_seeds: int,
+                     higher_is_better: bool | None) -> str:
     """One study configuration's paired difference against ERM: better / worse / n.s. / 'undefined: one seed'
     (the same paired-over-seeds rule as `versus_erm`, read from the paired t interval)."""
     if n_seeds < 2:
