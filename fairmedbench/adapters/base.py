@@ -12,6 +12,8 @@ import numpy as np
 from fairmedbench.registry.base import Registry
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.engine.features import ImageSplit
     from fairmedbench.registry.datasets.card import DatasetCard
     from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
@@ -61,7 +63,7 @@ class Prepared:
     """A classification usage's trainable problem: inputs per split and a head factory."""
 
     inputs: dict[str, np.ndarray]
-    make_head: Callable[[np.ndarray, int], Any]
+    make_head: Callable[[np.ndarray, int], torch.nn.Module]
     notes: dict[str, Any]
 
 
