@@ -8,9 +8,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.registry.base import Registry
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.dataset import ReadResult
 
 
 def raw_key(value: Any) -> str | None:
@@ -149,7 +152,7 @@ class DatasetCard:
     dim: int
     label_definition: str
     attributes: tuple[AttributeSpec, ...]
-    reader: Callable[..., Any]
+    reader: Callable[..., ReadResult]
     classes: tuple[str, ...] = ("negative", "positive")
     label_column: str | None = "label"
     extra_label_columns: tuple[str, ...] = ()
