@@ -63,7 +63,7 @@ class Adversarial(Mitigation):
     other_tasks: ClassVar[str] = (
         "its adversary reads a classification head's per-sample logits or representation vector, "
         "which a mask decoder does not have; use groupdro, resampling or fairness_loss")
-    adversary: Any = field(default=None, repr=False)
+    adversary: nn.Module | None = field(default=None, repr=False)
     adversary_input: str = ""
     DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 1.0, "variant": "dp", "input": "auto", "hidden": 32}
     REFERENCE: ClassVar[str] = ("Madras et al. ICML 2018 (LAFTR; fairness coefficient 1.0 as in MEDFAIR's "
