@@ -36,12 +36,12 @@ def grad_reverse(x: torch.Tensor, lam: float) -> torch.Tensor:
 
         class _GradReverse(torch.autograd.Function):
             @staticmethod
-            def forward(ctx: Any, inp: Any, scale: float) -> Any:  # noqa: D102
+            def forward(ctx: Any, inp: torch.Tensor, scale: float) -> torch.Tensor:  # noqa: D102
                 ctx.scale = scale
                 return inp.view_as(inp)
 
             @staticmethod
-            def backward(ctx: Any, grad: Any) -> tuple[Any, None]:  # noqa: D102
+            def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
                 return -ctx.scale * grad, None
 
         _REVERSAL = _GradReverse

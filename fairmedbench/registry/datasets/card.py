@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from fairmedbench.registry.datasets.dataset import ReadResult
 
 
-def raw_key(value: Any) -> str | None:
+def raw_key(value: object) -> str | None:
     """Normalise a raw attribute value to the string used as mapping key (None for missing).
 
     Integral floats lose their '.0' (1.0 -> '1'), strings are stripped; NaN/None/'' are missing."""
@@ -72,7 +72,7 @@ class AttributeSpec:
         base = "binary" if len(self.groups) == 2 else "multi-group"
         return f"{base} (bins)" if self.bins is not None else base
 
-    def map_value(self, value: Any) -> tuple[str, str | None]:
+    def map_value(self, value: object) -> tuple[str, str | None]:
         """Classify one raw value: ('group', name) | ('unknown', None) | ('unmapped', None)."""
         key = raw_key(value)
         if key is None or key in self.unknown_values:
