@@ -206,7 +206,8 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: RunOp
     return frame, externals, []
 
 
-def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tuple[int, float | None, list[str]]:
+def _compare(sub: pd.DataFrame, again: pd.DataFrame, ids: list[str], block: dict[str, Any]
+             ) -> tuple[int, float | None, list[str]]:
     """(values compared, max |diff|, problems) between submitted and re-run scores: sampled test ids and all val."""
     cols = block["columns"]
     score_cols = list(cols["scores"]) + ([] if cols.get("labels") else ["iou"])  # segmentation: DSC and IoU

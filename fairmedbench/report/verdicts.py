@@ -21,7 +21,7 @@ Pure Python (plus the MetricSpec registry): no torch, no numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +117,8 @@ def disparity(rep: dict[str, Any], metric: str) -> Verdict:
                    evidence, p)
 
 
-def report_disparities(reports: Sequence[dict[str, Any]], metric_of: Any) -> list[Verdict]:
+def report_disparities(reports: Sequence[dict[str, Any]], metric_of: Callable[[dict[str, Any]], str]
+                       ) -> list[Verdict]:
     """`disparity` for every report, on the metric `metric_of(rep)` names (the task's headline gap)."""
     return [disparity(rep, metric_of(rep)) for rep in reports]
 
