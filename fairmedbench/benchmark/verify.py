@@ -40,7 +40,7 @@ from fairmedbench.spec import option
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fairmedbench.spec import RunOptions
+    from fairmedbench.spec import RunOptions, RunSpec
 
 DEFAULT_SAMPLE = 64
 # identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
@@ -98,7 +98,7 @@ def sample_ids(test_ids: list[str], n: int, seed: int) -> list[str]:
     return sorted(ids[i] for i in pick)
 
 
-def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file: str | None = None) -> Any:
+def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file: str | None = None) -> RunSpec:
     """The RunSpec that resolves to the document's RunConfig, in fp32 without bootstrap, for its one seed; a run
     on an imported split (a real board's) is re-run on `split_file`, the board's split rebuilt from the data."""
     from fairmedbench.metrics.profiles import get_profile
