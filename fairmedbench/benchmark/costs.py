@@ -178,7 +178,7 @@ def estimate(plan: Plan, device: str, precision: str) -> dict[str, Any]:
     per_1000 = {m: (f["gflops"] * 1000 / rate["gflops_per_s"] if f["gflops"] else None) for m, f in flops.items()}
     totals = {"measured": 0.0, "assumed": 0.0}
     counted = {"measured": 0, "assumed": 0, "unknown": 0}
-    encoded: set[Any] = set()
+    encoded: set[str | tuple[str, str]] = set()
     by_usage: dict[str, float] = {}  # seconds per usage, present and absent data together
     for p in todo:
         checked = check_spec(p.cell.spec)
