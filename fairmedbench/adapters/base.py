@@ -12,9 +12,12 @@ import numpy as np
 from fairmedbench.registry.base import Registry
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.engine.features import ImageSplit
     from fairmedbench.registry.datasets.card import DatasetCard
     from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
+    from fairmedbench.tasks.segmentation import TrainableSegmenter
 
 
 @dataclass
@@ -60,7 +63,7 @@ class Prepared:
     """A classification usage's trainable problem: inputs per split and a head factory."""
 
     inputs: dict[str, np.ndarray]
-    make_head: Callable[[np.ndarray, int], Any]
+    make_head: Callable[[np.ndarray, int], torch.nn.Module]
     notes: dict[str, Any]
 
 
@@ -133,7 +136,7 @@ class Usage:
         """Segmentation: a function (image, prompt) -> boolean mask."""
         raise NotImplementedError(f"usage {self.name!r} is not a segmentation usage")
 
-    def trainable(self, model: FoundationModel, ctx: RunContext) -> Any:
+    def trainable(self, model: FoundationModel, ctx: RunContext) -> TrainableSegmenter:
         """Segmentation that trains: the problem `tasks.segmentation.fit_decoder` trains (a TrainableSegmenter)."""
         raise NotImplementedError(f"usage {self.name!r} does not train a segmenter")
 

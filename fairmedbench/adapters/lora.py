@@ -33,6 +33,8 @@ from fairmedbench.engine.device import keep_freed_memory, resolve_precision
 from fairmedbench.errors import InputError
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.engine.features import ImageSplit
     from fairmedbench.registry.models.runtime import FoundationModel
 
@@ -51,7 +53,7 @@ TARGET_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
 BLOCK_CONV = re.compile(r"(^|\.)layer\d+\.\d+\.conv\d$")  # ResNet block convolutions (not the stem)
 
 
-def image_tower_prefix(module: Any) -> str:
+def image_tower_prefix(module: torch.nn.Module) -> str:
     """Module-name prefix of the image tower: open_clip `visual.`, transformers `vision_model.`,
     SAM `image_encoder.`, else the whole module."""
     for attr in ("visual", "vision_model", "image_encoder"):
@@ -60,7 +62,7 @@ def image_tower_prefix(module: Any) -> str:
     return ""
 
 
-def lora_targets(module: Any, names: tuple[str, ...] | list[str] | None = None) -> list[str]:
+def lora_targets(module: torch.nn.Module, names: tuple[str, ...] | list[str] | None = None) -> list[str]:
     """Full names of the image-tower modules that get LoRA (by `names` when given, else by TARGET_RULES)."""
     prefix = image_tower_prefix(module)
     tower = [(n, m) for n, m in module.named_modules() if n.startswith(prefix) and n]
@@ -79,7 +81,7 @@ def lora_targets(module: Any, names: tuple[str, ...] | list[str] | None = None) 
                      f"{type(module).__name__}; name them with hparam lora_targets (comma-separated leaf names)")
 
 
-def lora_train_mode(encoder: Any, mode: bool) -> None:
+def lora_train_mode(encoder: torch.nn.Module, mode: bool) -> None:
     """A LoRA-wrapped encoder's base stays in eval mode (BatchNorm statistics, dropout as when frozen); only the
     LoRA dropout follows `mode`."""
     encoder.eval()
@@ -198,7 +200,7 @@ def make_lora_head(model: FoundationModel, ctx: RunContext, settings: dict[str, 
     return LoRAHead().eval()
 
 
-def pixel_arrays(model: FoundationModel, view: Any) -> np.ndarray:
+def pixel_arrays(model: FoundationModel, view: ImageSplit) -> np.ndarray:
     """Every image of a split view in the model's preprocessing: (n, C, H, W) float32."""
     if len(view) == 0:
         raise InputError("a split is empty: LoRA needs images in train, val and test")

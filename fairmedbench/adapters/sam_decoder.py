@@ -23,7 +23,10 @@ from fairmedbench.adapters.prompts import Prompt
 from fairmedbench.errors import InputError
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
+    from fairmedbench.tasks.segmentation import Trained
 
 
 def image_key(image: np.ndarray) -> str:
@@ -43,7 +46,7 @@ class SamDecoderProblem:
 
         prepare_module(model.module, ctx.device, ctx.channels_last)
         self.model, self.ctx = model, ctx
-        self.maps: dict[str, Any] = {}
+        self.maps: dict[str, torch.Tensor] = {}
         self.encode_seconds = 0.0
         # SAM's decoder upsamples the encoder map 4x: its low-resolution logits are size x size
         self.size = 4 * int(model.module.prompt_encoder.image_embedding_size[0])
@@ -83,18 +86,18 @@ class SamDecoderProblem:
         """No trainable encoder: the maps kept by `encode` are the encoder's output."""
         return None
 
-    def new_decoder(self) -> Any:
+    def new_decoder(self) -> torch.nn.Module:
         """A trainable copy of the loaded model's mask decoder, on the run's device."""
         decoder = copy.deepcopy(self.model.module.mask_decoder).to(self.ctx.device)
         decoder.requires_grad_(True)
         return decoder.train()
 
-    def target(self, mask: np.ndarray) -> Any:
+    def target(self, mask: np.ndarray) -> torch.Tensor:
         """A 2D mask on the decoder's low-resolution grid, bool (size, size)."""
         return self.model.low_res_target(mask, self.size)
 
-    def logits(self, trained: Any, keys: Sequence[str], boxes: Sequence[np.ndarray],
-               shapes: Sequence[tuple[int, int]]) -> Any:
+    def logits(self, trained: Trained, keys: Sequence[str], boxes: Sequence[np.ndarray],
+               shapes: Sequence[tuple[int, int]]) -> torch.Tensor:
         """Low-resolution logits (b, size, size) of `trained.decoder` for kept maps and boxes in their images'
         pixels."""
         import torch
@@ -103,7 +106,7 @@ class SamDecoderProblem:
         boxes_t = torch.cat([self.model.box_tensor(h, w, box) for box, (h, w) in zip(boxes, shapes)])
         return self.model.decode(emb, boxes_t, decoder=trained.decoder)[:, 0]
 
-    def predictor(self, trained: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]:
+    def predictor(self, trained: Trained) -> Callable[[np.ndarray, Prompt], np.ndarray]:
         """A function (image, box prompt) -> boolean mask of the image's size, from `trained.decoder`."""
         import torch
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,7 +47,8 @@ class SamPrompt(Usage):
             # the target's name, for models that also take a text prompt (SegVol): the mask class the runner scores
             target = next(iter(getattr(ctx.dataset_card, "mask_classes", None) or ()), None)
 
-            def predict_volume(volume: np.ndarray, prompt: Prompt, spacing: Any = None) -> np.ndarray:
+            def predict_volume(volume: np.ndarray, prompt: Prompt,
+                               spacing: Sequence[float] | None = None) -> np.ndarray:
                 with autocast(ctx.device, ctx.precision):
                     return model.segment_volume(volume, prompt, spacing, text=target)
 

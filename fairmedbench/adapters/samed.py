@@ -32,7 +32,10 @@ from fairmedbench.adapters.sam_decoder import image_key
 from fairmedbench.errors import InputError
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.registry.models.runtime import FoundationModel, PromptableSegmenter
+    from fairmedbench.tasks.segmentation import Trained
 
 SAMED_LORA = MappingProxyType({"lora_r": 4, "lora_alpha": 4, "lora_dropout": 0.0})  # SAMed: rank 4, no scaling
 
@@ -63,7 +66,7 @@ class SamedProblem:
             self.images.setdefault(key, np.ascontiguousarray(image))
         return keys
 
-    def new_encoder(self) -> Any:
+    def new_encoder(self) -> torch.nn.Module:
         """A fresh LoRA copy of the loaded image encoder on the run's device: only `lora_` weights train."""
         from peft import LoraConfig
         from peft.tuners.lora import LoraModel
@@ -86,22 +89,22 @@ class SamedProblem:
                 lora_train_mode(self.encoder, mode)
                 return self
 
-            def forward(self, x: Any) -> Any:
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
                 return self.encoder(x)
 
         return LoRAEncoder().to(self.ctx.device).eval()
 
-    def new_decoder(self) -> Any:
+    def new_decoder(self) -> torch.nn.Module:
         """A trainable copy of the loaded model's mask decoder, on the run's device."""
         decoder = copy.deepcopy(self.model.module.mask_decoder).to(self.ctx.device)
         decoder.requires_grad_(True)
         return decoder.train()
 
-    def target(self, mask: np.ndarray) -> Any:
+    def target(self, mask: np.ndarray) -> torch.Tensor:
         """A 2D mask on the decoder's low-resolution grid, bool (size, size)."""
         return self.model.low_res_target(mask, self.size)
 
-    def _maps(self, encoder: Any, images: Sequence[np.ndarray]) -> Any:
+    def _maps(self, encoder: Any, images: Sequence[np.ndarray]) -> torch.Tensor:
         import torch
 
         x = torch.from_numpy(np.stack([self.model.preprocess(im) for im in images])).to(self.ctx.device)
@@ -111,8 +114,8 @@ class SamedProblem:
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=self.ctx.precision == "bf16"):
             return encoder(x).float()
 
-    def logits(self, trained: Any, keys: Sequence[str], boxes: Sequence[np.ndarray],
-               shapes: Sequence[tuple[int, int]]) -> Any:
+    def logits(self, trained: Trained, keys: Sequence[str], boxes: Sequence[np.ndarray],
+               shapes: Sequence[tuple[int, int]]) -> torch.Tensor:
         """Low-resolution logits (b, size, size): kept images through `trained.encoder` (with gradients when
         enabled), then `trained.decoder` with boxes in the images' pixels."""
         import torch
@@ -121,7 +124,7 @@ class SamedProblem:
         boxes_t = torch.cat([self.model.box_tensor(h, w, box) for box, (h, w) in zip(boxes, shapes)])
         return self.model.decode(emb, boxes_t, decoder=trained.decoder)[:, 0]
 
-    def predictor(self, trained: Any) -> Callable[[np.ndarray, Prompt], np.ndarray]:
+    def predictor(self, trained: Trained) -> Callable[[np.ndarray, Prompt], np.ndarray]:
         """A function (image, box prompt) -> boolean mask of the image's size, from the trained encoder + decoder."""
         import torch
 

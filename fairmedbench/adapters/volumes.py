@@ -32,7 +32,7 @@ DEFAULT_AGG = "max"
 VOLUME_HPARAMS = MappingProxyType({"slices": DEFAULT_SLICES, "slice_agg": DEFAULT_AGG})
 
 
-def parse_policy(policy: Any) -> tuple[str, int]:
+def parse_policy(policy: object) -> tuple[str, int]:
     """`all`, `n:K` (K evenly spaced slices) or `foreground` -> (kind, K); InputError otherwise."""
     text = str(policy).strip()
     if text in ("all", "foreground"):

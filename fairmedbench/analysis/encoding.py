@@ -7,9 +7,8 @@ Torch-free: numpy, scipy and scikit-learn only (sklearn is imported inside the f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -60,7 +59,7 @@ def check_features(x: ArrayLike, names: Sequence[str] | None = None, what: str =
     return arr
 
 
-def check_rows(n_features: int, **columns: Any) -> None:
+def check_rows(n_features: int, **columns: Sized) -> None:
     """Every label/attribute column has one value per feature row."""
     bad = {k: len(v) for k, v in columns.items() if len(v) != n_features}
     if bad:

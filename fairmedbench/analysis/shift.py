@@ -152,7 +152,7 @@ def check_alignment(internal: DatasetCard, external: DatasetCard, task: str, att
     return record
 
 
-def _rule(attr: Any) -> dict[str, Any]:
+def _rule(attr: AttributeSpec) -> dict[str, Any]:
     """How a card maps its raw column to the groups (JSON-ready: open bin edges as null)."""
     if attr.mapping is not None:
         return {"column": attr.column, "mapping": dict(attr.mapping)}

@@ -22,7 +22,7 @@ import time
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
 from fairmedbench.spec import RunOptions, RunSpec, option
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
                   "intervals of {headline} are across seeds on one test set and leave out its sampling error")
@@ -210,7 +213,7 @@ def save_compare(outcome: CompareOutcome, model: str, datasets: list[str], out_r
     return doc, path, page
 
 
-def _test_predictions(r: RunOutcome, attribute: str) -> list[Any]:
+def _test_predictions(r: RunOutcome, attribute: str) -> list[pd.DataFrame]:
     """Each seed's test rows (sorted by sample id): the label and score(s) the bootstrap reads (binary: the first
     task's label and score; multi-class: the class index and every class's probability, as `s0`, `s1`, ...),
     and the attribute."""

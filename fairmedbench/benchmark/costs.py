@@ -23,6 +23,7 @@ from fairmedbench.tasks.base import get_task
 if TYPE_CHECKING:
     import torch
 
+    from fairmedbench.benchmark.sweep import Plan
     from fairmedbench.registry.models.card import ModelCard
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fairmedbench" / "costs.json"
@@ -161,7 +162,7 @@ def head_rate(device: str) -> dict[str, Any]:
 ASSUMED = (700, 100, 200)  # train, val, test images of a dataset whose data is absent: costs per 1000 images
 
 
-def estimate(plan: Any, device: str, precision: str) -> dict[str, Any]:
+def estimate(plan: Plan, device: str, precision: str) -> dict[str, Any]:
     """Seconds of the encodes and runs `plan` still has to compute, with how each rate was measured. Sizes come
     from the resolved splits; a cell whose data is absent is costed at 1000 images (ASSUMED) and counted apart."""
     from fairmedbench.adapters import USAGES
@@ -177,7 +178,7 @@ def estimate(plan: Any, device: str, precision: str) -> dict[str, Any]:
     per_1000 = {m: (f["gflops"] * 1000 / rate["gflops_per_s"] if f["gflops"] else None) for m, f in flops.items()}
     totals = {"measured": 0.0, "assumed": 0.0}
     counted = {"measured": 0, "assumed": 0, "unknown": 0}
-    encoded: set[Any] = set()
+    encoded: set[str | tuple[str, str]] = set()
     by_usage: dict[str, float] = {}  # seconds per usage, present and absent data together
     for p in todo:
         checked = check_spec(p.cell.spec)

@@ -25,10 +25,14 @@ import shutil
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    from fairmedbench.benchmark.evaluate import EvaluateOutcome
+    from fairmedbench.benchmark.run import RunOutcome
 
 MANIFEST = "MANIFEST.sha256"
 VERSIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib", "jinja2", "torch")
@@ -175,7 +179,7 @@ ACCURACY = "EU AI Act Art. 15: accuracy levels across groups; FDA: subgroup perf
 TRACE = "traceability of the examination (reproducible from these inputs)"
 
 
-def evaluate_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
+def evaluate_pack(folder: Path, outcome: EvaluateOutcome, command: Sequence[str]) -> Path:
     """Complete an evaluate pack whose result, table, predictions and audit page `run_evaluate` wrote (or that
     are copied in here): command, environment, summary, manifest."""
     doc, paths = outcome.document, outcome.paths
@@ -210,7 +214,7 @@ def evaluate_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
     return write_manifest(folder)
 
 
-def run_pack(folder: Path, outcome: Any, command: Sequence[str]) -> Path:
+def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
     """An evidence pack of a finished run: its report page, every seed's result JSON and predictions, the tidy
     table over seeds, command, environment, summary and manifest."""
     import pandas as pd

@@ -56,10 +56,16 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
+
+if TYPE_CHECKING:
+    import yaml
+
+    from fairmedbench.registry.datasets.card import DatasetCard
+    from fairmedbench.registry.models.card import ModelCard
 
 #: the shipped study files: package data beside the package's modules, not a package of their own
 STUDY_DIR = Path(__file__).resolve().parents[1] / "studies"
@@ -177,24 +183,24 @@ class _Parser:
     def __init__(self, path: Path, text: str) -> None:
         self.path, self.text = path, text
 
-    def fail(self, node: Any, message: str) -> StudyError:
+    def fail(self, node: yaml.Node | None, message: str) -> StudyError:
         line = node.start_mark.line + 1 if node is not None else 1
         return StudyError(f"{self.path}:{line}: {message}")
 
-    def scalar(self, node: Any, what: str) -> Any:
+    def scalar(self, node: yaml.Node, what: str) -> Any:
         import yaml
 
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, f"{what}: expected a single value, got a {_kind(node)}")
         return yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" else node.value
 
-    def plain(self, node: Any) -> Any:
+    def plain(self, node: yaml.Node) -> Any:
         """Any node as plain Python (mappings, lists, scalars)."""
         import yaml
 
         return yaml.safe_load(yaml.serialize(node))
 
-    def items(self, node: Any, what: str) -> list[Any]:
+    def items(self, node: yaml.Node, what: str) -> list[yaml.Node]:
         """A list node's items (a single scalar counts as a one-item list)."""
         import yaml
 
@@ -206,7 +212,7 @@ class _Parser:
             return [node]
         raise self.fail(node, f"{what}: expected a list, got a mapping")
 
-    def names(self, node: Any, what: str, known: list[str], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    def names(self, node: yaml.Node, what: str, known: list[str], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
         out = []
         for item in self.items(node, what):
             value = self.scalar(item, what)
@@ -224,20 +230,20 @@ class _Parser:
             out.append(value)
         return tuple(out)
 
-    def number(self, node: Any, what: str, kind: type, check: Callable[[Any], bool], rule: str) -> Any:
+    def number(self, node: yaml.Node, what: str, kind: type, check: Callable[[Any], bool], rule: str) -> Any:
         value = self.scalar(node, what)
         ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
         if isinstance(value, bool) or not ok or not check(value):
             raise self.fail(node, f"{what}: expected {rule}, got {value!r}")
         return float(value) if kind is float else value
 
-    def floats(self, node: Any, what: str, check: Callable[[float], bool], rule: str) -> tuple[float, ...]:
+    def floats(self, node: yaml.Node, what: str, check: Callable[[float], bool], rule: str) -> tuple[float, ...]:
         vals = [self.number(n, what, float, check, rule) for n in self.items(node, what)]
         if len(set(vals)) != len(vals):
             raise self.fail(node, f"{what}: values repeat")
         return tuple(vals)
 
-    def mapping(self, node: Any, what: str) -> dict[str, Any]:
+    def mapping(self, node: yaml.Node, what: str) -> dict[str, Any]:
         import yaml
 
         if not isinstance(node, yaml.MappingNode):
@@ -245,7 +251,7 @@ class _Parser:
         value = self.plain(node)
         return dict(value or {})
 
-    def seeds(self, node: Any, what: str = "seeds") -> tuple[int, ...]:
+    def seeds(self, node: yaml.Node, what: str = "seeds") -> tuple[int, ...]:
         import yaml
 
         if isinstance(node, yaml.ScalarNode) and isinstance(self.scalar(node, what), str):
@@ -259,7 +265,7 @@ class _Parser:
             raise self.fail(node, f"{what}: give distinct seeds")
         return seeds
 
-    def rules(self, node: Any, what: str) -> tuple[Rule, ...]:
+    def rules(self, node: yaml.Node, what: str) -> tuple[Rule, ...]:
         import yaml
 
         out = []
@@ -276,7 +282,7 @@ class _Parser:
             out.append(Rule(match, item.start_mark.line + 1))
         return tuple(out)
 
-    def study(self, root: Any) -> Study:
+    def study(self, root: yaml.Node | None) -> Study:
         import yaml
 
         from fairmedbench.adapters import USAGES
@@ -290,7 +296,7 @@ class _Parser:
         if not isinstance(root, yaml.MappingNode):
             raise self.fail(root, "a study file is a mapping of keys (models, datasets, usages, ...)")
         known = {f.name for f in dataclasses.fields(Study)} - {"source", "sha256"}
-        nodes: dict[str, Any] = {}
+        nodes: dict[str, yaml.Node] = {}
         for key_node, value_node in root.value:
             key = self.scalar(key_node, "key")
             if key not in known:
@@ -385,7 +391,7 @@ class _Parser:
         return Study(name=name, source=str(self.path), sha256=hashlib.sha256(self.text.encode()).hexdigest(), **v)
 
 
-def _raise(exc: Exception) -> Any:
+def _raise(exc: Exception) -> NoReturn:
     raise exc
 
 
@@ -474,7 +480,7 @@ def _rule_reason(study: Study, facts: dict[str, Any]) -> str | None:
     return None
 
 
-def _shape_reason(mcard: Any, dcard: Any) -> str | None:
+def _shape_reason(mcard: ModelCard, dcard: DatasetCard) -> str | None:
     if mcard.preprocessing.depth and dcard.dim == 2:
         return f"model {mcard.name!r} takes 3D volumes; dataset {dcard.name!r} is 2D"
     return None

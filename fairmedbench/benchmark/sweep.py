@@ -48,7 +48,9 @@ from fairmedbench.errors import FMBError, InputError, MissingResourceError
 from fairmedbench.spec import RunOptions, option
 
 if TYPE_CHECKING:
+    from fairmedbench.benchmark.resolve import Resolved
     from fairmedbench.report.study import StudyReport
+    from fairmedbench.spec import RunConfig, RunSpec
 
 LAUNCHERS = ("local", "ray")
 # RunOptions fields a task receives (plain values: they travel to process-pool and Ray workers)
@@ -93,7 +95,7 @@ class PlannedCell:
     status: str = "planned"
     reason: str | None = None
     error: str | None = None
-    resolved: Any = None
+    resolved: Resolved | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"cell": self.cell.fields, "run_id": self.run_id, "run_dir": self.run_dir, "encode": self.encode,
@@ -105,8 +107,8 @@ class EncodeTask:
     """One feature extraction shared by the runs of one (model, weights, dataset, split, precision)."""
 
     key: str
-    spec: Any  # the RunSpec of the first run needing it
-    resolved: Any
+    spec: RunSpec  # the RunSpec of the first run needing it
+    resolved: Resolved
     runs: list[str] = field(default_factory=list)
 
 
@@ -148,7 +150,7 @@ def study_report(given: str, out_root: str, dest: str | None = None) -> StudyRep
     return write_study_report(plan, Path(out_root), Path(dest) if dest else folder / "report")
 
 
-def encode_key(config: Any) -> str:
+def encode_key(config: RunConfig) -> str:
     """What one feature extraction depends on: model, weights, dataset (+ options, data and split fingerprints),
     precision and, on volumes, the slice policy (sampling fields are not in it: sampling follows extraction)."""
     parts = {k: config.identity()[k] for k in ("model", "weights", "dataset", "dataset_version", "data_fingerprint",
@@ -159,7 +161,7 @@ def encode_key(config: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = None) -> Plan:
+def make_plan(study: Study, opts: RunOptions, *, say: Callable[[str], None] | None = None) -> Plan:
     """Expand `study`, resolve every runnable cell to its RunConfig (no weights loaded, no features extracted),
     mark the runs whose complete result is in the store as done, and group the rest's encodes."""
     from fairmedbench.adapters import USAGES
@@ -208,7 +210,7 @@ def make_plan(study: Study, opts: Any, *, say: Callable[[str], None] | None = No
     return Plan(study, planned, runs, encodes)
 
 
-def _data_note(spec: Any, opts: Any, message: str) -> str:
+def _data_note(spec: RunSpec, opts: RunOptions, message: str) -> str:
     """When the weights were missing (resolved first), whether the dataset's data is absent too."""
     from fairmedbench.registry.datasets import get_card
 
@@ -225,7 +227,7 @@ def _journal(state: Path, name: str, doc: dict[str, Any]) -> None:
     store.write_json(state / f"{name}.json", doc)
 
 
-def execute_task(kind: str, spec: Any, options: dict[str, Any], state: str, name: str) -> dict[str, Any]:
+def execute_task(kind: str, spec: RunSpec, options: dict[str, Any], state: str, name: str) -> dict[str, Any]:
     """Run one task (an encode or a run) and journal it; never raises: a failure is returned and journaled."""
     from fairmedbench.spec import RunOptions
 
@@ -250,7 +252,7 @@ def execute_task(kind: str, spec: Any, options: dict[str, Any], state: str, name
     return doc
 
 
-def encode(spec: Any, opts: Any) -> None:
+def encode(spec: RunSpec, opts: RunOptions) -> None:
     """Fill the feature cache for `spec`'s model and dataset exactly as its run will read it (same views, same
     context), without training anything."""
     from fairmedbench.adapters import RunContext
@@ -287,7 +289,7 @@ class SweepResult:
         return not self.failed and not any(c.status == "failed" for c in self.plan.cells)
 
 
-def sweep(study: Study, opts: Any, *, launcher: str = "local", address: str | None = None,
+def sweep(study: Study, opts: RunOptions, *, launcher: str = "local", address: str | None = None,
           max_parallel: int | None = None, report: Callable[[str], None] | None = None,
           progress: Callable[[str, int, int], None] | None = None) -> SweepResult:
     """Plan `study`, then compute its encodes and missing runs on `launcher`; every cell's outcome is written
@@ -414,7 +416,7 @@ def check_address(address: str, timeout: float = 5.0) -> None:
                          "`ray start --head` or check the address and port") from None
 
 
-def _ray_resources(kind: str, spec: Any, has_gpu: bool) -> dict[str, float]:
+def _ray_resources(kind: str, spec: RunSpec, has_gpu: bool) -> dict[str, float]:
     """Resources a task declares: one CPU; with a GPU in the cluster, an encode or a run that loads pixels
     (segmentation, LoRA) takes a whole GPU, a run on cached features a quarter."""
     if not has_gpu:
@@ -446,7 +448,7 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
 
         @ray.remote
-        def task(kind: str, spec: Any, opts: dict[str, Any], state_dir: str, name: str, *after: Any) -> dict:
+        def task(kind: str, spec: RunSpec, opts: dict[str, Any], state_dir: str, name: str, *after: Any) -> dict:
             if any(a.get("status") == "failed" for a in after):
                 return {"task": name, "kind": kind, "status": "skipped-encode-failed"}
             return execute_task(kind, spec, opts, state_dir, name)
@@ -530,7 +532,7 @@ def _cell_line(entry: dict[str, Any]) -> str:
     return f"{entry['run_id'] or '-':16}  {c['model']} / {c['dataset']} / {c['usage']} / {c['mitigation']}{extra}"
 
 
-def render_plan(plan: Plan, opts: Any) -> str:
+def render_plan(plan: Plan, opts: RunOptions) -> str:
     """The dry-run text: counts, every runnable cell with its run id and status, skipped cells grouped by
     reason, and the cost estimate with how it was measured."""
     from fairmedbench.benchmark.costs import ASSUMED, estimate

@@ -29,13 +29,18 @@ import json
 import tempfile
 from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench import __version__
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.spec import option
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fairmedbench.spec import RunOptions, RunSpec
 
 DEFAULT_SAMPLE = 64
 # identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
@@ -93,7 +98,7 @@ def sample_ids(test_ids: list[str], n: int, seed: int) -> list[str]:
     return sorted(ids[i] for i in pick)
 
 
-def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file: str | None = None) -> Any:
+def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file: str | None = None) -> RunSpec:
     """The RunSpec that resolves to the document's RunConfig, in fp32 without bootstrap, for its one seed; a run
     on an imported split (a real board's) is re-run on `split_file`, the board's split rebuilt from the data."""
     from fairmedbench.metrics.profiles import get_profile
@@ -146,8 +151,9 @@ def _declared_weights(bundle: Path, model: dict[str, Any]) -> str:
     return declared
 
 
-def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
-           split_file: str | None = None, declared: str | None = None) -> tuple[Any, list[Any], list[str]]:
+def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: RunOptions,
+           split_file: str | None = None, declared: str | None = None
+           ) -> tuple[pd.DataFrame | None, list[pd.DataFrame], list[str]]:
     """Re-run one result document's config on the sampled test ids; (predictions frame, the predictions frame of
     each external dataset, whose whole test split is re-run, problems). The weights read for the re-run must hash to
     the `declared` identity (model.json's sha256, or the seeded random init)."""
@@ -200,7 +206,8 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: Any,
     return frame, externals, []
 
 
-def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tuple[int, float | None, list[str]]:
+def _compare(sub: pd.DataFrame, again: pd.DataFrame, ids: list[str], block: dict[str, Any]
+             ) -> tuple[int, float | None, list[str]]:
     """(values compared, max |diff|, problems) between submitted and re-run scores: sampled test ids and all val."""
     cols = block["columns"]
     score_cols = list(cols["scores"]) + ([] if cols.get("labels") else ["iou"])  # segmentation: DSC and IoU
@@ -231,7 +238,8 @@ def _compare(sub: Any, again: Any, ids: list[str], block: dict[str, Any]) -> tup
 
 
 def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
-                  tolerance: float | None = None, weights: str | None = None, opts: Any = None) -> Verification:
+                  tolerance: float | None = None, weights: str | None = None,
+                  opts: RunOptions | None = None) -> Verification:
     """Re-run every result of `bundle` (a stored submission or a bundle folder) on a seeded sample of its test ids;
     record the outcome beside submission.json when the bundle is a stored submission."""
     import pandas as pd
@@ -308,7 +316,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
         entries[entry.key] = rec
     if not entries:
         raise InputError(f"{bundle}: answers no entry of suite {suite.name!r}; nothing to verify")
-    record = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    record: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "engine": f"fairmedbench {__version__}", "weights": declared, "sample": sample, "seed": seed,
               "precision": "fp32",
               "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),

@@ -9,20 +9,24 @@ become float64 with NaN, text and other columns become object arrays with None f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from numpy.typing import ArrayLike
 
 #: pandas.read_csv's default missing-value tokens, so that a file reads as it would with pandas.
 NA_TOKENS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
              "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 
 
-def _bits(buf: Any, offset: int, n: int) -> np.ndarray:
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
     return np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")[offset:offset + n].astype(bool)
 
 
-def _numeric_dtype(t: Any) -> np.dtype | None:
+def _numeric_dtype(t: pa.DataType) -> np.dtype | None:
     import pyarrow as pa
 
     if pa.types.is_integer(t):
@@ -32,7 +36,7 @@ def _numeric_dtype(t: Any) -> np.dtype | None:
     return None
 
 
-def arrow_to_numpy(column: Any) -> np.ndarray:
+def arrow_to_numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """One Arrow column (chunked or not) as a numpy array, pandas.read_csv-style (see the module docstring)."""
     import pyarrow as pa
 
@@ -56,7 +60,7 @@ def arrow_to_numpy(column: Any) -> np.ndarray:
     return out
 
 
-def _object_to_arrow(values: np.ndarray) -> Any:
+def _object_to_arrow(values: np.ndarray) -> pa.Array:
     import pyarrow as pa
 
     items = values.tolist()
@@ -74,11 +78,11 @@ def _object_to_arrow(values: np.ndarray) -> Any:
                                  null_count=int((~valid).sum()))
 
 
-def _missing(v: Any) -> bool:
+def _missing(v: object) -> bool:
     return v is None or (isinstance(v, (float, np.floating)) and np.isnan(v))
 
 
-def numpy_to_arrow(values: Any) -> Any:
+def numpy_to_arrow(values: ArrayLike) -> pa.Array:
     """A numpy column as an Arrow array: numbers and booleans as they are (NaN kept), text (str or object)
     as strings with None/NaN as null, object columns of numbers as numbers."""
     import pyarrow as pa

@@ -14,9 +14,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fairmedbench.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("auto", "fp32", "bf16")
 # bf16 autocast is accepted where embeddings stay within this cosine similarity of fp32 ones
@@ -138,13 +141,13 @@ def probe_key() -> str:
     return f"v{PROBE_VERSION}|torch {torch.__version__}|{_cpu_identity()}|{isa or 'default isa'}"
 
 
-def _cpu_seconds(fn: Any) -> float:
+def _cpu_seconds(fn: Callable[[], object]) -> float:
     t = time.thread_time()  # this thread's CPU time: other processes sharing the cores do not distort it
     fn()
     return max(time.thread_time() - t, 1e-9)
 
 
-def _speedup(layer: Any, x: Any, repeats: int) -> float:
+def _speedup(layer: torch.nn.Module, x: torch.Tensor, repeats: int) -> float:
     """fp32 / bf16-autocast CPU time of `layer(x)`, least of `repeats` calls after a warm-up each; stops after
     the bf16 warm-up when that alone is 10x slower than fp32 (emulated bf16 is slow: keep the probe short)."""
     import torch
@@ -287,7 +290,7 @@ def autocast(device: str, precision: str) -> Iterator[None]:
             yield
 
 
-def prepare_module(module: Any, device: str, channels_last: bool = False) -> Any:
+def prepare_module(module: torch.nn.Module, device: str, channels_last: bool = False) -> torch.nn.Module:
     """Move to device, eval mode, optional channels-last memory format for conv-heavy encoders."""
     import torch
 

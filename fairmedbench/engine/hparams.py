@@ -81,7 +81,7 @@ COST_BOUNDS: dict[str, tuple[str, int]] = {
 }
 
 
-def cost_values(options: Any) -> dict[str, int]:
+def cost_values(options: object) -> dict[str, int]:
     """The COST_BOUNDS options `options` (a RunConfig, EvaluateOptions, ...) has, as numbers (seeds: how many)."""
     values = {k: getattr(options, k) for k in COST_BOUNDS if getattr(options, k, None) is not None}
     return {k: len(v) if isinstance(v, (list, tuple)) else int(v) for k, v in values.items()}

@@ -7,7 +7,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @dataclass
@@ -34,7 +37,7 @@ class StageProgress:
         self.tty = self.stream.isatty() if tty is None else tty
         self.every_s, self.every_fraction, self.unit, self.clock = every_s, every_fraction, unit, clock
         self.stages: dict[str, _Stage] = {}
-        self.bar: Any = None
+        self.bar: Progress | None = None
 
     def __enter__(self) -> StageProgress:
         if not self.quiet and self.tty:

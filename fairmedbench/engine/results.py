@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ class RunResult:
         """The point value of `cell` (NaN when undefined)."""
         return self.cell(metric, attribute, task)[0]
 
-    def predictions(self) -> Any:
+    def predictions(self) -> pd.DataFrame:
         """The per-sample predictions (pandas DataFrame)."""
         import pandas as pd
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.engine import store
 from fairmedbench.leaderboards.suites import Entry, Suite
 from fairmedbench.tasks.common import external_file
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MODEL_FIELDS = ("name", "revision", "weights_sha256", "license", "family", "kind", "pretraining_data",
                 "training_datasets")
@@ -32,8 +35,8 @@ def result_paths(bundle: Path | str, entry: Entry, seed: int) -> tuple[Path, Pat
     return folder / f"seed{seed}.json", folder / f"seed{seed}.predictions.parquet"
 
 
-def write_result(bundle: Path | str, entry: Entry, seed: int, doc: dict[str, Any], frame: Any,
-                 externals: Sequence[Any] = ()) -> Path:
+def write_result(bundle: Path | str, entry: Entry, seed: int, doc: dict[str, Any], frame: pd.DataFrame,
+                 externals: Sequence[pd.DataFrame] = ()) -> Path:
     """Write one result document, its predictions (pandas DataFrame) and the predictions of each of its external
     datasets (`externals`, in the document's `external` order) into the bundle; returns the JSON path."""
     doc_path, pred_path = result_paths(bundle, entry, seed)

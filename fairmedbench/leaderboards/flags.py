@@ -70,7 +70,7 @@ def scored_rows(test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v)[keep] for k, v in test.items()}
 
 
-def class_indices(values: Sequence[Any], classes: Sequence[str]) -> np.ndarray:
+def class_indices(values: Sequence[object], classes: Sequence[str]) -> np.ndarray:
     """A multi-class label per value as its class index: an index 0..C-1 (an integer, or a float with no fraction)
     or a class name, exactly; -1 for anything else (another number or text, a boolean, a null)."""
     pos = {str(c): i for i, c in enumerate(classes)}

@@ -269,7 +269,7 @@ def html_page(board: dict[str, Any]) -> str:
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
-def md_cell(text: Any) -> str:
+def md_cell(text: object) -> str:
     """Text safe inside a Markdown table cell: HTML-escaped, Markdown punctuation and pipes backslashed."""
     s = " ".join(str(text).split())
     return _MD_SPECIAL.sub(r"\\\1", escape(s, quote=False))

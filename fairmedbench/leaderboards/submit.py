@@ -17,7 +17,7 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonschema
 import numpy as np
@@ -129,7 +129,7 @@ def slug(text: str) -> str:
 
 
 def _strict_json(data: bytes, where: str) -> Any:
-    def bad_constant(name: str) -> Any:
+    def bad_constant(name: str) -> NoReturn:
         raise ValueError(f"{name} is not JSON (undefined values must be null)")
     try:
         return json.loads(data.decode("utf-8"), parse_constant=bad_constant)

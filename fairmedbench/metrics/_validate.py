@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ def as_scores(s: ArrayLike, name: str = "y_score", logits: bool = False) -> np.n
     return arr
 
 
-def check_lengths(arrays: dict[str, Any]) -> int:
+def check_lengths(arrays: Mapping[str, np.ndarray | None]) -> int:
     """All named arrays must have the same first dimension; returns it."""
     lengths = {k: len(v) for k, v in arrays.items() if v is not None}
     if len(set(lengths.values())) > 1:

@@ -68,12 +68,12 @@ def parse_bins(spec: str, closed: str = "left") -> tuple[str, Bins]:
     return name, Bins(edges, closed)
 
 
-def _is_missing_value(v: Any) -> bool:
+def _is_missing_value(v: object) -> bool:
     return v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)) or (
         isinstance(v, str) and v.strip() in ("", "nan", "NaN", "None"))
 
 
-def _label(v: Any) -> str:
+def _label(v: object) -> str:
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return str(int(v))
     return str(v).strip()

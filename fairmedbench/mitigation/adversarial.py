@@ -36,12 +36,12 @@ def grad_reverse(x: torch.Tensor, lam: float) -> torch.Tensor:
 
         class _GradReverse(torch.autograd.Function):
             @staticmethod
-            def forward(ctx: Any, inp: Any, scale: float) -> Any:  # noqa: D102
+            def forward(ctx: Any, inp: torch.Tensor, scale: float) -> torch.Tensor:  # noqa: D102
                 ctx.scale = scale
                 return inp.view_as(inp)
 
             @staticmethod
-            def backward(ctx: Any, grad: Any) -> tuple[Any, None]:  # noqa: D102
+            def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: D102
                 return -ctx.scale * grad, None
 
         _REVERSAL = _GradReverse
@@ -63,7 +63,7 @@ class Adversarial(Mitigation):
     other_tasks: ClassVar[str] = (
         "its adversary reads a classification head's per-sample logits or representation vector, "
         "which a mask decoder does not have; use groupdro, resampling or fairness_loss")
-    adversary: Any = field(default=None, repr=False)
+    adversary: nn.Module | None = field(default=None, repr=False)
     adversary_input: str = ""
     DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 1.0, "variant": "dp", "input": "auto", "hidden": 32}
     REFERENCE: ClassVar[str] = ("Madras et al. ICML 2018 (LAFTR; fairness coefficient 1.0 as in MEDFAIR's "

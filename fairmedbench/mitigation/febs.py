@@ -46,7 +46,7 @@ class FEBS(Mitigation):
     needs: ClassVar[Mapping[str, object]] = {"head": "mask_decoder"}
     other_tasks: ClassVar[str] = ("it scales predicted pixel probabilities inside a Dice loss, which a classifier "
                                   "does not have")
-    last_weights: Any = field(default=None, repr=False)
+    last_weights: torch.Tensor | None = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"gamma": 1.0}
     REFERENCE: ClassVar[str] = ("Tian et al. ICLR 2024 (FairSeg), fair error-bound scaling; official FairDiceLoss, "
                                 "gamma 1.0")

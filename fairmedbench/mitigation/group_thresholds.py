@@ -49,7 +49,7 @@ class GroupThresholds(Mitigation):
         "it chooses a per-group threshold on a binary score; a segmentation mask is thresholded per pixel at "
         "logit 0 and has no score to threshold per sample, and a multi-class decision is the argmax over the "
         "classes' probabilities, with no threshold to move")
-    thresholds: Any = field(default=None, repr=False)
+    thresholds: np.ndarray | None = field(default=None, repr=False)
     global_thresholds: Any = field(default=None, repr=False)
     fallback: list[tuple[int, int]] = field(default_factory=list, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"policy": "val_youden"}

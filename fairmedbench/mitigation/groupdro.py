@@ -24,7 +24,7 @@ class GroupDRO(Mitigation):
 
     name: ClassVar[str] = "groupdro"
     needs_attribute_at_training: bool = True
-    q: Any = field(default=None, repr=False)
+    q: torch.Tensor | None = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"eta": 0.01, "by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = "Sagawa, Koh, Hashimoto, Liang. ICLR 2020, Algorithm 1 (robust_step_size 0.01)"
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 FORMATS = ("png", "svg")
@@ -269,7 +272,7 @@ def utility_gap_scatter(labels: Sequence[str], utility: Sequence[float], gap: Se
     return data_uri(fig, plt)
 
 
-def _readable_ticks(ax: Any) -> None:
+def _readable_ticks(ax: Axes) -> None:
     """At most four ticks per axis, each with just enough decimals to tell them apart (points a few 1e-5 apart
     otherwise get seven-digit labels that run into each other), x labels tilted."""
     from matplotlib.ticker import FormatStrFormatter, MaxNLocator

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,12 @@ from fairmedbench.metrics.specs import MetricSpec, board_metrics, headline_metri
 from fairmedbench.metrics.stats import seed_summary
 from fairmedbench.report.verdicts import ALPHA, study_mitigation
 from fairmedbench.spec import BASELINE_MITIGATION
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fairmedbench.metrics.stats import FriedmanResult, SeedSummary
+    from fairmedbench.report.html import Cell, Img, Table
 
 CELL_FIELDS = ("model", "dataset", "usage", "mitigation", "prompt", "attributes", "seeds", "hparams",
                "train_group_share", "share_group", "train_size", "prevalence", "prevalence_on")
@@ -58,7 +64,7 @@ class StudyReport:
     answers shown first on the page, and the notes (sections left out and why)."""
 
     study: str
-    table: Any
+    table: pd.DataFrame
     parquet: Path
     csv: Path
     html: Path
@@ -251,7 +257,7 @@ def _group_shift(group: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return lambda s: s["per_group"].get(group, {})
 
 
-def tidy_table(plan: dict[str, Any], out_root: Path) -> Any:
+def tidy_table(plan: dict[str, Any], out_root: Path) -> pd.DataFrame:
     """Every done run of the plan as tidy rows: the cell's fields, the model card's category, run_id, task
     column, attribute, metric, scope (overall | group | between) and group, then mean, std, ci_low, ci_high and
     n_seeds across seeds (undefined seeds left out and counted in n_undefined), and the per-seed values."""
@@ -269,7 +275,7 @@ def tidy_table(plan: dict[str, Any], out_root: Path) -> Any:
     return with_across_splits(pd.DataFrame(rows))
 
 
-def with_across_splits(table: Any) -> Any:
+def with_across_splits(table: pd.DataFrame) -> pd.DataFrame:
     """The tidy table with the summary across split seeds on every row of a configuration (`SPLIT_KEY`) run on two or
     more split seeds (the `split_seeds` axis: test split fixed, train/val re-drawn): the mean, std (ddof 1) and
     Student-t 95% interval over split seeds of each split's `mean` (its mean over training seeds), clipped to the
@@ -308,13 +314,13 @@ def _names(kind: str) -> dict[str, MetricSpec]:
             **({"diff": diff} if diff else {})}
 
 
-def _pick(df: Any, metric: str, scope: str) -> Any:
+def _pick(df: pd.DataFrame, metric: str, scope: str) -> pd.DataFrame:
     """One row per (run, task, attribute) of `metric` in `scope`, indexed by the configuration keys."""
     sub = df[(df["metric"] == metric) & (df["scope"] == scope)]
     return sub.set_index(["mitigation", *CONFIG, "run_id"])
 
 
-def _entry_label(r: Any, multi_usage: bool, multi_attr: bool) -> str:
+def _entry_label(r: pd.Series, multi_usage: bool, multi_attr: bool) -> str:
     label = str(r["model"])
     if multi_usage:
         label += f" · {r['usage']}"
@@ -323,7 +329,7 @@ def _entry_label(r: Any, multi_usage: bool, multi_attr: bool) -> str:
     return label
 
 
-def _img(paths: Sequence[Path], alt: str) -> Any:
+def _img(paths: Sequence[Path], alt: str) -> Img:
     """The PNG of a saved figure as the pages' shared Img component (a data: URI), its files named in the caption."""
     from fairmedbench.report.html import Img
 
@@ -338,15 +344,15 @@ class _Section:
     title: str
     note: str | None = None
     text: list[str] = field(default_factory=list)
-    figures: list[Any] = field(default_factory=list)
-    tables: list[Any] = field(default_factory=list)
+    figures: list[Img] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
 
 
-def _table(caption: str, frame: Any) -> Any:
+def _table(caption: str, frame: pd.DataFrame) -> Table:
     """A DataFrame as the pages' shared Table component (numbers right-aligned, undefined shown as —)."""
     from fairmedbench.report.html import Cell, Table
 
-    def cell(v: Any) -> Any:
+    def cell(v: object) -> Cell:
         if v is None:
             return Cell("")
         if isinstance(v, float):
@@ -364,7 +370,7 @@ def _table(caption: str, frame: Any) -> Any:
 class _Builder:
     """Builds the sections and answers of one study page from the tidy table."""
 
-    def __init__(self, table: Any, fig_dir: Path) -> None:
+    def __init__(self, table: pd.DataFrame, fig_dir: Path) -> None:
         self.fig_dir = fig_dir
         self.figures: list[Path] = []
         self.answers: list[str] = []
@@ -372,11 +378,11 @@ class _Builder:
         self.base = self.first[self.first["train_group_share"].isna() & self.first["prevalence"].isna()]
         self.erm = self.base[self.base["mitigation"] == BASELINE_MITIGATION]
 
-    def _save(self, paths: list[Path], alt: str) -> Any:
+    def _save(self, paths: list[Path], alt: str) -> Img:
         self.figures.extend(paths)
         return _img(paths, alt)
 
-    def kinds(self, frame: Any) -> list[str]:
+    def kinds(self, frame: pd.DataFrame) -> list[str]:
         return sorted(frame["task_kind"].unique())
 
     # -- Figs 2/3 and the bias answer
@@ -405,7 +411,7 @@ class _Builder:
                 self._bias_answer(sub, names, kind, sec)
         return sec
 
-    def _bias_answer(self, sub: Any, names: dict[str, MetricSpec], kind: str, sec: _Section) -> None:
+    def _bias_answer(self, sub: pd.DataFrame, names: dict[str, MetricSpec], kind: str, sec: _Section) -> None:
         """A configuration shows bias when the signed group difference is larger than chance in every seed (each
         seed's permutation test p < ALPHA: the largest p decides) and points the same way in every seed; the
         verdict reads the test, the intervals are shown beside it (METRICS.md: one verdict per question)."""
@@ -635,8 +641,8 @@ class _Builder:
                         "datasets")
         return sec
 
-    def _friedman(self, sub: Any, spec: MetricSpec, method: str, block: list[str], sec: _Section, caption: str,
-                  stem: str) -> Any:
+    def _friedman(self, sub: pd.DataFrame, spec: MetricSpec, method: str, block: list[str], sec: _Section,
+                  caption: str, stem: str) -> FriedmanResult | None:
         import pandas as pd
         import scikit_posthocs as sp
 
@@ -863,11 +869,11 @@ def _num(v: float) -> str:
     return f"{v:.3f}" if v is not None and math.isfinite(v) else "undefined"
 
 
-def _finite_pair(lo: Any, hi: Any) -> bool:
+def _finite_pair(lo: float | None, hi: float | None) -> bool:
     return lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
 
 
-def _ci(lo: Any, hi: Any) -> str:
+def _ci(lo: float | None, hi: float | None) -> str:
     """'[0.812, 0.904]', or '[no interval]' when either end is undefined."""
     return f"[{lo:.3f}, {hi:.3f}]" if _finite_pair(lo, hi) else "[no interval]"
 
@@ -876,7 +882,7 @@ def _p(v: float) -> str:
     return f"{v:.3g}" if v is not None and math.isfinite(v) else "undefined"
 
 
-def _erm_match(erm: Any, row: Any) -> Any:
+def _erm_match(erm: pd.DataFrame, row: pd.Series) -> pd.Series | None:
     """The ERM row of the same configuration: equal in every CONFIG field, hparams included when an ERM run has
     the same ones, else the only ERM run that differs from it in hparams alone (a mitigation's own
     hyperparameters); None when there is none or it is ambiguous."""
@@ -892,12 +898,12 @@ def _erm_match(erm: Any, row: Any) -> Any:
     return cands.iloc[0] if len(cands) == 1 else None
 
 
-def _missing(v: Any) -> bool:
+def _missing(v: object) -> bool:
     """Whether a cell value is missing (None or NaN)."""
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def _paired(row: Any, ref: Any, spec: MetricSpec) -> Any:
+def _paired(row: pd.Series, ref: pd.Series, spec: MetricSpec) -> SeedSummary | None:
     """Mean and t interval of per-seed differences row - ref over their common seeds (None with < 1)."""
     a = dict(zip(row["run_seeds"], row["seed_values"]))
     b = dict(zip(ref["run_seeds"], ref["seed_values"]))
@@ -905,7 +911,7 @@ def _paired(row: Any, ref: Any, spec: MetricSpec) -> Any:
     return seed_summary(d, bounds=spec.diff_bounds) if d else None
 
 
-def _seed_rows(frame: Any, x: str) -> Any:
+def _seed_rows(frame: pd.DataFrame, x: str) -> pd.DataFrame:
     """Long rows (x, seed, group, metric, value) from the tidy table's per-seed values."""
     import pandas as pd
 

@@ -12,14 +12,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fairmedbench.report.figures import COLORS, FORMATS, _pyplot
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
 
-def save_all(fig: Any, plt: Any, stem: Path) -> list[Path]:
+    from fairmedbench.analysis.fairness_laws import LineFit, PointSummary
+
+
+def save_all(fig: Figure, plt: ModuleType, stem: Path) -> list[Path]:
     """Save one figure in every format of FORMATS (PNG and SVG) as `stem`.<ext>; close it."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
@@ -118,7 +125,7 @@ def group_scatter(rows: Sequence[dict[str, Any]], groups: tuple[str, str], *, me
     return save_all(fig, plt, stem)
 
 
-def cd_diagram(avg_ranks: dict[str, float], pvalues: Any, *, stem: Path, title: str) -> list[Path]:
+def cd_diagram(avg_ranks: dict[str, float], pvalues: pd.DataFrame, *, stem: Path, title: str) -> list[Path]:
     """Critical-difference diagram of average ranks (scikit-posthocs' critical_difference_diagram), methods
     joined by a bar where the Nemenyi test does not separate them."""
     import pandas as pd
@@ -132,8 +139,8 @@ def cd_diagram(avg_ranks: dict[str, float], pvalues: Any, *, stem: Path, title: 
     return save_all(fig, plt, stem)
 
 
-def sweep_panels(points: Sequence[Any], fits: Sequence[Any], metrics: Sequence[str], labels: dict[str, str], *,
-                 x_label: str, stem: Path, title: str) -> list[Path]:
+def sweep_panels(points: Sequence[PointSummary], fits: Sequence[LineFit], metrics: Sequence[str],
+                 labels: dict[str, str], *, x_label: str, stem: Path, title: str) -> list[Path]:
     """Fairness-law / imbalance plot: one panel per metric, each group's mean (95% CI whiskers) against the swept
     value with its fitted OLS line. points / fits: PointSummary / LineFit of fairmedbench.analysis."""
     plt = _pyplot()

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
 from fairmedbench.metrics.specs import headline_metric, summary_metrics, table_metrics
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fairmedbench.benchmark.controls import ControlsOutcome
+    from fairmedbench.benchmark.evaluate import BatchOutcome, EvaluateOutcome
+    from fairmedbench.benchmark.run import RunOutcome
+    from fairmedbench.report.study import StudyReport
 
 
 def _columns(task: str, between_groups: bool) -> list[tuple[str, str]]:
@@ -28,7 +37,7 @@ def _cell(r: AttributeReport, metric: str, group: str, ci: bool = True) -> str:
     return fmt(*v) if ci else fmt(v[0])
 
 
-def render(result: FairnessResult, console: Any) -> None:
+def render(result: FairnessResult, console: Console) -> None:
     """Print per-group tables (one per attribute) and a gap table; notes on skipped and small groups."""
     from rich.table import Table
 
@@ -102,7 +111,7 @@ def fmt_p(p: float | None) -> str:
     return f"{p:.3f}" if p >= 0.0005 else f"{p:.0e}"
 
 
-def render_tests(result: FairnessResult, console: Any) -> None:
+def render_tests(result: FairnessResult, console: Console) -> None:
     """The permutation test of each reported gap / difference (raw p, and adjusted over the family) and the
     resampling unit of every interval, per (task, attribute)."""
     from rich.table import Table
@@ -132,7 +141,7 @@ def render_tests(result: FairnessResult, console: Any) -> None:
         console.print(f"{attribute}: {resampling_sentence(r.to_dict())}")
 
 
-def render_resampled(original: FairnessResult, resampled: FairnessResult, sample: dict, console: Any) -> None:
+def render_resampled(original: FairnessResult, resampled: FairnessResult, sample: dict, console: Console) -> None:
     """Original and resampled test sets side by side, per group: n and each RESAMPLE_METRICS value."""
     from rich.table import Table
 
@@ -158,7 +167,7 @@ def render_resampled(original: FairnessResult, resampled: FairnessResult, sample
                   "ids in the result JSON (test_resample.ids)")
 
 
-def render_run(outcome: Any, console: Any) -> None:
+def render_run(outcome: Any, console: Console) -> None:
     """A run's tables: the first seed's per-group and gap tables, then the across-seed summary."""
     from rich.table import Table
 
@@ -198,7 +207,7 @@ def render_run(outcome: Any, console: Any) -> None:
         console.print(f"across split seeds: {outcome.summary_dir / 'summary.json'}")
 
 
-def render_controls(outcome: Any, console: Any) -> None:
+def render_controls(outcome: ControlsOutcome, console: Console) -> None:
     """Per run a one-line headline, then the table of control checks and an overall verdict."""
     from rich.table import Table
 
@@ -231,7 +240,7 @@ def _triple(cell: dict[str, Any]) -> tuple[float, float, float]:
     return value, low, high
 
 
-def render_compare(doc: dict, console: Any) -> None:
+def render_compare(doc: dict, console: Console) -> None:
     """Methods x metrics (mean [95% CI] across seeds), then differences against ERM, then ranks."""
     from rich.table import Table
 
@@ -299,11 +308,11 @@ def render_compare(doc: dict, console: Any) -> None:
                       + ", ".join(f"{m} {r:.2f}" for m, r in order))
 
 
-def _num(v: Any) -> float:
+def _num(v: float | None) -> float:
     return math.nan if v is None else float(v)
 
 
-def render_inspect(doc: dict, console: Any) -> None:
+def render_inspect(doc: dict, console: Console) -> None:
     """`benchmark inspect`: SPLIT and multitask AUCs with CIs, then the KS tests with raw and adjusted p."""
     from rich.table import Table
 
@@ -339,7 +348,7 @@ def render_inspect(doc: dict, console: Any) -> None:
         console.print(f"[cyan]note[/] {note}")
 
 
-def render_batch(batch: Any, console: Any) -> None:
+def render_batch(batch: BatchOutcome, console: Console) -> None:
     """`benchmark evaluate` on several files: one line per file, task and attribute (headline and its gap)."""
     from rich.table import Table
 
@@ -369,7 +378,7 @@ def _shift_cell(e: dict) -> str:
     return f"{shift} [{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]{mark}"
 
 
-def render_external(doc: dict, out_dir: Any, console: Any) -> None:
+def render_external(doc: dict, out_dir: Path, console: Console) -> None:
     """Each external dataset of a seed document: its metric tables (the metric engine's, as for the internal test
     set) and the shift table per attribute (external - internal per group, of the gap and of the difference)."""
     from rich.table import Table
@@ -399,7 +408,7 @@ def render_external(doc: dict, out_dir: Any, console: Any) -> None:
                               f"external: {', '.join(sh['only_external']) or 'none'} (no shift for them)")
 
 
-def render_split_seeds(summary: dict, console: Any) -> None:
+def render_split_seeds(summary: dict, console: Console) -> None:
     """Repeated splits: per (task / attribute, metric), each split seed's value with its test-set bootstrap CI, and
     the mean ± std with the t 95% CI across split seeds (the train/val sampling on the fixed test set)."""
     from rich.table import Table
@@ -426,7 +435,7 @@ def render_split_seeds(summary: dict, console: Any) -> None:
     console.print(table)
 
 
-def render_run_outcome(outcome: Any, report: Any, console: Any) -> None:
+def render_run_outcome(outcome: RunOutcome, report: Path | None, console: Console) -> None:
     """`benchmark run`: the run's tables (`render_run`), the first seed's resampled test set (`--test-resample`)
     beside its original one, and the report page written (`--report`)."""
     from fairmedbench.engine.results import RunResult
@@ -443,13 +452,13 @@ def render_run_outcome(outcome: Any, report: Any, console: Any) -> None:
         console.print(f"report: {report}")
 
 
-def render_compare_saved(doc: dict, path: Any, report: Any, console: Any) -> None:
+def render_compare_saved(doc: dict, path: Path, report: Path | None, console: Console) -> None:
     """`benchmark compare`: its tables (`render_compare`) and where the comparison and its page were saved."""
     render_compare(doc, console)
     console.print(f"saved: {path}" + (f"\nreport: {report}" if report else ""))
 
 
-def render_evaluate(outcome: Any, console: Any) -> None:
+def render_evaluate(outcome: EvaluateOutcome, console: Console) -> None:
     """`benchmark evaluate` on one file: the tables, the resampled test set, notes, the operating threshold and
     where files went."""
     render(outcome.result, console)
@@ -468,7 +477,7 @@ def render_evaluate(outcome: Any, console: Any) -> None:
         console.print(f"{what}: {path}")
 
 
-def render_rows(title: str, rows: list[dict[str, Any]], console: Any) -> None:
+def render_rows(title: str, rows: list[dict[str, Any]], console: Console) -> None:
     """Rows of `benchmark list` as one table (lists joined by commas)."""
     from rich.table import Table
 
@@ -483,7 +492,7 @@ def render_rows(title: str, rows: list[dict[str, Any]], console: Any) -> None:
     console.print(table)
 
 
-def render_uncertainty(doc: dict, console: Any) -> None:
+def render_uncertainty(doc: dict, console: Console) -> None:
     """Rejection curves per group and δ of `benchmark evaluate --uncertainty`: one table per attribute and measure."""
     from rich.table import Table
 
@@ -506,7 +515,7 @@ def render_uncertainty(doc: dict, console: Any) -> None:
     console.print(f"[cyan]note[/] {doc['level']}")
 
 
-def study_report_text(rep: Any) -> str:
+def study_report_text(rep: StudyReport) -> str:
     """What `benchmark study report` prints: the answers, notes, and where the table, figures and page went."""
     lines = [f"- {line}" for line in rep.answers] + [f"note: {note}" for note in rep.notes]
     lines.append(f"table: {rep.parquet} ({len(rep.table)} rows; also {rep.csv.name})\nfigures: {len(rep.figures)} "

@@ -21,7 +21,7 @@ Pure Python (plus the MetricSpec registry): no torch, no numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +117,8 @@ def disparity(rep: dict[str, Any], metric: str) -> Verdict:
                    evidence, p)
 
 
-def report_disparities(reports: Sequence[dict[str, Any]], metric_of: Any) -> list[Verdict]:
+def report_disparities(reports: Sequence[dict[str, Any]], metric_of: Callable[[dict[str, Any]], str]
+                       ) -> list[Verdict]:
     """`disparity` for every report, on the metric `metric_of(rep)` names (the task's headline gap)."""
     return [disparity(rep, metric_of(rep)) for rep in reports]
 
@@ -251,7 +252,7 @@ def board_headline(rows: Sequence[dict[str, Any]]) -> str:
     return lead + tail
 
 
-def study_friedman(chi2: Any, p: Any, n_blocks: int, k: int) -> str | None:
+def study_friedman(chi2: float | None, p: float | None, n_blocks: int, k: int) -> str | None:
     """Why a Friedman test (and its critical-difference plot, whose Nemenyi post-hoc follows a defined Friedman
     test) is undefined, or None when it is defined: too few blocks or methods, or every value tied."""
     if n_blocks < 2 or k < 3:
@@ -263,7 +264,8 @@ def study_friedman(chi2: Any, p: Any, n_blocks: int, k: int) -> str | None:
     return None
 
 
-def study_mitigation(diff: Any, lo: Any, hi: Any, n_seeds: int, higher_is_better: bool | None) -> str:
+def study_mitigation(diff: float | None, lo: float | None, hi: float | None, n_seeds: int,
+                     higher_is_better: bool | None) -> str:
     """One study configuration's paired difference against ERM: better / worse / n.s. / 'undefined: one seed'
     (the same paired-over-seeds rule as `versus_erm`, read from the paired t interval)."""
     if n_seeds < 2:

@@ -25,6 +25,7 @@ from fairmedbench.registry.base import Registry
 if TYPE_CHECKING:
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.spec import ScoreSettings
+    from fairmedbench.tasks.common import RunInputs, RunnerOutput
 
 #: the optional per-row patient column of a predictions table (every runner writes it): the resampling unit
 PATIENT_COLUMN = "patient_id"
@@ -129,9 +130,9 @@ class Task:
         scores = list(dict.fromkeys(self.score_column.format(task=t) for t in tasks))
         return store.predictions_block(file, self.name, tasks, attributes, labels, scores)
 
-    def run(self) -> Callable[..., Any]:
+    def run(self) -> Callable[[RunInputs], RunnerOutput]:
         """The runner function (imported on first use)."""
-        runner: Callable[..., Any] = _load(self.runner)
+        runner: Callable[[RunInputs], RunnerOutput] = _load(self.runner)
         return runner
 
     def check(self, settings: ScoreSettings) -> None:

@@ -38,7 +38,10 @@ from fairmedbench.tasks.common import (
 )
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.metrics.result import FairnessResult
+    from fairmedbench.registry.datasets.dataset import Dataset
 
 
 @dataclass
@@ -101,7 +104,7 @@ def _as2d(y: np.ndarray) -> np.ndarray:
 
 
 def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, mitigation: Mitigation,
-             seed: int) -> tuple[Any, FitOutcome]:
+             seed: int) -> tuple[torch.nn.Module, FitOutcome]:
     """Train with the mitigation's hooks; keep the weights of the epoch best by `cfg.select` on validation.
 
     Returns the trained module (the mitigation may wrap the head) and what was selected.
@@ -140,7 +143,7 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
     yv_np = _as2d(val.y)
     trainable = any(p.requires_grad for p in params)
 
-    def validate(m: Any) -> tuple[float, float]:
+    def validate(m: torch.nn.Module) -> tuple[float, float]:
         logits_v = m(xv)
         loss_v = float(torch.nn.functional.binary_cross_entropy_with_logits(logits_v, yv))
         return selection_score(cfg.select, yv_np, torch.sigmoid(logits_v).numpy(), val.groups, loss_v), loss_v
@@ -155,7 +158,7 @@ def fit_head(head: Any, train: SplitArrays, val: SplitArrays, cfg: TrainConfig, 
     return model, FitOutcome(fit.best_epoch, fit.best_val_loss, fit.val_losses, cfg.select, float(best))
 
 
-def predict(head: Any, x: np.ndarray) -> np.ndarray:
+def predict(head: torch.nn.Module, x: np.ndarray) -> np.ndarray:
     """Probabilities (n, K) from a trained head."""
     import torch
 
@@ -211,7 +214,8 @@ class SeedRun:
 
 
 def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
-                       make_head: Callable[[np.ndarray, int], Any], mitigation_factory: Callable[[], Mitigation],
+                       make_head: Callable[[np.ndarray, int], torch.nn.Module],
+                       mitigation_factory: Callable[[], Mitigation],
                        seeds: list[int], cfg: TrainConfig, threshold_policy: str = "val_youden",
                        test_groups: np.ndarray | None = None, mc_samples: int = 0,
                        extra: dict[str, tuple[np.ndarray, np.ndarray | None]] | None = None) -> list[SeedRun]:
@@ -417,7 +421,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
     return out
 
 
-def _resampled_test(spec: RunConfig, ds: Any, test: np.ndarray, y: np.ndarray, scores: np.ndarray,
+def _resampled_test(spec: RunConfig, ds: Dataset, test: np.ndarray, y: np.ndarray, scores: np.ndarray,
                     label_cols: list[str], policy: str | None, val: tuple[np.ndarray, np.ndarray],
                     seed: int) -> dict[str, Any]:
     """The run's test set resampled as --test-resample asks (seeded by the run seed) and evaluated like the

@@ -23,7 +23,9 @@ from fairmedbench.spec import RunConfig, ScoreSettings
 from fairmedbench.tasks.base import get_task
 
 if TYPE_CHECKING:
-    from fairmedbench.adapters.base import RunContext, Usage
+    import torch
+
+    from fairmedbench.adapters.base import Prepared, RunContext, Usage
     from fairmedbench.engine.splits import Split
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.registry.datasets.dataset import Dataset
@@ -143,8 +145,8 @@ def split_views(ds: Dataset, split: Split) -> dict[str, SplitView]:
     return {k: SplitView(ds, p, fp) for k, p in (("train", split.train), ("val", split.val), ("test", split.test))}
 
 
-def prepare_inputs(adapter: Any, model: Any, ds: Dataset, split: Split, ctx: Any,
-                   externals: Sequence[ExternalSet] = ()) -> Any:
+def prepare_inputs(adapter: Usage, model: FoundationModel, ds: Dataset, split: Split, ctx: RunContext,
+                   externals: Sequence[ExternalSet] = ()) -> Prepared:
     """The classification usage's prepared inputs of train/val/test (and `external<k>` for each external set).
 
     A split whose train/val were re-drawn around a fixed test set (repeated splits, 2D data) is prepared from one
@@ -227,10 +229,11 @@ class EpochsFit:
     val_losses: list[float] = field(default_factory=list)
 
 
-def fit_epochs(model: Any, mitigation: Mitigation, opt: Any, train: tuple[Any, Any, Any], sampler: tuple[np.ndarray,
-               np.ndarray | None], epochs: int, batch_size: int, patience: int, rng: np.random.Generator,
-               per_sample_loss: Callable[[Any, Any], Any], validate: Callable[[Any], tuple[float, float]]
-               ) -> EpochsFit:
+def fit_epochs(model: Any, mitigation: Mitigation, opt: torch.optim.Optimizer,
+               train: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
+               sampler: tuple[np.ndarray, np.ndarray | None], epochs: int, batch_size: int, patience: int,
+               rng: np.random.Generator, per_sample_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               validate: Callable[[Any], tuple[float, float]]) -> EpochsFit:
     """The head training loop every classifier task shares: per epoch, the mitigation's sample order (from the
     `sampler` labels and groups), minibatches through its loss hook, then `validate(model)` -> (selection score,
     lower is better; validation loss) under no_grad; early stop after `patience` epochs without improvement;

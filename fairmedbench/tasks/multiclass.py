@@ -40,6 +40,8 @@ from fairmedbench.tasks.common import (
 )
 
 if TYPE_CHECKING:
+    import torch
+
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.mitigation.base import Mitigation
     from fairmedbench.registry.datasets.dataset import Dataset
@@ -82,9 +84,9 @@ def selection_score(rule: str, y: np.ndarray, p: np.ndarray, groups: np.ndarray 
     return -min(per) if per else float("inf")
 
 
-def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
+def fit_softmax_head(head: torch.nn.Module, x: dict[str, np.ndarray], y: dict[str, np.ndarray],
                      groups: dict[str, np.ndarray | None], n_groups: int, n_classes: int, cfg: MulticlassConfig,
-                     mitigation: Mitigation, seed: int) -> tuple[Any, MulticlassFit]:
+                     mitigation: Mitigation, seed: int) -> tuple[torch.nn.Module, MulticlassFit]:
     """Train `head` (logits (n, C)) with cross-entropy through the mitigation's hooks; keep the weights of the
     epoch best by `cfg.select` on validation."""
     import torch
@@ -117,7 +119,7 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
     params = list(model.parameters()) + list(mitigation.extra_parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    def validate(m: Any) -> tuple[float, float]:
+    def validate(m: torch.nn.Module) -> tuple[float, float]:
         logits_v = m(xv)
         loss_v = float(F.cross_entropy(logits_v, yv, weight=weight))
         return selection_score(cfg.select, y["val"], torch.softmax(logits_v, 1).numpy(), groups["val"], loss_v), loss_v
@@ -128,7 +130,7 @@ def fit_softmax_head(head: Any, x: dict[str, np.ndarray], y: dict[str, np.ndarra
     return model, MulticlassFit(fit.best_epoch, fit.best_val_loss, fit.best_score, cfg.select, fit.val_losses)
 
 
-def predict_proba(head: Any, x: np.ndarray) -> np.ndarray:
+def predict_proba(head: torch.nn.Module, x: np.ndarray) -> np.ndarray:
     """Softmax class probabilities (n, C) of a trained head (float64, rows sum to 1)."""
     import torch
 

@@ -12,7 +12,7 @@ evaluated.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,7 +42,14 @@ from fairmedbench.tasks.common import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+    from fairmedbench.adapters.base import RunContext, Usage
+    from fairmedbench.engine.splits import Split
     from fairmedbench.metrics.result import FairnessResult
+    from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 
 @dataclass
@@ -70,7 +77,8 @@ def prompted_slices(image: np.ndarray, gt: np.ndarray) -> Iterator[tuple[int | N
 
 
 def _predict_sample(predict_mask: Callable[..., np.ndarray], image: np.ndarray, gt: np.ndarray,
-                    mode: str, rng: np.random.Generator, jitter: float, spacing: Any = None) -> tuple[np.ndarray, int]:
+                    mode: str, rng: np.random.Generator, jitter: float,
+                    spacing: Sequence[float] | None = None) -> tuple[np.ndarray, int]:
     """The predicted mask of a 2D image, of a 3D volume slice by slice, or of a whole volume by a volumetric
     predictor (one 3D prompt); and how many prompts were made."""
     if getattr(predict_mask, "volumetric", False):
@@ -92,8 +100,9 @@ def _predict_sample(predict_mask: Callable[..., np.ndarray], image: np.ndarray, 
     return pred, prompted
 
 
-def run_segmentation(predict_mask: Callable[..., np.ndarray], load_image: Callable[[int], Any],
-                     load_mask: Callable[[int], Any], positions: Sequence[int] | np.ndarray, mode: str, seed: int,
+def run_segmentation(predict_mask: Callable[..., np.ndarray], load_image: Callable[[int], np.ndarray],
+                     load_mask: Callable[[int], np.ndarray], positions: Sequence[int] | np.ndarray, mode: str,
+                     seed: int,
                      jitter: float = 0.0, progress: Callable[[int, int], None] | None = None,
                      spacing_of: Callable[[int], Sequence[float]] | None = None) -> SegOutcome:
     """Prompt from each ground-truth mask (seeded per sample), predict, score; empty masks are skipped.
@@ -164,18 +173,20 @@ class TrainableSegmenter(Protocol):
     trained: str  # what training updates, recorded in the result
     frozen: str  # what stays as loaded
 
-    def encode(self, images: Any) -> list[str]: ...
+    def encode(self, images: Iterable[np.ndarray]) -> list[str]: ...
 
-    def new_encoder(self) -> Any: ...
+    def new_encoder(self) -> torch.nn.Module | None: ...
 
-    def new_decoder(self) -> Any: ...
+    def new_decoder(self) -> torch.nn.Module: ...
 
-    def target(self, mask: np.ndarray) -> Any: ...
+    def target(self, mask: np.ndarray) -> torch.Tensor: ...
 
     def logits(self, trained: Trained, keys: Sequence[str], boxes: Sequence[np.ndarray],
-               shapes: Sequence[tuple[int, int]]) -> Any: ...
+               shapes: Sequence[tuple[int, int]]) -> torch.Tensor: ...
 
     def predictor(self, trained: Trained) -> Callable[[np.ndarray, Prompt], np.ndarray]: ...
+
+    def notes(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -183,10 +194,10 @@ class Trained:
     """What segmenter training updates: a trainable image-encoder copy (None when the encoder is frozen and its
     maps are kept) and a mask-decoder copy (possibly wrapped by a mitigation, e.g. one decoder per group)."""
 
-    encoder: Any
-    decoder: Any
+    encoder: torch.nn.Module | None
+    decoder: torch.nn.Module
 
-    def modules(self) -> list[Any]:
+    def modules(self) -> list[torch.nn.Module]:
         """The trained torch modules."""
         return [m for m in (self.encoder, self.decoder) if m is not None]
 
@@ -196,16 +207,16 @@ class Trained:
             m.train(mode)
         return self
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, torch.Tensor]:
         """A copy of what training changes: the encoder's trainable parameters, the decoder's whole state."""
-        out: dict[str, Any] = {}
+        out: dict[str, torch.Tensor] = {}
         if self.encoder is not None:
             out.update({f"encoder.{n}": p.detach().clone() for n, p in self.encoder.named_parameters()
                         if p.requires_grad})
         out.update({f"decoder.{k}": v.detach().clone() for k, v in self.decoder.state_dict().items()})
         return out
 
-    def load(self, state: dict[str, Any]) -> None:
+    def load(self, state: dict[str, torch.Tensor]) -> None:
         """Restore a `state()` copy."""
         import torch
 
@@ -232,8 +243,9 @@ class SegSplit:
     full_masks: dict[int, np.ndarray] = field(default_factory=dict)
 
 
-def prepare_split(problem: TrainableSegmenter, load_image: Callable[[int], Any], load_mask: Callable[[int], Any],
-                  positions: Sequence[int], keep: bool = False,
+def prepare_split(problem: TrainableSegmenter, load_image: Callable[[int], np.ndarray],
+                  load_mask: Callable[[int], np.ndarray],
+                  positions: Sequence[int] | np.ndarray, keep: bool = False,
                   progress: Callable[[int, int], None] | None = None) -> SegSplit:
     """Collect a split's prompted units and compute their encoder maps (in the problem's batches)."""
     out = SegSplit()
@@ -257,7 +269,7 @@ def prepare_split(problem: TrainableSegmenter, load_image: Callable[[int], Any],
     return out
 
 
-def dice_bce_loss(logits: Any, target: Any) -> Any:
+def dice_bce_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per sample (b,): soft Dice loss of sigmoid(logits) with squared denominators plus the mean pixel BCE
     with logits, against 0/1 targets (b, H, W): MedSAM's DiceLoss(sigmoid, squared_pred) + BCEWithLogitsLoss."""
     import torch.nn.functional as F
@@ -308,7 +320,8 @@ def _bbox(mask: np.ndarray, rng: np.random.Generator, jitter: float) -> np.ndarr
 
 
 def _batch_logits(problem: TrainableSegmenter, trained: Trained, keys: Sequence[str],
-                  boxes: Sequence[np.ndarray], shapes: Sequence[tuple[int, int]], groups: Any) -> Any:
+                  boxes: Sequence[np.ndarray], shapes: Sequence[tuple[int, int]],
+                  groups: torch.Tensor | None) -> torch.Tensor:
     """Training logits of a batch; a decoder wrapped with `group_heads` (one per group) sees each sample through its
     own group's head (the attribute is needed at training only)."""
     import torch
@@ -433,8 +446,9 @@ def _stage(ctx: Any, name: str) -> Callable[[int, int], None] | None:
     return (lambda done, total: ctx.progress(name, done, total)) if ctx.progress else None
 
 
-def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: Any, ctx: Any,
-                     jitter: float) -> tuple[Callable[[int], tuple[Any, dict[str, Any]]], dict[str, Any]]:
+def _decoder_trainer(spec: RunConfig, adapter: Usage, model: FoundationModel, ds: Dataset, split: Split,
+                     ctx: RunContext, jitter: float
+                     ) -> tuple[Callable[[int], tuple[Callable[..., np.ndarray], dict[str, Any]]], dict[str, Any]]:
     """For a usage that trains: encoder maps of every split computed once, and a function seed -> (predictor,
     the result's training block); plus the usage notes."""
     from fairmedbench.mitigation import make_mitigation
@@ -447,7 +461,7 @@ def _decoder_trainer(spec: RunConfig, adapter: Any, model: Any, ds: Any, split: 
                                       progress=_stage(ctx, f"encoder maps ({name})"))
                         for name, p in (("train", split.train), ("val", split.val), ("test", split.test)))
 
-    def fit(seed: int) -> tuple[Any, dict[str, Any]]:
+    def fit(seed: int) -> tuple[Callable[..., np.ndarray], dict[str, Any]]:
         mitigation = make_mitigation(spec.mitigation, **mit_h)
         decoder, outcome = fit_decoder(problem, train, val, codes, n_groups, cfg, mitigation, seed, jitter,
                                        progress=_stage(ctx, f"training the decoder (seed {seed})"))
@@ -480,7 +494,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
                                                inputs.out_dir, inputs.opts)
     jitter = float(spec.usage_hparams["box_jitter"])
     t0 = time.perf_counter()
-    fit: Callable[[int], tuple[Any, dict[str, Any] | None]]
+    fit: Callable[[int], tuple[Callable[..., np.ndarray], dict[str, Any] | None]]
     if adapter.learns:
         fit, notes = _decoder_trainer(spec, adapter, inputs.model, ds, split, inputs.ctx, jitter)
     else:
@@ -530,7 +544,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
     return docs, results, reused
 
 
-def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict: Any, out_dir: Path, seed: int,
+def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict: Callable[..., np.ndarray],
+                      out_dir: Path, seed: int,
                       jitter: float, internal: SegOutcome, internal_attrs: dict[str, np.ndarray],
                       internal_pids: np.ndarray) -> list[dict[str, Any]]:
     """Each external test split segmented by the same predictor, through the segmentation metric engine as the
@@ -559,7 +574,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
     return res_out
 
 
-def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any) -> Any:
+def _segmentation_frame(ds: Dataset, spec: RunConfig, seed: int, out: SegOutcome, test: np.ndarray) -> pd.DataFrame:
     """One predictions row per test sample in split order: DSC/IoU (HD95 for 3D) of the prompted ones; an
     unprompted one (empty ground truth) has empty_gt=True and null scores, so the test ids stay complete while
     the metrics, computed on prompted rows only, ignore it."""
@@ -576,10 +591,10 @@ def _segmentation_frame(ds: Any, spec: RunConfig, seed: int, out: Any, test: Any
     def column(values: list[float]) -> np.ndarray:
         return np.where(scored, np.asarray(values, dtype=np.float64)[np.maximum(k, 0)] if values else np.nan, np.nan)
 
-    frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str), "split": "test",
-                          "seed": seed, "patient_id": patient_ids(ds, pos),
-                          "dsc": column(out.dsc), "iou": column(out.iou),
-                          "empty_gt": ~scored})
+    frame: pd.DataFrame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str),
+                                        "split": "test", "seed": seed, "patient_id": patient_ids(ds, pos),
+                                        "dsc": column(out.dsc), "iou": column(out.iou),
+                                        "empty_gt": ~scored})
     if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
         frame["hd95"] = column(out.hd95)
     for a, v in attr_columns(ds, spec, pos).items():

@@ -29,6 +29,8 @@ from fairmedbench.registry.datasets import (  # noqa: F401  (each module registe
 from fairmedbench.registry.datasets.card import DATASETS, AttributeSpec, DatasetCard, register
 
 if TYPE_CHECKING:
+    import os
+
     from fairmedbench.registry.datasets.dataset import Dataset
 
 __all__ = ["DATASETS", "AttributeSpec", "DatasetCard", "register", "get_card", "load_dataset"]
@@ -39,7 +41,7 @@ def get_card(name: str) -> DatasetCard:
     return DATASETS.get(name)
 
 
-def load_dataset(name: str, data_root: Any = None, **options: Any) -> Dataset:
+def load_dataset(name: str, data_root: str | os.PathLike | None = None, **options: Any) -> Dataset:
     """Load dataset `name` (see fairmedbench.registry.datasets.dataset.load_dataset for options)."""
     from fairmedbench.registry.datasets.dataset import load_dataset as _load
 

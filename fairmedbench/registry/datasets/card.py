@@ -8,12 +8,15 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.registry.base import Registry
 
+if TYPE_CHECKING:
+    from fairmedbench.registry.datasets.dataset import ReadResult
 
-def raw_key(value: Any) -> str | None:
+
+def raw_key(value: object) -> str | None:
     """Normalise a raw attribute value to the string used as mapping key (None for missing).
 
     Integral floats lose their '.0' (1.0 -> '1'), strings are stripped; NaN/None/'' are missing."""
@@ -69,7 +72,7 @@ class AttributeSpec:
         base = "binary" if len(self.groups) == 2 else "multi-group"
         return f"{base} (bins)" if self.bins is not None else base
 
-    def map_value(self, value: Any) -> tuple[str, str | None]:
+    def map_value(self, value: object) -> tuple[str, str | None]:
         """Classify one raw value: ('group', name) | ('unknown', None) | ('unmapped', None)."""
         key = raw_key(value)
         if key is None or key in self.unknown_values:
@@ -149,7 +152,7 @@ class DatasetCard:
     dim: int
     label_definition: str
     attributes: tuple[AttributeSpec, ...]
-    reader: Callable[..., Any]
+    reader: Callable[..., ReadResult]
     classes: tuple[str, ...] = ("negative", "positive")
     label_column: str | None = "label"
     extra_label_columns: tuple[str, ...] = ()

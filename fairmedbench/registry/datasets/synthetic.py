@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from fairmedbench.registry.datasets.card import AttributeSpec, DatasetCard, age_attributes, register
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
     import pandas as pd
 
@@ -229,7 +231,7 @@ class SyntheticReader:
         self.config = config
         self.__qualname__ = f"SyntheticReader[{name}]"
 
-    def __call__(self, root: Any = None, n: int | None = None, data_seed: int | None = None,
+    def __call__(self, root: Path | None = None, n: int | None = None, data_seed: int | None = None,
                  config: Mapping[str, Any] | None = None) -> ReadResult:
         """Generate the sample table (images render lazily); `data_seed` is the generation seed
         (distinct from any split seed)."""

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import MissingResourceError
 from fairmedbench.registry.models import cards as _cards  # noqa: F401  (registers the cards)
 from fairmedbench.registry.models.card import MODELS, ModelCard, Preprocessing, WeightSource, loader_function
 from fairmedbench.registry.models.weights import resolve_weights
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 __all__ = ["MODELS", "ModelCard", "Preprocessing", "WeightSource", "get_card", "load_model", "seen_in_pretraining"]
 
@@ -27,7 +30,7 @@ def seen_in_pretraining(model: str, dataset: str, training_datasets: Sequence[st
 
 
 def load_model(name: str, weights: str | None = None, *, seed: int = 0, device: str = "cpu",
-               verify: bool = True, **options: Any) -> Any:
+               verify: bool = True, **options: Any) -> FoundationModel:
     """Build model `name` with `weights` (None: the card's default; 'random'; or a path) on `device`.
 
     Returns a `fairmedbench.registry.models.runtime.FoundationModel`.

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fairmedbench.registry.base import Registry
+
+if TYPE_CHECKING:
+    from fairmedbench.registry.models.runtime import FoundationModel
 
 Kind = Literal["vision", "vision-language", "segmentation"]
 Capability = Literal["encode_image", "encode_text", "segment", "tune_decoder"]
@@ -114,7 +117,7 @@ def register(card: ModelCard) -> ModelCard:
     return MODELS.add(card.name, card)
 
 
-def loader_function(card: ModelCard) -> Callable[..., Any]:
+def loader_function(card: ModelCard) -> Callable[..., FoundationModel]:
     """Import the card's loader lazily (heavy libraries are imported only here)."""
     import importlib
 

@@ -7,7 +7,7 @@ Random weights are built from config objects (never downloaded); real weights co
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,9 @@ from fairmedbench.registry.models.weights import (
     load_into,
     read_state_dict,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 Tokenize = Callable[[Sequence[str]], dict[str, torch.Tensor]]
 #: a transformers model of one family (CLIPModel, SiglipModel, BLIP, ...): the embedding functions call its own
@@ -62,7 +65,7 @@ class HFModel(FoundationModel):
         return self._text_fn(self.module, batch)
 
 
-def cached_hf_tokenizer(card: ModelCard, repo: str) -> Any:
+def cached_hf_tokenizer(card: ModelCard, repo: str) -> PreTrainedTokenizerBase:
     """A transformers tokenizer from the hub cache; MissingResourceError (fast) when absent offline."""
     from transformers import AutoTokenizer
 

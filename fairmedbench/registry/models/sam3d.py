@@ -34,6 +34,8 @@ from fairmedbench.registry.models.volumetric import VolumetricSegmenter, crop_bo
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
 
 if TYPE_CHECKING:
+    import os
+
     from fairmedbench.registry.models.runtime import VolumePrompt
 
 PROMPT_DIM = 384  # SAM-Med3D's prompt embedding width (build_sam3D.py: prompt_embed_dim)
@@ -146,7 +148,7 @@ def _strip(key: str) -> str:
     return key[len("module."):] if key.startswith("module.") else key
 
 
-def read_sam3d_state(path: Any) -> dict[str, Any]:
+def read_sam3d_state(path: str | os.PathLike) -> dict[str, Any]:
     """A SAM-Med3D / FastSAM3D checkpoint's tensors: unwraps their 'model_state_dict' container and the
     `module.` prefix DataParallel training leaves."""
     from pathlib import Path
