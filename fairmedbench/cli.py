@@ -150,7 +150,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     out = evaluate_with(args.predictions or [], opts)
     if opts.json:
         return _json(out.document)
-    return _show(terminal.render_batch if isinstance(out, BatchOutcome) else terminal.render_evaluate, out)
+    if isinstance(out, BatchOutcome):
+        return _show(terminal.render_batch, out)
+    return _show(terminal.render_evaluate, out)
 
 
 def _add_inspect(sub: Subparsers) -> None:

@@ -94,8 +94,8 @@ def render(result: FairnessResult, console: Console) -> None:
             console.print(f"[yellow]missing[/] {r.attribute}: {r.n_missing} sample(s) without a value, left out")
     small = sorted({g for r in result.reports for g in r.small_groups})
     if small:
-        console.print(f"[yellow]small groups[/] (< {result.meta['min_group_size']} samples; point estimates "
-                      f"only, no CI): {', '.join(small)}")
+        console.print(f"[yellow]small groups[/] (< {result.meta['min_group_size']} samples; their own metrics are "
+                      f"point estimates, no CI; gaps between groups keep theirs): {', '.join(small)}")
     shown = {m for m, _ in group_cols + gap_cols}
     degenerate = sum(1 for r in result.reports for m, per in r.ci_notes.items() for g in per
                      if m in shown and g not in r.small_groups)
