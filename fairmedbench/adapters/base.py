@@ -111,6 +111,9 @@ class Usage:
     train_defaults: Mapping[str, Any] = MappingProxyType({})  # TrainConfig defaults for this usage's head
     prompt_modes: tuple[str, ...] = ()  # segmentation: the prompts (adapters.prompts modes) it accepts
     learns = False  # whether it learns from the train split (a mitigation other than erm needs one that does)
+    # the order in which it is chosen when a run names no usage (lowest first, among those the model and dataset
+    # allow, for the dataset's first task any of them serves); None: only when asked for
+    default_rank: int | None = None
     seeded_init = True  # whether the run seed sets the head's initial weights (clip-adapt's are the text prototypes)
     volumes = False  # classification: whether it runs on 3D volumes slice by slice (2.5D, adapters.volumes)
     caches_features = False  # classification: whether `prepare` reads frozen image features from the feature cache
@@ -147,7 +150,8 @@ class Usage:
     def describe(self) -> dict[str, Any]:
         """Name, task, required capabilities."""
         return {"name": self.name, "task": self.task, "tasks": list(self.tasks), "requires": list(self.requires),
-                "learns": self.learns, "hparams": dict(self.hparams), "about": self.about}
+                "learns": self.learns, "default_rank": self.default_rank, "hparams": dict(self.hparams),
+                "about": self.about}
 
 
 USAGES: Registry[Usage] = Registry("usage", plugins=True)

@@ -20,6 +20,7 @@ class ClipAdapt(Usage):
     """The zero-shot head with its prototypes trained by the runner (the logit scale stays fixed)."""
 
     name = "clip-adapt"
+    default_rank = 2
     task = "classification"
     requires = ("encode_image", "encode_text")
     about = "CLIP-Adapt: class prototypes initialised from prompt embeddings, trained on cached image features"

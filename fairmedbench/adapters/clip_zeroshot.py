@@ -178,6 +178,7 @@ class ClipZeroShot(Usage):
     """Fixed text prototypes: no training; the runner still picks the threshold on validation."""
 
     name = "clip-zs"
+    default_rank = 1
     task = "classification"
     requires = ("encode_image", "encode_text")
     about = "CLIP zero-shot: prompt-ensembled class text embeddings vs cached image features"

@@ -56,6 +56,7 @@ class LinearProbe(Usage):
     """Frozen encoder features, computed once per (model, weights, preprocessing, split) and cached."""
 
     name = "lp"
+    default_rank = 0
     task = "classification"
     also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)

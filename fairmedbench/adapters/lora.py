@@ -212,6 +212,7 @@ class LoRAFineTune(Usage):
     """LoRA on the image tower plus a linear head; the runner trains it and selects on validation."""
 
     name = "lora"
+    default_rank = 3
     task = "classification"
     also_tasks = ("multiclass",)  # the same head with one output per class, trained by the multiclass runner
     requires = ("encode_image",)

@@ -30,6 +30,7 @@ class SamPrompt(Usage):
     3D prompt per volume and segments the whole volume."""
 
     name = "sam-prompt"
+    default_rank = 0
     task = "segmentation"
     requires = ("segment",)
     about = "prompted segmentation (prompts from ground-truth masks: center, rand, rands, bbox)"

@@ -29,11 +29,6 @@ if TYPE_CHECKING:
     from fairmedbench.tasks.base import Task
     from fairmedbench.tasks.common import ExternalSet
 
-# The usage chosen when none is asked for: the first of these the model and dataset allow, per task.
-USAGE_PREFERENCE = {"classification": ("lp", "clip-zs", "clip-adapt", "lora"), "segmentation": ("sam-prompt",),
-                    "multiclass": ("lp", "lora")}
-
-
 @dataclass(frozen=True)
 class Checked:
     """A RunSpec whose names and hyperparameters are valid (no data read, no weights loaded)."""
@@ -81,10 +76,10 @@ def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard
             raise InputError(f"usage {spec.usage!r} cannot run here: {why}. Possible usages for this model "
                              f"and dataset: {', '.join(possible) or 'none'}")
         return spec.usage
-    for task in dataset_card.tasks:
-        for name in USAGE_PREFERENCE.get(task, ()):
-            if name in possible:
-                return name
+    for task in dataset_card.tasks:  # the usages' own default_rank decides: no task is named here
+        ranked = [u for u in map(USAGES.get, possible) if task in u.tasks and u.default_rank is not None]
+        if ranked:
+            return min(ranked, key=lambda u: u.default_rank or 0).name
     raise InputError(f"model {model_card.name!r} ({', '.join(model_card.capabilities)}) has no usage for dataset "
                      f"{dataset_card.name!r} ({', '.join(dataset_card.tasks)})")
 

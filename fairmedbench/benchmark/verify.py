@@ -208,9 +208,13 @@ def _rerun(doc: dict[str, Any], ids: list[str], weights: str | None, opts: RunOp
 
 def _compare(sub: pd.DataFrame, again: pd.DataFrame, ids: list[str], block: dict[str, Any]
              ) -> tuple[int, float | None, list[str]]:
-    """(values compared, max |diff|, problems) between submitted and re-run scores: sampled test ids and all val."""
-    cols = block["columns"]
-    score_cols = list(cols["scores"]) + ([] if cols.get("labels") else ["iou"])  # segmentation: DSC and IoU
+    """(values compared, max |diff|, problems) between submitted and re-run scores: sampled test ids and all val.
+    The task's value columns (ValueColumn roles) say what else is compared: its other 'score' columns, where its
+    'unscored' markers and the nulls of its 'distance' columns fall."""
+    from fairmedbench.tasks.base import get_task
+
+    cols, task = block["columns"], get_task(block["format"])
+    score_cols = list(cols["scores"]) + [c for c in task.columns_of("score") if c not in cols["scores"]]
     key = [cols["split"], cols["id"]]
     want = sub[(sub[cols["split"]] == "val") | sub[cols["id"]].astype(str).isin(ids)]
     got = again.set_index(key)
@@ -219,19 +223,19 @@ def _compare(sub: pd.DataFrame, again: pd.DataFrame, ids: list[str], block: dict
         return 0, None, [f"the re-run has no score for {len(missing)} submitted item(s), e.g. {missing[0]}"]
     index = want.set_index(key).index
     scored, problems = np.ones(len(index), dtype=bool), []
-    if "empty_gt" in want.columns:  # segmentation: an empty ground truth has no score; the data must agree
-        claimed = want["empty_gt"].to_numpy(dtype=bool)
-        found = got.loc[index, "empty_gt"].to_numpy(dtype=bool)
+    for mark in (c for c in task.columns_of("unscored") if c in want.columns):  # covered, not scored: must agree
+        claimed = want[mark].to_numpy(dtype=bool)
+        found = got.loc[index, mark].to_numpy(dtype=bool)
         if (claimed != found).any():
-            problems.append(f"{int((claimed != found).sum())} sampled item(s) disagree with the data on whether "
-                            f"the ground truth is empty, e.g. {index[np.argmax(claimed != found)]}")
-        scored = ~(claimed | found)
-        if "hd95" in want.columns and "hd95" in got.columns:  # a null HD95 (empty prediction) must be one here too
-            null_sub = want["hd95"].isna().to_numpy() & scored
-            null_run = got.loc[index, "hd95"].isna().to_numpy() & scored
-            if (null_sub != null_run).any():
-                problems.append(f"{int((null_sub != null_run).sum())} sampled item(s) have a null HD95 where the "
-                                f"re-run has a distance, or the reverse, e.g. {index[np.argmax(null_sub != null_run)]}")
+            problems.append(f"{int((claimed != found).sum())} sampled item(s) disagree with the data on {mark} "
+                            f"(covered but not scored), e.g. {index[np.argmax(claimed != found)]}")
+        scored &= ~(claimed | found)
+    for dist in (c for c in task.columns_of("distance") if c in want.columns and c in got.columns):
+        null_sub = want[dist].isna().to_numpy() & scored  # e.g. a null HD95 (empty prediction) must be one here too
+        null_run = got.loc[index, dist].isna().to_numpy() & scored
+        if (null_sub != null_run).any():
+            problems.append(f"{int((null_sub != null_run).sum())} sampled item(s) have a null {dist} where the "
+                            f"re-run has a value, or the reverse, e.g. {index[np.argmax(null_sub != null_run)]}")
     a = want.set_index(key)[score_cols].to_numpy(dtype=np.float64)[scored]
     b = got.loc[index, score_cols].to_numpy(dtype=np.float64)[scored]
     return int(a.size), float(np.max(np.abs(a - b))) if a.size else None, problems
@@ -250,6 +254,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
     from fairmedbench.registry.models import MODELS
     from fairmedbench.spec import RunOptions
+    from fairmedbench.tasks.base import unscored_columns
 
     bundle = Path(bundle)
     if not (bundle / "model.json").is_file() or not (bundle / "suite.json").is_file():
@@ -284,9 +289,10 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             block = doc["predictions"]
             sub = pd.read_parquet(folder / block["file"])
             test = sub[sub[block["columns"]["split"]] == "test"]
-            empty = test["empty_gt"].to_numpy(dtype=bool) if "empty_gt" in test else np.zeros(len(test), bool)
-            # scores are compared on a sample of scored ids; a sample of the unscored (empty ground truth) ids is
-            # re-run as well, so rows wrongly marked empty (left out of every metric) are caught
+            marks = [test[c].to_numpy(dtype=bool) for c in unscored_columns() if c in test]
+            empty = np.logical_or.reduce(marks) if marks else np.zeros(len(test), bool)
+            # scores are compared on a sample of scored ids; a sample of the unscored (e.g. empty ground truth) ids
+            # is re-run as well, so rows wrongly marked unscored (left out of every metric) are caught
             ids = sorted(sample_ids(test.loc[~empty, block["columns"]["id"]].astype(str).tolist(), sample, seed)
                          + sample_ids(test.loc[empty, block["columns"]["id"]].astype(str).tolist(), sample, seed))
             # an unknown precision gets the widest default (bf16's)

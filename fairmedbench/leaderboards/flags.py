@@ -18,6 +18,7 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.suites import Entry
 from fairmedbench.metrics.auc import auc
+from fairmedbench.tasks.base import unscored_columns
 
 # near-perfect predictions (classification): overall AUC at or above this on any task and seed ...
 NEAR_PERFECT_AUC = 0.99
@@ -62,11 +63,13 @@ class Facts:
 
 
 def scored_rows(test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Segmentation test columns without the empty-ground-truth rows (covered test ids, but never scored: every
-    metric and flag is computed on prompted samples only); classification columns unchanged."""
-    if "empty_gt" not in test:
+    """Test columns without the rows a task's 'unscored' column marks (tasks.base.unscored_columns: e.g. a
+    segmentation sample with an empty ground truth, covered but never scored; every metric and flag is computed on
+    scored samples only); unchanged when the columns have no such marker."""
+    marks = [np.asarray(test[c], dtype=bool) for c in unscored_columns() if c in test]
+    if not marks:
         return test
-    keep = ~np.asarray(test["empty_gt"], dtype=bool)
+    keep = ~np.logical_or.reduce(marks)
     return {k: np.asarray(v)[keep] for k, v in test.items()}
 
 

@@ -33,7 +33,7 @@ from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.spec import ScoreSettings
-from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task, unscored_columns
 
 TOLERANCE = 1e-9
 MAX_LINES_PER_FILE = 6
@@ -624,18 +624,21 @@ def _coverage(entry: Entry, n: int) -> dict[str, Any]:
 
 
 def _check_skipped(rel: str, doc: dict[str, Any], cols: _Columns) -> list[str]:
-    """A segmentation run's usage block (when it has one) names exactly the test rows with empty_gt as skipped."""
+    """A run's usage block (when it has one) names exactly the test rows its task's 'unscored' column marks (a
+    segmentation sample with an empty ground truth) as skipped."""
     given = doc.get("usage")
     usage = given if isinstance(given, dict) else {}
-    if "empty_gt" not in cols.test or "skipped" not in usage:
+    marks = [c for c in unscored_columns() if c in cols.test]
+    if not marks or "skipped" not in usage:
         return []
     skipped, n = usage["skipped"], usage.get("n_skipped")
-    empty = sorted(str(i) for i in cols.test["sample_id"][cols.test["empty_gt"] == 1.0])
+    unscored = np.logical_or.reduce([cols.test[c] == 1.0 for c in marks])
+    empty = sorted(str(i) for i in cols.test["sample_id"][unscored])
     if not isinstance(skipped, dict) or sorted(skipped) != empty or (n is not None and n != len(empty)):
         named = sorted(skipped) if isinstance(skipped, dict) else []
         odd = sorted(set(named) ^ set(empty))
         return [f"{rel}: usage.skipped names {len(named)} sample(s) (n_skipped {n!r}), the predictions have "
-                f"{len(empty)} row(s) with empty_gt" + (f"; e.g. {odd[0]!r} is in one only" if odd else "")]
+                f"{len(empty)} row(s) with {' or '.join(marks)}" + (f"; e.g. {odd[0]!r} is in one only" if odd else "")]
     return []
 
 

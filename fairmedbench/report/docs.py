@@ -315,6 +315,8 @@ def usages_page() -> str:
         lines += [f"## {n} {{#{_anchor('usage', n)}}}", "", text(u.about), ""]
         lines += [f"- **Task**: {u.task}; needs {', '.join(code(r) for r in u.requires) or 'nothing'}",
                   f"- **Learns from the train split**: {'yes (mitigations apply)' if u.learns else 'no (only erm)'}",
+                  "- **Chosen without --usage**: " + ("no (only when asked for)" if u.default_rank is None
+                                                       else f"rank {u.default_rank} (lowest first)"),
                   f"- **Hyperparameters**: {_kv(u.hparams)}",
                   f"- **Training defaults**: {_kv(u.train_defaults)}"]
         if u.prompt_modes:

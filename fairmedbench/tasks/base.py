@@ -120,6 +120,10 @@ class Task:
         """The metric compare ranks methods by across datasets (Friedman): worst-group utility."""
         return board_metrics(self.name)["worst_group"].name
 
+    def columns_of(self, role: str) -> tuple[str, ...]:
+        """This task's value columns with `role` ('unscored', 'score' or 'distance'; see ValueColumn)."""
+        return tuple(v.name for v in self.value_columns if v.role == role)
+
     def predictions_block(self, file: str, tasks: list[str], attributes: list[str],
                           classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
         """The result document's description of its predictions Parquet for this task (`classes`, the dataset
@@ -205,6 +209,12 @@ TASKS.add_named(MulticlassTask(
     select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
     sample_labels=True, class_index_labels=True, run_kind="run-multiclass", label_column="label",
     score_column="score:{task}", decision="the argmax of the class probabilities", head="classifier"))
+
+
+def unscored_columns() -> tuple[str, ...]:
+    """The 'unscored' value columns of every registered task: a true value marks a test row that is covered but
+    not scored (a segmentation sample with an empty ground truth), left out of every metric and flag."""
+    return tuple(dict.fromkeys(c for n in TASKS.names() for c in TASKS.get(n).columns_of("unscored")))
 
 
 def get_task(name: str) -> Task:

@@ -159,8 +159,8 @@ def test_flags_and_verify_leave_empty_rows_out() -> None:
     test = {"sample_id": np.array(["a", "b", "c", "d"], dtype=object), "dsc": np.array([0.995, np.nan, 1.0, np.nan]),
             "iou": np.array([0.99, np.nan, 1.0, np.nan]), "empty_gt": np.array([0.0, 1.0, 0.0, 1.0]),
             "attr:sex": np.array(["f", "m", "m", "f"], dtype=object)}
-    block = {"columns": {"id": "sample_id", "split": "split", "seed": "seed", "labels": [], "scores": ["dsc"]},
-             "attributes": ["sex"]}
+    block = {"format": "segmentation", "attributes": ["sex"],
+             "columns": {"id": "sample_id", "split": "split", "seed": "seed", "labels": [], "scores": ["dsc"]}}
     p = from_columns(test, block, 0)
     assert p.ids.tolist() == ["a", "c"] and p.scores[:, 0].tolist() == [0.995, 1.0]
     assert p.attributes["sex"].tolist() == ["f", "m"]
@@ -175,12 +175,12 @@ def test_flags_and_verify_leave_empty_rows_out() -> None:
     assert _compare(sub, again, ["a", "b", "c", "d"], block) == (4, pytest.approx(0.05), [])
     hd = sub.assign(hd95=[2.0, np.nan, np.nan, np.nan])  # c has a distance in the data; a null hides it
     assert _compare(hd, again.assign(hd95=[2.0, np.nan, 3.5, np.nan]), ["a", "b", "c", "d"], block)[2] == [
-        "1 sampled item(s) have a null HD95 where the re-run has a distance, or the reverse, e.g. ('test', 'c')"]
+        "1 sampled item(s) have a null hd95 where the re-run has a value, or the reverse, e.g. ('test', 'c')"]
     assert _compare(hd, again.assign(hd95=[2.5, np.nan, np.nan, np.nan]), ["a", "b", "c", "d"], block)[2] == []
     lied = sub.assign(empty_gt=[False, True, True, True], dsc=[0.5, np.nan, np.nan, np.nan])
     n, diff, problems = _compare(lied, again, ["a", "b", "c", "d"], block)
     assert (n, diff) == (2, 0.0) and problems == [
-        "1 sampled item(s) disagree with the data on whether the ground truth is empty, e.g. ('test', 'c')"]
+        "1 sampled item(s) disagree with the data on empty_gt (covered but not scored), e.g. ('test', 'c')"]
 
 
 def _read_hd95(hd95: list[float], dsc: tuple[float, ...] = (0.5, np.nan, 0.0, 0.7)) -> list[str] | None:

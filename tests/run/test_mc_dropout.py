@@ -101,18 +101,10 @@ def test_cli_evaluate_uncertainty_terminal_table_has_a_row_per_level(mc_run, cap
 
 @pytest.fixture(scope="module")
 def ordinal_run(tmp_path_factory: pytest.TempPathFactory):
-    """synth-ordinal (grades 0..3, weaker grade signal for females) through lp with MC dropout. Until
-    resolve.check_spec picks the task with `usage.task_for(card.tasks)` (the multiclass branch's one-line change),
-    lp is pinned to the multiclass task here; afterwards this is a no-op."""
-    from fairmedbench.adapters import USAGES
-    from fairmedbench.benchmark import resolve
-
+    """synth-ordinal (grades 0..3, weaker grade signal for females) through lp with MC dropout."""
     tmp = tmp_path_factory.mktemp("mc-ordinal")
-    with pytest.MonkeyPatch.context() as mp:
-        if "multiclass" not in resolve.USAGE_PREFERENCE:
-            mp.setattr(USAGES.get("lp"), "task", "multiclass")
-        spec = _spec(model="moco-cxr", dataset="synth-ordinal", attributes=("sex",))
-        out = run(spec, RunOptions(out_root=str(tmp / "results"), cache_dir=str(tmp / "cache"), device="cpu"))
+    spec = _spec(model="moco-cxr", dataset="synth-ordinal", attributes=("sex",))
+    out = run(spec, RunOptions(out_root=str(tmp / "results"), cache_dir=str(tmp / "cache"), device="cpu"))
     return tmp, out
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from fairmedbench.adapters import USAGES
-from fairmedbench.benchmark import resolve
 from fairmedbench.benchmark.evaluate import EvaluateOptions, run_evaluate
 from fairmedbench.benchmark.run import RunOptions, run
 from fairmedbench.engine import store
@@ -19,17 +18,6 @@ from fairmedbench.spec import RunSpec
 from fairmedbench.tasks.base import get_task
 
 CLASSES = ["grade0", "grade1", "grade2", "grade3"]
-
-
-@pytest.fixture(scope="module")
-def routed():
-    """Until resolve.check_spec picks the task with `usage.task_for(card.tasks)` (the one-line change in the
-    multiclass branch's report), lp and lora are pinned to the multiclass task here; afterwards this is a no-op."""
-    with pytest.MonkeyPatch.context() as mp:
-        if "multiclass" not in resolve.USAGE_PREFERENCE:
-            for name in ("lp", "lora"):
-                mp.setattr(USAGES.get(name), "task", "multiclass")
-        yield
 
 
 def _spec(**kw) -> RunSpec:
@@ -44,7 +32,7 @@ def _opts(tmp: Path, **kw) -> RunOptions:
 
 
 @pytest.fixture(scope="module")
-def lp_run(routed, tmp_path_factory: pytest.TempPathFactory):
+def lp_run(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("mc")
     return tmp, run(_spec(), _opts(tmp))
 
@@ -96,7 +84,7 @@ def test_evaluate_on_saved_predictions_equals_the_run(lp_run, tmp_path: Path) ->
     assert np.isfinite(theirs.values["macro_auc"]["__overall__"][1])  # an interval was compared, not only NaN
 
 
-def test_mitigations_and_usages_that_do_not_serve_multiclass_are_refused(routed, tmp_path: Path) -> None:
+def test_mitigations_and_usages_that_do_not_serve_multiclass_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not apply to multiclass: .*argmax"):
         run(_spec(mitigation="group_thresholds"), _opts(tmp_path))
     with pytest.raises(InputError, match="argmax"):  # a threshold would be silently unused otherwise
@@ -108,14 +96,14 @@ def test_mitigations_and_usages_that_do_not_serve_multiclass_are_refused(routed,
 
 
 def test_usages_name_the_tasks_they_serve() -> None:
-    lp = type(USAGES.get("lp"))()  # a fresh instance: the module's `routed` fixture may pin the registered one
+    lp = type(USAGES.get("lp"))()
     assert lp.task_for(("multiclass",)) == "multiclass" and lp.task_for(("classification", "segmentation")) \
         == "classification"
     assert "multiclass" in lp.describe()["tasks"] and USAGES.get("sam-prompt").tasks == ("segmentation",)
 
 
 @pytest.mark.slow
-def test_ordinal_disparity_is_found_by_lp(routed, tmp_path: Path) -> None:
+def test_ordinal_disparity_is_found_by_lp(tmp_path: Path) -> None:
     out = run(_spec(seeds=(0,), n_boot=200, dataset_options={"n": 400}, hparams={"epochs": 60}), _opts(tmp_path))
     rep = out.results[0].report()
     # measured: macro AUC female 0.638 [0.553, 0.725] vs male 0.788 [0.711, 0.858]; gap 0.150 [0.040, 0.255]
@@ -126,7 +114,7 @@ def test_ordinal_disparity_is_found_by_lp(routed, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_lora_trains_a_softmax_head(routed, tmp_path: Path) -> None:
+def test_lora_trains_a_softmax_head(tmp_path: Path) -> None:
     out = run(_spec(usage="lora", seeds=(0,), n_boot=0, dataset_options={"n": 40},
                     hparams={"epochs": 1, "lora_r": 2}), _opts(tmp_path))
     doc = out.seed_docs[0]
