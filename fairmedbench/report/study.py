@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -295,6 +295,33 @@ def with_across_splits(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def one_per_configuration(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a configuration run on several split seeds folded into one, so that the FairMedFM figures,
+    tables and answers count it once: its value and interval across split seeds (`with_across_splits`), every
+    (split seed, training seed) in run_seeds ('split/seed') and the per-seed columns, and the largest p (every seed
+    of every split must reject); split_seed empty and run_id the runs' ids joined. Other rows unchanged."""
+    import pandas as pd
+
+    if not len(table) or table["split_seed"].isna().all():
+        return table
+    rows: list[dict[Hashable, Any]] = []
+    for _, g in table.groupby(list(SPLIT_KEY), dropna=False, sort=False):
+        if g["split_seed"].nunique() < 2:
+            rows += g.to_dict("records")
+            continue
+        row = g.iloc[0].to_dict()
+        p_values = [math.nan if p is None else float(p) for ps in g["seed_p_values"] for p in ps]  # None: read back
+        row.update(mean=row["across_splits_mean"], std=row["across_splits_std"], ci_low=row["across_splits_ci_low"],
+                   ci_high=row["across_splits_ci_high"], n_seeds=int(g["n_seeds"].sum()),
+                   n_undefined=int(g["n_undefined"].sum()), split_seed=None, run_id=",".join(g["run_id"]),
+                   run_seeds=[f"{int(sp)}/{sd}" for sp, seeds in zip(g["split_seed"], g["run_seeds"]) for sd in seeds],
+                   **{c: [v for vs in g[c] for v in vs] for c in ("seed_values", "seed_ci_low", "seed_ci_high")},
+                   seed_p_values=p_values,
+                   p_value=max(p_values) if p_values and all(map(math.isfinite, p_values)) else math.nan)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=table.columns)
+
+
 # ----------------------------------------------------------------------------------------------- helpers
 
 def _fmt(mean: float, lo: float = math.nan, hi: float = math.nan) -> str:
@@ -375,7 +402,9 @@ class _Builder:
         self.figures: list[Path] = []
         self.answers: list[str] = []
         self.first = table[table["task_index"] == 0]  # figures and answers use each run's first task column
-        self.base = self.first[self.first["train_group_share"].isna() & self.first["prevalence"].isna()]
+        # a configuration run on several split seeds counts once (its interval across split seeds)
+        self.base = one_per_configuration(self.first[self.first["train_group_share"].isna()
+                                                     & self.first["prevalence"].isna()])
         self.erm = self.base[self.base["mitigation"] == BASELINE_MITIGATION]
 
     def _save(self, paths: list[Path], alt: str) -> Img:
@@ -393,6 +422,9 @@ class _Builder:
             return sec
         multi_usage = self.erm["usage"].nunique() > 1
         multi_attr = self.erm["attribute"].nunique() > 1
+        if self.erm["run_id"].str.contains(",").any():
+            sec.text.append("A configuration run on several split seeds is shown once: its mean and Student-t 95% "
+                            "interval across split seeds (section 'Repeated splits' shows each split).")
         for kind in self.kinds(self.erm):
             names = _names(kind)
             sub = self.erm[self.erm["task_kind"] == kind]

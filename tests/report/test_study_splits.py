@@ -72,3 +72,20 @@ def test_page_shows_both_intervals_and_answers(report: dict[str, Any]) -> None:
     answer = next(line for line in html.splitlines() if "Repeated splits (moco-cxr" in line)
     assert "over 3 split seeds, train/val re-drawn, test fixed; t 95% CI [" in answer
     assert "test-set bootstrap interval is" in answer and not math.isnan(float(answer.split(" wide")[0].split()[-1]))
+
+
+def test_figures_and_answers_count_a_configuration_once(report: dict[str, Any]) -> None:
+    """Figs 2/3, Table 2 and the bias answer take one row per configuration: the three split seeds' runs are folded
+    into their across-split value and interval, with every (split, training seed) kept for pairing."""
+    from fairmedbench.report.study import one_per_configuration
+
+    table = report["table"]
+    folded = one_per_configuration(table)
+    gap = folded[(folded["metric"] == "auc_gap") & (folded["scope"] == "between")]
+    assert len(gap) == 1
+    row = gap.iloc[0]
+    assert row["mean"] == pytest.approx(row["across_splits_mean"]) and row["ci_low"] == row["across_splits_ci_low"]
+    assert sorted(row["run_seeds"]) == ["0/0", "0/1", "1/0", "1/1", "2/0", "2/1"] and len(row["seed_values"]) == 6
+    assert row["n_seeds"] == 6 and len(row["run_id"].split(",")) == 3
+    html = report["html"].read_text()
+    assert "none of the 1 FM × dataset configuration(s)" in html  # not 3: the split seeds are one configuration
