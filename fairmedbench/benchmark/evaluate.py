@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,13 @@ from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS
 from fairmedbench.spec import ScoreSettings, option
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fairmedbench.analysis.resample import Resampled, ResampleSpec
+    from fairmedbench.metrics.groups import Attribute
+    from fairmedbench.report.audit import AuditData
 
 SPLIT_VAL = ("val", "valid", "validation")
 SPLIT_TEST = ("test",)
@@ -171,14 +178,14 @@ class Columns:
         """The named columns restricted to the rows of `mask`."""
         return {c: self.data[c][mask] for c in names}
 
-    def to_pandas(self) -> Any:
+    def to_pandas(self) -> pd.DataFrame:
         """The same table as a pandas DataFrame."""
         import pandas as pd
 
         return pd.DataFrame(self.data, columns=self.columns)
 
     @classmethod
-    def from_pandas(cls, df: Any) -> Columns:
+    def from_pandas(cls, df: pd.DataFrame) -> Columns:
         """Columns of a pandas DataFrame."""
         return cls({str(c): df[c].to_numpy() for c in df.columns})
 
@@ -217,19 +224,19 @@ def read_table(path: Path, what: str = "predictions") -> Columns:
     return table
 
 
-def read_predictions(path: Path, what: str = "predictions") -> Any:
+def read_predictions(path: Path, what: str = "predictions") -> pd.DataFrame:
     """`read_table` as a pandas DataFrame."""
     return read_table(path, what).to_pandas()
 
 
-def _columns(df: Any, wanted: list[str], what: str, source: str) -> None:
+def _columns(df: Columns | pd.DataFrame, wanted: list[str], what: str, source: str) -> None:
     missing = [c for c in wanted if c not in df.columns]
     if missing:
         cols = ", ".join(map(str, df.columns[:30]))
         raise InputError(f"{what} column(s) {missing} not in {source}; its columns are: {cols}")
 
 
-def _split_rows(df: Any, col: str, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _split_rows(df: Columns, col: str, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Boolean masks of validation rows and evaluated rows."""
     if col not in df.columns:
         notes.append(f"no '{col}' column: every row is evaluated")
@@ -246,7 +253,7 @@ def _split_rows(df: Any, col: str, notes: list[str]) -> tuple[np.ndarray, np.nda
 PATIENT_COLUMNS = ("patient_id", "Patient ID")
 
 
-def resolve_patient_column(columns: Any, opts: EvaluateOptions, source: str, notes: list[str]) -> str | None:
+def resolve_patient_column(columns: list[str], opts: EvaluateOptions, source: str, notes: list[str]) -> str | None:
     """The column whose patients are resampled together (said in `notes`), or None for rows."""
     asked = opts.patient_column
     if asked is not None and asked.strip().lower() == "none":
@@ -314,6 +321,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     t_read = time.perf_counter() - t0
     resampled: Resampling | None = None
     audit = None
+    per_sample: dict[str, np.ndarray] | pd.DataFrame  # columns of the file's rows, or a frame of per-volume rows
     # which task a file holds is read from its columns; each reader lays the rows out as that task's table and
     # scores it through the task's scorer
     if opts.masks:
@@ -401,14 +409,14 @@ def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[st
 class Resampling:
     """The resampled test set (ids, counts, how it was drawn) and the metrics on it."""
 
-    sample: Any
+    sample: Resampled
     result: FairnessResult
 
 
 def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                     notes: list[str], progress: Callable[[int, int, str], None] | None,
                     settings: ScoreSettings, pids: np.ndarray | None = None
-                    ) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, Any]:
+                    ) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, AuditData | None]:
     spec = None
     if opts.test_resample:
         from fairmedbench.analysis.resample import parse_test_resample
@@ -475,8 +483,8 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
     return result, per_sample, resampling, audit
 
 
-def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: Any, resolved: list[Any],
-              opts: EvaluateOptions) -> Any:
+def _resample(df: Columns, test: np.ndarray, y: np.ndarray, spec: ResampleSpec, resolved: list[Attribute],
+              opts: EvaluateOptions) -> Resampled:
     """Draw the --test-resample set from the test rows: groups as evaluated (binned where --bins says so),
     ids from --id-column (else the row number in the file), ages from --age-column (matched only)."""
     from fairmedbench.analysis.resample import resample_test_set
@@ -595,8 +603,8 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
     return result, per_sample
 
 
-def _segmentation(df: Any, test: np.ndarray, opts: EvaluateOptions, source: str,
-                  settings: ScoreSettings, patient: str | None = None) -> tuple[FairnessResult, Any]:
+def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, source: str,
+                  settings: ScoreSettings, patient: str | None = None) -> tuple[FairnessResult, pd.DataFrame]:
     """Predicted and ground-truth masks per row: DSC (IoU, HD95) per sample, or per volume with --volume, scored
     by the segmentation task."""
     from fairmedbench.engine.masks import read_mask_pairs

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.spec import RunConfig, RunOptions, RunSpec, option
 from fairmedbench.tasks.base import Task
+
+if TYPE_CHECKING:
+    from fairmedbench.metrics import FairnessResult
 
 CONFIG_FILE = "config.json"
 
@@ -50,7 +53,7 @@ class RunOutcome:
     seed_docs: list[dict[str, Any]]
     summary: dict[str, Any]
     reused: bool
-    results: list[Any] = field(default_factory=list)
+    results: list[FairnessResult] = field(default_factory=list)  # per seed, when computed here (not reused)
     reused_seeds: list[int] = field(default_factory=list)
     # repeated splits: one outcome per split seed (this outcome shows the first one's seeds) and the folder of the
     # across-split summary
