@@ -302,7 +302,7 @@ def one_per_configuration(table: pd.DataFrame) -> pd.DataFrame:
     of every split must reject); split_seed empty and run_id the runs' ids joined. Other rows unchanged."""
     import pandas as pd
 
-    if not len(table) or table["split_seed"].isna().all():
+    if not len(table) or "split_seed" not in table or table["split_seed"].isna().all():  # no split sweep
         return table
     rows: list[dict[Hashable, Any]] = []
     for _, g in table.groupby(list(SPLIT_KEY), dropna=False, sort=False):
