@@ -81,6 +81,13 @@ def test_run_evidence_pack(tmp_path: Path) -> None:
             "environment.json", "summary.md", MANIFEST} <= names
     assert {"results/seed0.predictions.parquet", "results/seed1.predictions.parquet"} <= names
     assert "seed" in (pack / "table.csv").read_text().splitlines()[0]
+    # two seeds: the summary says whose per-group findings it shows, then every seed's summary, under the run's id
+    summary = (pack / "summary.md").read_text()
+    assert "the per-group findings below are seed 0's (the first), followed by the summary across seeds" in summary
+    across = [line for line in summary.splitlines() if "across 2 seeds (mean ± std [t 95% CI])" in line]
+    assert len(across) == 2 and all("ΔAUC" in line for line in across)  # label by sex, label by age
+    folder = next((tmp_path / "r" / "runs").rglob("summary.json")).parent
+    assert f"- Result id: {folder.name}" in summary
     assert _check(pack).returncode == 0
     with (pack / "results" / "seed1.json").open("ab") as fh:
         fh.write(b"\n")

@@ -156,9 +156,26 @@ about):
 """
 
 
+def _across_seeds(summary: dict[str, Any]) -> list[str]:
+    """A run summary's across-seed table as sentences: per (task, attribute), each summary metric's mean ± std and
+    Student-t 95% interval over the seeds."""
+    from fairmedbench.metrics.specs import metric_spec
+
+    out = []
+    for key, metrics in summary.get("across_seeds", {}).items():
+        task, _, attribute = key.partition("/")
+        parts = [f"{metric_spec(m).header} {v['mean']:.3f} ± {v['std']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
+                 for m, v in metrics.items() if v.get("std") is not None]
+        if parts:
+            n = max(v["n_seeds"] for v in metrics.values())
+            out.append(f"- {task} by {attribute}, across {n} seeds (mean ± std [t 95% CI]): {'; '.join(parts)}.")
+    return out
+
+
 def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str, str]], title: str,
-                  source: str) -> Path:
-    """summary.md: what was examined, the findings as sentences, and each file mapped to what it documents."""
+                  source: str, more: Sequence[str] = ()) -> Path:
+    """summary.md: what was examined, the findings as sentences (`more` after the result's own), and each file
+    mapped to what it documents."""
     result = doc["result"]
     meta = result.get("meta", {})
     task = meta["kind"]  # the metric engine's kind: the task whose metrics the result holds (schema-required)
@@ -170,7 +187,7 @@ def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str,
         tasks=", ".join(meta.get("tasks", [])), n_boot=meta.get("n_boot", "?"),
         level=round(100 * float(meta.get("ci_level", 0.95))),
         resampling=f", resampling unit: {unit}" if unit else "", run_id=doc.get("run_id"),
-        facts="\n".join(_facts(result["reports"], task)), rows=rows)
+        facts="\n".join([*_facts(result["reports"], task), *more]), rows=rows)
     return store.write_text(folder / "summary.md", text)
 
 
@@ -238,6 +255,9 @@ def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
     seeds = ", ".join(str(d["spec"]["seed"]) for d in outcome.seed_docs)
     source = (f"model {spec.get('model')} on dataset {spec.get('dataset')} (usage {spec.get('usage')}, "
               f"mitigation {spec.get('mitigation')}); seeds {seeds}")
+    if len(outcome.seed_docs) > 1:  # the per-group findings are one seed's: say which, then the seeds' summary
+        source += (f"; the per-group findings below are seed {spec.get('seed')}'s (the first), followed by the "
+                   "summary across seeds")
     files = [("report.html", "the run page: disparities first, per-group tables and figures (first seed)", BIAS),
              ("results/seed<k>.json", "each seed's metrics per group with intervals, gaps, tests, run identity",
               f"{ACCURACY}; {BIAS}"),
@@ -246,7 +266,9 @@ def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
              ("command.txt", "the exact command line", TRACE),
              ("environment.json", "package versions, platform, fairmedbench version and git commit", TRACE),
              (MANIFEST, "sha256 of every file (tamper evidence)", TRACE)]
-    write_summary(folder, doc, files, f"run {spec.get('model')} on {spec.get('dataset')}", source)
+    write_summary(folder, {**doc, "run_id": outcome.config.run_id}, files,  # the run's id: its folder's name
+                  f"run {spec.get('model')} on {spec.get('dataset')}", source,
+                  _across_seeds(outcome.summary) if len(outcome.seed_docs) > 1 else ())
     return write_manifest(folder)
 
 
