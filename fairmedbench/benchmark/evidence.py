@@ -233,7 +233,8 @@ def evaluate_pack(folder: Path, outcome: EvaluateOutcome, command: Sequence[str]
 
 def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
     """An evidence pack of a finished run: its report page, every seed's result JSON and predictions, the tidy
-    table over seeds, command, environment, summary and manifest."""
+    table over seeds, command, environment, summary and manifest; returns the report page it wrote in the run's
+    folder (and copied into the pack)."""
     import pandas as pd
 
     from fairmedbench.report.html import write_run_report
@@ -269,7 +270,8 @@ def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
     write_summary(folder, {**doc, "run_id": outcome.config.run_id}, files,  # the run's id: its folder's name
                   f"run {spec.get('model')} on {spec.get('dataset')}", source,
                   _across_seeds(outcome.summary) if len(outcome.seed_docs) > 1 else ())
-    return write_manifest(folder)
+    write_manifest(folder)
+    return page
 
 
 def describe(folder: Path) -> str:

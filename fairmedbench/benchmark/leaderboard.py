@@ -14,6 +14,7 @@ from fairmedbench.spec import option
 
 if TYPE_CHECKING:
     from fairmedbench.leaderboards.submit import Limits, Outcome
+    from fairmedbench.leaderboards.suites import Suite
 
 DEFAULT_ROOT = "leaderboards"
 
@@ -35,11 +36,11 @@ class BoardOptions:
     root: str = field(default=DEFAULT_ROOT, metadata=option())
 
 
-def _board_dir(board: str, root: Path | str) -> Path:
+def _board(board: str, root: Path | str) -> tuple[Suite, Path]:
+    """The board's suite (an unknown name fails here, listing the known ones) and its folder."""
     from fairmedbench.leaderboards.suites import get_suite
 
-    get_suite(board)  # unknown board names fail here, listing the known ones
-    return Path(root) / board
+    return get_suite(board), Path(root) / board
 
 
 def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROOT,
@@ -49,21 +50,19 @@ def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROO
     The outcome's `lines()` are what the CLI prints (one per reason); exit non-zero when not `accepted`.
     """
     from fairmedbench.leaderboards.submit import submit
-    from fairmedbench.leaderboards.suites import get_suite
 
-    folder = _board_dir(board, root)  # an unknown board is named first
+    suite, folder = _board(board, root)  # an unknown board is named before a missing bundle
     if not Path(bundle).exists():
         raise MissingResourceError(f"bundle {bundle} not found; `benchmark run-suite {board} --model M` writes one")
-    return submit(bundle, get_suite(board), folder, limits)
+    return submit(bundle, suite, folder, limits)
 
 
 def build_board(board: str, root: Path | str = DEFAULT_ROOT) -> dict[str, Path]:
     """Render root/<board>/index.html, leaderboard.md and board.json from the accepted submissions."""
-    from fairmedbench.leaderboards import board as _board
-    from fairmedbench.leaderboards.suites import get_suite
+    from fairmedbench.leaderboards import board as pages
 
-    folder = _board_dir(board, root)
-    if not _board.submission_dirs(folder):
+    suite, folder = _board(board, root)
+    if not pages.submission_dirs(folder):
         raise InputError(f"board {board!r} has no accepted submissions under {folder / 'submissions'}; "
                          f"submit one with `benchmark submit BUNDLE --board {board}`")
-    return _board.build(folder, get_suite(board))
+    return pages.build(folder, suite)

@@ -137,14 +137,15 @@ def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
     if outputs.evidence:
         evidence.check(outputs.evidence, opts.force)
     outcome = run(spec, opts)
-    if outputs.evidence:
-        evidence.run_pack(evidence.prepare(outputs.evidence, opts.force), outcome, command)
+    page = None
+    if outputs.evidence:  # the pack writes the run's report page first (and copies it in)
+        page = evidence.run_pack(evidence.prepare(outputs.evidence, opts.force), outcome, command)
         print(evidence.describe(Path(outputs.evidence)), file=sys.stderr)
     if not outputs.report:
         return outcome, None
     from fairmedbench.report.html import write_run_report
 
-    return outcome, write_run_report(outcome.out_dir, outcome.seed_docs)
+    return outcome, page or write_run_report(outcome.out_dir, outcome.seed_docs)
 
 
 def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:

@@ -254,7 +254,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
     from fairmedbench.registry.models import MODELS
     from fairmedbench.spec import RunOptions
-    from fairmedbench.tasks.base import unscored_columns
+    from fairmedbench.tasks.base import unscored_mask
 
     bundle = Path(bundle)
     if not (bundle / "model.json").is_file() or not (bundle / "suite.json").is_file():
@@ -289,8 +289,7 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             block = doc["predictions"]
             sub = pd.read_parquet(folder / block["file"])
             test = sub[sub[block["columns"]["split"]] == "test"]
-            marks = [test[c].to_numpy(dtype=bool) for c in unscored_columns() if c in test]
-            empty = np.logical_or.reduce(marks) if marks else np.zeros(len(test), bool)
+            empty = unscored_mask(test, len(test))
             # scores are compared on a sample of scored ids; a sample of the unscored (e.g. empty ground truth) ids
             # is re-run as well, so rows wrongly marked unscored (left out of every metric) are caught
             ids = sorted(sample_ids(test.loc[~empty, block["columns"]["id"]].astype(str).tolist(), sample, seed)

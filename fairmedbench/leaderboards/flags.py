@@ -18,7 +18,7 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.suites import Entry
 from fairmedbench.metrics.auc import auc
-from fairmedbench.tasks.base import unscored_columns
+from fairmedbench.tasks.base import unscored_mask
 
 # near-perfect predictions (classification): overall AUC at or above this on any task and seed ...
 NEAR_PERFECT_AUC = 0.99
@@ -63,13 +63,12 @@ class Facts:
 
 
 def scored_rows(test: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Test columns without the rows a task's 'unscored' column marks (tasks.base.unscored_columns: e.g. a
+    """Test columns without the rows a task's 'unscored' column marks (tasks.base.unscored_mask: e.g. a
     segmentation sample with an empty ground truth, covered but never scored; every metric and flag is computed on
     scored samples only); unchanged when the columns have no such marker."""
-    marks = [np.asarray(test[c], dtype=bool) for c in unscored_columns() if c in test]
-    if not marks:
+    keep = ~unscored_mask(test, len(next(iter(test.values()), ())))
+    if keep.all():
         return test
-    keep = ~np.logical_or.reduce(marks)
     return {k: np.asarray(v)[keep] for k, v in test.items()}
 
 

@@ -217,6 +217,13 @@ def unscored_columns() -> tuple[str, ...]:
     return tuple(dict.fromkeys(c for n in TASKS.names() for c in TASKS.get(n).columns_of("unscored")))
 
 
+def unscored_mask(columns: Mapping[str, Any], n: int) -> np.ndarray:
+    """True on the `n` rows of `columns` (a mapping of arrays or a DataFrame) that an 'unscored' column marks; all
+    False when the columns have none."""
+    marks = [np.asarray(columns[c], dtype=bool) for c in unscored_columns() if c in columns]
+    return np.logical_or.reduce(marks) if marks else np.zeros(n, dtype=bool)
+
+
 def get_task(name: str) -> Task:
     """The registered task `name` (unknown: InputError listing the known ones)."""
     return TASKS.get(name)
