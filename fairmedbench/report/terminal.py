@@ -77,12 +77,7 @@ def render(result: FairnessResult, console: Console) -> None:
         gaps.add_row(r.task, r.attribute, *[_cell(r, m, GAP) for m, _ in cols], worst)
     console.print(gaps)
     render_tests(result, console)
-    from fairmedbench.report.verdicts import disparity
-
-    for r in result.reports:
-        gap = next((m for m, _ in gap_cols if m.endswith("_gap") and m in r.values), None)
-        if gap is not None:
-            console.print(f"[bold]disparity[/] {disparity(r.to_dict(), gap).sentence}")
+    render_answer(result, console)
     for r in result.reports:
         for warning in r.warnings:
             console.print(f"[yellow]warning[/] {r.task} / {warning}")
@@ -102,6 +97,22 @@ def render(result: FairnessResult, console: Console) -> None:
     if degenerate:
         console.print(f"[yellow]no CI[/] for {degenerate} value(s) whose bootstrap distribution is degenerate "
                       "(every resample equal; see ci_notes in the result)")
+
+
+def render_answer(result: FairnessResult, console: Console) -> None:
+    """The result's answer in the page's and summary.md's words (report/verdicts.py `result_answer`): the headline,
+    one sentence per (task, attribute) when there are several, and why intervals and tests disagree."""
+    from rich.markup import escape
+
+    from fairmedbench.report.verdicts import result_answer
+
+    answer = result_answer([r.to_dict() for r in result.reports])
+    # soft_wrap: each sentence one line, word for word the page's and summary.md's (the terminal wraps it)
+    console.print(f"[bold]answer[/] {escape(answer.headline)}", soft_wrap=True)
+    for line in answer.sentences if len(answer.pairs) > 1 else []:
+        console.print(f"  {escape(line)}", soft_wrap=True)
+    for line in answer.why:
+        console.print(f"[cyan]why[/] {escape(line)}", soft_wrap=True)
 
 
 def fmt_p(p: float | None) -> str:
