@@ -141,7 +141,7 @@ def answer_section(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def answer_picture(reports: Sequence[dict[str, Any]]) -> Table:
     """Tasks x attributes: each cell the largest tested gap larger than chance (marked, with the metric's name
     and how many more there are), the rest muted ('within chance', 'not tested')."""
-    from fairmedbench.report.verdicts import gap_name, pair_answer
+    from fairmedbench.report.verdicts import gap_name, gap_value, pair_answer
 
     tasks = list(dict.fromkeys(r["task"] for r in reports))
     attributes = list(dict.fromkeys(r["attribute"] for r in reports))
@@ -151,8 +151,8 @@ def answer_picture(reports: Sequence[dict[str, Any]]) -> Table:
         if pa.hits:
             m, _, value = pa.hits[0]
             more = f" +{len(pa.hits) - 1}" if len(pa.hits) > 1 else ""
-            text = f"● {gap_name(rep, m)} {value:+.3f}" if m.endswith("_diff") else f"● {gap_name(rep, m)} {value:.3f}"
-            cells[rep["task"], rep["attribute"]] = Cell(text + more, "yes", pa.sentence)
+            cells[rep["task"], rep["attribute"]] = Cell(f"● {gap_name(rep, m)} {gap_value(m, value)}{more}", "yes",
+                                                        pa.sentence)
         else:
             cells[rep["task"], rep["attribute"]] = Cell("within chance" if pa.tested else "not tested", "muted",
                                                         pa.sentence)

@@ -137,6 +137,14 @@ def gap_name(rep: dict[str, Any], metric: str) -> str:
     return _header(metric)
 
 
+def gap_value(metric: str, value: float) -> str:
+    """A between-group value as answers show it: signed ('+0.139') for a signed difference, else '0.139'."""
+    from fairmedbench.metrics.specs import find_spec
+
+    spec = find_spec(metric)
+    return f"{value:+.3f}" if spec is not None and spec.kind == "diff" else f"{value:.3f}"
+
+
 def _in_family(cell: object) -> TypeIs[dict[str, Any]]:
     return isinstance(cell, dict) and _finite(cell.get("p_adjusted"))
 
@@ -239,17 +247,18 @@ def result_answer(reports: Sequence[dict[str, Any]]) -> Answer:
                       "one's reason follows).", pairs, why, n_tests)
     hit_pairs = [p for p in tested if p.hits]
     by_metric: dict[str, list[tuple[PairAnswer, float]]] = {}
-    metric_names: dict[str, str] = {}
-    for p in tested:
+    named: dict[str, set[str]] = {}
+    for p, rep in zip(pairs, reports):
         for m, v, value in p.tested:
-            metric_names.setdefault(m, gap_name(reports[pairs.index(p)], m))
+            named.setdefault(m, set()).add(gap_name(rep, m))
             if v.key == "disparity":
                 by_metric.setdefault(m, []).append((p, value))
+    # a difference names its groups where every pair has the same two ('AUC difference M − F')
+    metric_names = {m: next(iter(ns)) if len(ns) == 1 else _header(m) for m, ns in named.items()}
     parts = []
     for m, items in sorted(by_metric.items(), key=lambda kv: -len(kv[1])):
         big, value = max(items, key=lambda it: abs(it[1]))
-        shown = f"{value:+.3f}" if m.endswith("_diff") else f"{value:.3f}"
-        place = f"{'largest ' if len(items) > 1 else ''}{big.task} by {big.attribute}, {shown}"
+        place = f"{'largest ' if len(items) > 1 else ''}{big.task} by {big.attribute}, {gap_value(m, value)}"
         parts.append(f"{metric_names[m]} in {len(items)} pair{'s' if len(items) > 1 else ''} ({place})")
     quiet = [metric_names[m] for m in metric_names if m not in by_metric]
     if quiet:

@@ -136,3 +136,21 @@ def test_the_answer_is_the_same_words_on_every_surface(tmp_path: Path, capsys: p
     assert f"answer {answer.headline}" in terminal
     summary = (pack / "summary.md").read_text()
     assert f"- {answer.headline}\n" in summary
+
+
+def test_values_are_signed_only_for_signed_differences_and_names_read_well() -> None:
+    # EqOdds (eqodds_diff) is a gap by kind, never below 0: unsigned; auc_diff is signed
+    rep = _rep("y", "sex", eqodds_diff=_cell(0.156, 0.001, 0.01), auc_diff=_cell(0.139, 0.001, 0.01),
+               auc_gap=_cell(0.139, 0.001, 0.01))
+    other = _rep("z", "sex", auc_gap=_cell(0.01, 0.5, 0.9))
+    ans = result_answer([rep, other])
+    assert "EqOdds in 1 pair (y by sex, 0.156)" in ans.headline
+    assert "AUC difference M − F in 1 pair (y by sex, +0.139)" in ans.headline
+    fpr = _groups(_rep("y", "age", fpr_at_tpr95_gap=_cell(0.3, 0.001, 0.01)), "fpr_at_tpr95",
+                  {"a": (0.5, 0.4, 0.6), "b": (0.55, 0.45, 0.65)})
+    [why] = interval_test_notes([fpr])
+    assert why.startswith("y by age: every two groups' FPR@95TPR intervals overlap, yet ΔFPR@95TPR is larger")
+    # two groups: the gap's sentence is said once, not again for the difference (the gap is |difference|)
+    two = _groups(_rep("y", "sex", auc_gap=_cell(0.069, 0.024, 0.564), auc_diff=_cell(0.069, 0.024, 0.564)),
+                  "auc", {"F": (0.849, 0.830, 0.865), "M": (0.780, 0.763, 0.799)})
+    assert len(interval_test_notes([two], 126)) == 1
