@@ -129,22 +129,24 @@ def render_tests(result: FairnessResult, console: Console) -> None:
 
     from fairmedbench.metrics.result import in_family
     from fairmedbench.metrics.specs import metric_spec
-    from fairmedbench.report.verdicts import resampling_sentence
+    from fairmedbench.report.verdicts import ALPHA, resampling_sentence
 
     cols = [m for m in dict.fromkeys(m for r in result.reports for m in r.tests) if in_family(m)]
     if not cols:
         return
     tests = result.meta.get("tests") or {}
     correction = tests.get('correction', '').split(' (')[0]
-    table = Table(title=f"larger than chance? permutation test p (adjusted: {correction})",
-                  title_justify="left")
+    table = Table(title=f"permutation test: raw p (adjusted: {correction}); * = p_adj < {ALPHA}, larger than chance "
+                        "(the answer's rule)", title_justify="left")
     for h in ["task", "attribute", *[metric_spec(m).header for m in cols]]:
         table.add_column(h, justify="left" if h in ("task", "attribute") else "right")
     for r in result.reports:
         cells = []
         for m in cols:
             t = r.tests.get(m)
-            cells.append("—" if t is None else f"{fmt_p(t.get('p_value'))} ({fmt_p(t.get('p_adjusted'))})")
+            adj = None if t is None else t.get("p_adjusted")
+            star = " *" if adj is not None and math.isfinite(adj) and adj < ALPHA else ""
+            cells.append("—" if t is None else f"{fmt_p(t.get('p_value'))} ({fmt_p(adj)}){star}")
         table.add_row(r.task, r.attribute, *cells)
     console.print(table)
     for attribute in dict.fromkeys(r.attribute for r in result.reports):

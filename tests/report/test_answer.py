@@ -134,6 +134,9 @@ def test_the_answer_is_the_same_words_on_every_surface(tmp_path: Path, capsys: p
     box = re.search(r'<div class="answer">(.*?)</div>', page, re.S)
     assert box and _text(box.group(1)) == answer.headline
     assert f"answer {answer.headline}" in terminal
+    # the terminal's table of p-values marks the same tests (p_adj < 0.05) and no other
+    n_star = len(re.findall(r"\(\S+\) \*", terminal))
+    assert n_star == len(hits)
     summary = (pack / "summary.md").read_text()
     assert f"- {answer.headline}\n" in summary
 
