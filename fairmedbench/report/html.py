@@ -151,7 +151,7 @@ def answer_picture(reports: Sequence[dict[str, Any]]) -> Table:
         if pa.hits:
             m, _, value = pa.hits[0]
             more = f" +{len(pa.hits) - 1}" if len(pa.hits) > 1 else ""
-            cells[rep["task"], rep["attribute"]] = Cell(f"● {gap_name(rep, m)} {gap_value(m, value)}{more}", "yes",
+            cells[rep["task"], rep["attribute"]] = Cell(f"●\u00a0{gap_name(rep, m)} {gap_value(m, value)}{more}", "yes",
                                                         pa.sentence)
         else:
             cells[rep["task"], rep["attribute"]] = Cell("within chance" if pa.tested else "not tested", "muted",

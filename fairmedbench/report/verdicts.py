@@ -127,14 +127,15 @@ def disparity(rep: dict[str, Any], metric: str) -> Verdict:
 
 def gap_name(rep: dict[str, Any], metric: str) -> str:
     """How an answer names a between-group metric: its registry header ('ΔAUC', 'ΔFPR@95TPR'); a signed
-    difference names its groups ('AUC difference M − F')."""
+    difference names its groups ('AUC difference M − F'), or is 'AUC difference' without a report's two groups."""
     from fairmedbench.metrics.specs import find_spec
 
     spec = find_spec(metric)
-    if spec is not None and spec.kind == "diff" and not spec.label and len(rep.get("groups", [])) == 2:
-        first, second = rep["groups"]
-        return f"{_header(metric.removesuffix('_diff'))} difference {second} − {first}"
-    return _header(metric)
+    if spec is None or spec.kind != "diff" or spec.label:
+        return _header(metric)
+    name = f"{_header(metric.removesuffix('_diff'))} difference"
+    groups = rep.get("groups", [])
+    return f"{name} {groups[1]} − {groups[0]}" if len(groups) == 2 else name
 
 
 def gap_value(metric: str, value: float) -> str:
@@ -254,7 +255,7 @@ def result_answer(reports: Sequence[dict[str, Any]]) -> Answer:
             if v.key == "disparity":
                 by_metric.setdefault(m, []).append((p, value))
     # a difference names its groups where every pair has the same two ('AUC difference M − F')
-    metric_names = {m: next(iter(ns)) if len(ns) == 1 else _header(m) for m, ns in named.items()}
+    metric_names = {m: next(iter(ns)) if len(ns) == 1 else gap_name({}, m) for m, ns in named.items()}
     parts = []
     for m, items in sorted(by_metric.items(), key=lambda kv: -len(kv[1])):
         big, value = max(items, key=lambda it: abs(it[1]))

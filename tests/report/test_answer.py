@@ -63,8 +63,8 @@ def test_many_pairs_open_with_one_sentence_and_a_picture() -> None:
     pic = answer_picture(reps)
     assert pic.header == ["task", "sex", "age"]
     cells = {(r[0].text, a): c for r in pic.rows for a, c in zip(pic.header[1:], r[1:])}
-    assert cells["A", "age"].text == "● ΔFPR@95TPR 0.490 +1" and cells["A", "age"].css == "yes"
-    assert cells["B", "age"].text == "● AUC difference M − F -0.040"
+    assert cells["A", "age"].text == "●\u00a0ΔFPR@95TPR 0.490 +1" and cells["A", "age"].css == "yes"
+    assert cells["B", "age"].text == "●\u00a0AUC difference M − F -0.040"
     assert cells["B", "sex"].text == "within chance" and cells["B", "sex"].css == "muted"
 
 
@@ -157,3 +157,11 @@ def test_values_are_signed_only_for_signed_differences_and_names_read_well() -> 
     two = _groups(_rep("y", "sex", auc_gap=_cell(0.069, 0.024, 0.564), auc_diff=_cell(0.069, 0.024, 0.564)),
                   "auc", {"F": (0.849, 0.830, 0.865), "M": (0.780, 0.763, 0.799)})
     assert len(interval_test_notes([two], 126)) == 1
+
+
+def test_a_difference_over_attributes_with_different_groups_is_named_without_them() -> None:
+    sex = _rep("y", "sex", auc_diff=_cell(0.01, 0.5, 0.9))
+    age = {**_rep("y", "age", auc_diff=_cell(0.01, 0.5, 0.9)), "groups": ["<60", ">=60"]}
+    assert result_answer([sex, age]).headline.endswith("AUC difference within chance in every tested pair.")
+    assert pair_answer(age).sentence == ("y by age: every tested gap within chance (AUC difference >=60 − <60; "
+                                         "p_adj = 0.9).")
