@@ -72,15 +72,18 @@ def test_headline_verdicts_and_notes_say_why() -> None:
     sex, site = (r.to_dict() for r in res.reports)
     table = headline_table([sex, site], "classification")
     row = dict(zip(table.header, table.rows[0]))
-    col = "disparity in ΔAUC (permutation test)" if "disparity in ΔAUC (permutation test)" in row else \
-        next(h for h in table.header if h.startswith("disparity in"))
-    # the verdict reads the gap's permutation test, never its CI (a gap's CI never contains 0)
-    expected = "not tested" if "p_value" not in sex["metrics"]["auc_gap"]["__gap__"] else "larger than chance"
-    assert row["attribute"].text == "sex" and row[col].text.startswith(expected)
-    tested = {**sex, "metrics": {**sex["metrics"], "auc_gap": {"__gap__": {
-        **sex["metrics"]["auc_gap"]["__gap__"], "p_value": 0.0004, "p_adjusted": 0.002}}}}
+    col = "disparity (permutation tests, p_adj)"
+    # the verdict reads the permutation tests of every tested gap, never a CI (a gap's CI never contains 0)
+    assert row["attribute"].text == "sex" and row[col].text.startswith("larger than chance: ")
+    assert "ΔAUC" in row[col].text and "ECE gap within chance" in row[col].title
+    # only a non-AUC gap in the family below 0.05: the cell names it, and ΔAUC is not called a disparity
+    adjusted = {m: {"__gap__": {**c["__gap__"], "p_adjusted": 0.5}} for m, c in sex["metrics"].items()
+                if (c.get("__gap__") or {}).get("p_adjusted") is not None}
+    adjusted["ece_gap"]["__gap__"]["p_adjusted"] = 0.002
+    tested = {**sex, "metrics": {**sex["metrics"], **adjusted}}
     row = dict(zip(table.header, headline_table([tested], "classification").rows[0]))
-    assert row[col].text == "larger than chance (p = 0.002)" and "Benjamini-Yekutieli" in row[col].title
+    assert row[col].text == "larger than chance: ECE gap (p_adj = 0.002)" and row[col].css == "yes"
+    assert "ΔAUC" in row[col].title and "within chance" in row[col].title
     d = sex["metrics"]["auc_diff"]["__gap__"]
     assert row["signed AUC difference"].text == f"M − F: {d['value']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
     assert signed_difference_table(site) is None

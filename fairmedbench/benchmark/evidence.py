@@ -107,7 +107,8 @@ def _facts(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
     """Per (task, attribute): groups with n, the headline metric per group with its interval, the disparity
     verdict (report/verdicts.py), and the notes on skipped or small groups."""
     from fairmedbench.metrics.specs import headline_metric, metric_spec
-    from fairmedbench.report.html import disparity_answers, result_notes
+    from fairmedbench.report.html import result_notes
+    from fairmedbench.report.verdicts import result_answer
 
     util = headline_metric(task)
     out = []
@@ -117,7 +118,9 @@ def _facts(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
                         for g in rep["groups"])
         out.append(f"- {rep['task']} by {rep['attribute']}: {metric_spec(util).header} overall "
                    f"{_fmt(rep['metrics'].get(util, {}).get('__overall__'))}; per group {per}.")
-    out += [f"- {line}" for line in disparity_answers(reports, task)]
+    answer = result_answer(reports)  # the terminal's and the page's words
+    out += [f"- {line}" for line in [answer.headline, *(answer.sentences if len(answer.pairs) > 1 else [])]]
+    out += [f"- why intervals and test disagree: {line}" for line in answer.why]
     out += [f"- note: {n}" for rep in reports for n in result_notes(rep)]
     return out
 

@@ -1,6 +1,7 @@
 """The audit page of `benchmark evaluate --report`: one self-contained HTML file that answers "is there a
-disparity, and how sure are we" first (sentences from report/verdicts.py, then headline gaps and signed
-differences with CIs and the permutation-test verdict, worst group, notes on
+disparity, and how sure are we" first (report/verdicts.py's answer over every tested gap, a tasks x attributes
+picture when there are many pairs, then headline gaps and signed differences with CIs and the permutation-test
+verdicts, worst group, notes on
 small groups and undefined metrics), then per (task, attribute) ROC/PR/calibration by group, rates at the
 global FPR-0.2 threshold, sAUROC and balanced Brier, score-distribution KS tests by group, the resampled test
 set when one was drawn, and the provenance collapsed at the end. Built from report.html's components."""
@@ -129,7 +130,7 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     from fairmedbench.report.html import (
         TEMPLATES,
         Img,
-        disparity_answers,
+        answer_section,
         group_figures,
         group_table,
         headline_table,
@@ -165,7 +166,7 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
     text = TEMPLATES.get_template("report/audit.html.j2").render(
         title=f"fairness audit: {source}", source=source, meta=meta, n=meta.get("n_samples"),
         headline=headline_table(reports, "classification", [f"{m}_gap" for m in RATE_METRICS[:2]]),
-        answer=disparity_answers(reports, "classification"),
+        answer=answer_section(reports),
         notes=notes, sections=sections, ks=_ks_table(tests, correction) if tests else None, ks_skipped=ks_skipped,
         resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
         provenance_heading="provenance: inputs, command, versions")

@@ -22,7 +22,7 @@ from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics, find_spec, headline_metric, metric_spec, table_metrics
 
 if TYPE_CHECKING:
-    from fairmedbench.report.verdicts import Verdict
+    from fairmedbench.report.verdicts import PairAnswer, Verdict
 
 # Every page of the package: "report/<name>" from fairmedbench/report/templates, "leaderboards/<name>" from
 # fairmedbench/leaderboards/templates; both extend report/base.html.j2. Autoescape is on for every template.
@@ -107,23 +107,59 @@ def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = Fal
 
 def verdict_cell(v: Verdict) -> Cell:
     """A report.verdicts.Verdict as a table cell: its short answer, the full sentence and evidence as tooltip."""
-    css = {"disparity": "yes", "no-evidence": "no", "better": "no", "worse": "yes", "changed": "yes",
+    css = {"disparity": "yes", "no-evidence": "no", "raw-only": "na", "better": "no", "worse": "yes", "changed": "yes",
            "no-difference": "no", "shifted": "yes", "not-shifted": "no"}.get(v.key, "na")
     return Cell(v.short, css, f"{v.sentence} Evidence: {v.evidence}.")
 
 
-def gap_metric(task: str) -> str:
-    """The between-group metric a page's disparity answer reads: the task's headline gap (MetricSpec registry)."""
-    return board_metrics(task)["gap"].name
+def pair_cell(pa: PairAnswer, rep: dict[str, Any]) -> Cell:
+    """A (task, attribute)'s verdict over every tested gap as a cell: the metrics larger than chance (or 'within
+    chance'), the pair's sentence as tooltip."""
+    from fairmedbench.report.verdicts import fmt_p, gap_name
+
+    if pa.hits:
+        named = ", ".join(gap_name(rep, m) for m, _, _ in pa.hits)
+        top = fmt_p(max(v.p or 0.0 for _, v, _ in pa.hits))
+        return Cell(f"larger than chance: {named} (p_adj {'=' if len(pa.hits) == 1 else '≤'} {top})", "yes",
+                    pa.sentence)
+    return Cell("within chance" if pa.tested else "not tested", "no" if pa.tested else "na", pa.sentence)
 
 
-def disparity_answers(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
-    """The sentences a run or audit page opens with (report/verdicts.py): a summary, then one per report."""
-    from fairmedbench.report.verdicts import disparity, disparity_headline
+def answer_section(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a run or audit page opens with (report/verdicts.py `result_answer`, the terminal's and summary.md's
+    words): the headline sentence; from FOLD_AT (task, attribute) pairs on, the tasks x attributes picture and
+    the per-pair sentences folded below it (else the sentences shown); where intervals and tests disagree, why."""
+    from fairmedbench.report.verdicts import FOLD_AT, result_answer
 
-    verdicts = [disparity(rep, gap_metric(task)) for rep in reports]
-    return [disparity_headline(verdicts)] + ([v.sentence for v in verdicts if v.key != "disparity"]
-                                             if len(verdicts) > 1 else [])
+    ans = result_answer(reports)
+    many = len(ans.pairs) >= FOLD_AT
+    sentences = ans.sentences if len(ans.pairs) > 1 else []
+    return {"headline": ans.headline, "sentences": sentences, "folded": many,
+            "picture": answer_picture(reports) if many else None, "why": ans.why}
+
+
+def answer_picture(reports: Sequence[dict[str, Any]]) -> Table:
+    """Tasks x attributes: each cell the largest tested gap larger than chance (marked, with the metric's name
+    and how many more there are), the rest muted ('within chance', 'not tested')."""
+    from fairmedbench.report.verdicts import gap_name, gap_value, pair_answer
+
+    tasks = list(dict.fromkeys(r["task"] for r in reports))
+    attributes = list(dict.fromkeys(r["attribute"] for r in reports))
+    cells: dict[tuple[str, str], Cell] = {}
+    for rep in reports:
+        pa = pair_answer(rep)
+        if pa.hits:
+            m, _, value = pa.hits[0]
+            more = f" +{len(pa.hits) - 1}" if len(pa.hits) > 1 else ""
+            cells[rep["task"], rep["attribute"]] = Cell(f"●\u00a0{gap_name(rep, m)} {gap_value(m, value)}{more}", "yes",
+                                                        pa.sentence)
+        else:
+            cells[rep["task"], rep["attribute"]] = Cell("within chance" if pa.tested else "not tested", "muted",
+                                                        pa.sentence)
+    rows = [[Cell(t), *[cells.get((t, a), Cell("—", "muted")) for a in attributes]] for t in tasks]
+    return Table(["task", *attributes], rows, "each cell: the largest tested gap larger than chance (● marked; +k: k "
+                 "more in that pair), Benjamini-Yekutieli adjusted over this result's tests; hover a cell for its "
+                 "sentence", "grid")
 
 
 def group_table(rep: dict[str, Any], metrics: Sequence[str], caption: str = "") -> Table:
@@ -142,9 +178,9 @@ def group_table(rep: dict[str, Any], metrics: Sequence[str], caption: str = "") 
 
 def headline_table(reports: Sequence[dict[str, Any]], task: str, extra_gaps: Sequence[str] = ()) -> Table:
     """One row per (task, attribute): utility, the signed difference between two groups with its CI, the
-    disparity verdict (report/verdicts.py: the headline gap's permutation test), the worst group, then the
+    disparity verdict over every tested gap (report/verdicts.py `pair_answer`), the worst group, then the
     registry's between-group columns (gaps with CIs) and `extra_gaps`."""
-    from fairmedbench.report.verdicts import disparity
+    from fairmedbench.report.verdicts import pair_answer
 
     util = headline_metric(task)
     gaps = [s.name for s in table_metrics(task, between_groups=True)] + list(extra_gaps)
@@ -159,17 +195,18 @@ def headline_table(reports: Sequence[dict[str, Any]], task: str, extra_gaps: Seq
                              rep.get("ci_notes", {}).get(f"{util}_diff", {}).get(GAP, ""))
         else:
             diff_cell = Cell("—", "na")
-        judged = verdict_cell(disparity(rep, gap_metric(task)))
+        judged = pair_cell(pair_answer(rep), rep)
         worst = rep.get("worst_group", {}).get(util)
         worst_cell = Cell("—" if worst is None else f"{worst}: {interval_text(rep['metrics'][util].get(worst))}")
         rows.append([Cell(rep["task"]), Cell(rep["attribute"]), Cell(groups), metric_cell(rep, util, OVERALL),
                      diff_cell, judged, worst_cell, *[metric_cell(rep, g, GAP) for g in gaps]])
     u = metric_spec(util).header
     return Table(["task", "attribute", "groups (n)", f"{u} (all)", f"signed {u} difference",
-                  f"disparity in {header(gap_metric(task))} (permutation test)", f"worst group ({u})",
+                  "disparity (permutation tests, p_adj)", f"worst group ({u})",
                   *[header(g) for g in gaps]], rows,
                  "headline: gaps (max − min over groups) and signed differences with 95% bootstrap CIs (a gap's "
-                 "interval never contains 0, so the disparity verdict reads its permutation test)", "headline")
+                 "interval never contains 0, so the disparity verdict reads the permutation tests of every tested gap "
+                 "and difference, Benjamini-Yekutieli adjusted over this result's tests)", "headline")
 
 
 def signed_difference_table(rep: dict[str, Any]) -> Table | None:
@@ -181,7 +218,8 @@ def signed_difference_table(rep: dict[str, Any]) -> Table | None:
     first, second = rep["groups"]
     rows = [[Cell(header(m)), metric_cell(rep, m, GAP, signed=True), verdict_cell(disparity(rep, m))]
             for m, c in rep["metrics"].items() if GAP in c and _kind(m) == "diff"]
-    return Table(["metric", f"{second} − {first} [95% CI]", "larger than chance? (permutation test)"], rows,
+    return Table(["metric", f"{second} − {first} [95% CI]", "larger than chance? (permutation test, p_adj; raw p: "
+                  "outside the adjusted family, no verdict)"], rows,
                  f"signed differences, {rep['task']} by {rep['attribute']}") if rows else None
 
 
@@ -354,7 +392,7 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
                                     "environment", "timings_s", "training", "usage")}
     text = TEMPLATES.get_template("report/run.html.j2").render(
         spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], headline=headline_table(reports, task),
-        answer=disparity_answers(reports, task),
+        answer=answer_section(reports),
         sections=sections, resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
         externals=external_section(doc, task, columns),
         provenance_heading="provenance")

@@ -77,12 +77,7 @@ def render(result: FairnessResult, console: Console) -> None:
         gaps.add_row(r.task, r.attribute, *[_cell(r, m, GAP) for m, _ in cols], worst)
     console.print(gaps)
     render_tests(result, console)
-    from fairmedbench.report.verdicts import disparity
-
-    for r in result.reports:
-        gap = next((m for m, _ in gap_cols if m.endswith("_gap") and m in r.values), None)
-        if gap is not None:
-            console.print(f"[bold]disparity[/] {disparity(r.to_dict(), gap).sentence}")
+    render_answer(result, console)
     for r in result.reports:
         for warning in r.warnings:
             console.print(f"[yellow]warning[/] {r.task} / {warning}")
@@ -104,6 +99,22 @@ def render(result: FairnessResult, console: Console) -> None:
                       "(every resample equal; see ci_notes in the result)")
 
 
+def render_answer(result: FairnessResult, console: Console) -> None:
+    """The result's answer in the page's and summary.md's words (report/verdicts.py `result_answer`): the headline,
+    one sentence per (task, attribute) when there are several, and why intervals and tests disagree."""
+    from rich.markup import escape
+
+    from fairmedbench.report.verdicts import result_answer
+
+    answer = result_answer([r.to_dict() for r in result.reports])
+    # soft_wrap: each sentence one line, word for word the page's and summary.md's (the terminal wraps it)
+    console.print(f"[bold]answer[/] {escape(answer.headline)}", soft_wrap=True)
+    for line in answer.sentences if len(answer.pairs) > 1 else []:
+        console.print(f"  {escape(line)}", soft_wrap=True)
+    for line in answer.why:
+        console.print(f"[cyan]why[/] {escape(line)}", soft_wrap=True)
+
+
 def fmt_p(p: float | None) -> str:
     """'0.003', '<0.001' style p-value, '—' when untested or undefined."""
     if p is None or not math.isfinite(p):
@@ -118,22 +129,24 @@ def render_tests(result: FairnessResult, console: Console) -> None:
 
     from fairmedbench.metrics.result import in_family
     from fairmedbench.metrics.specs import metric_spec
-    from fairmedbench.report.verdicts import resampling_sentence
+    from fairmedbench.report.verdicts import ALPHA, resampling_sentence
 
     cols = [m for m in dict.fromkeys(m for r in result.reports for m in r.tests) if in_family(m)]
     if not cols:
         return
     tests = result.meta.get("tests") or {}
     correction = tests.get('correction', '').split(' (')[0]
-    table = Table(title=f"larger than chance? permutation test p (adjusted: {correction})",
-                  title_justify="left")
+    table = Table(title=f"permutation test: raw p (adjusted: {correction}); * = p_adj < {ALPHA}, larger than chance "
+                        "(the answer's rule)", title_justify="left")
     for h in ["task", "attribute", *[metric_spec(m).header for m in cols]]:
         table.add_column(h, justify="left" if h in ("task", "attribute") else "right")
     for r in result.reports:
         cells = []
         for m in cols:
             t = r.tests.get(m)
-            cells.append("—" if t is None else f"{fmt_p(t.get('p_value'))} ({fmt_p(t.get('p_adjusted'))})")
+            adj = None if t is None else t.get("p_adjusted")
+            star = " *" if adj is not None and math.isfinite(adj) and adj < ALPHA else ""
+            cells.append("—" if t is None else f"{fmt_p(t.get('p_value'))} ({fmt_p(adj)}){star}")
         table.add_row(r.task, r.attribute, *cells)
     console.print(table)
     for attribute in dict.fromkeys(r.attribute for r in result.reports):

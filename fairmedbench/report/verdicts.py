@@ -3,10 +3,13 @@ one function here, so a page can never print two verdicts for one question (e.g.
 excludes 0: no"), and undefined evidence is called undefined, with the reason.
 
 Questions:
-  (a) `disparity`: is there a disparity on attribute A? Read from the gap's permutation test (Benjamini-Yekutieli
-      adjusted p over the result's family of tests where recorded, else the raw p): "larger than chance: p = ..."
-      when p < ALPHA. A gap (max - min) is never below 0, so its bootstrap interval never contains 0 and is never
-      read as evidence; a result without a test is "not tested", with the reason.
+  (a) `result_answer`: is there a disparity? Over EVERY gap and signed difference of the result that carries a
+      permutation test in its Benjamini-Yekutieli family (not only the headline gap), each read by `disparity`:
+      "larger than chance (p_adj = ...)" when the adjusted p < ALPHA, else "within chance"; a raw p outside the
+      family is shown as raw, with "no verdict". One sentence per (task, attribute) (`pair_answer`) names the
+      metrics larger than chance; the headline counts pairs and metrics. A gap (max - min) is never below 0, so
+      its bootstrap interval is never read as evidence; `interval_test_notes` says why group intervals and the
+      test disagree where they do. Terminal, pages and summary.md print these same sentences.
   (b) `versus_erm`: did mitigation M change metric X over ERM? One rule: the paired t-test over seeds (same seeds,
       same splits; its p and the shown paired t interval come from the same t distribution, so they cannot
       disagree) and, where compare ran the paired test-set bootstrap for X, that interval must exclude 0 as well
@@ -21,7 +24,7 @@ Pure Python (plus the MetricSpec registry): no torch, no numpy.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,17 +39,19 @@ GAP_KEY = "__gap__"  # metrics.result.GAP, repeated to keep this module free of 
 class Verdict:
     """One answer: a machine-readable `key`, the sentence shown, the evidence it rests on, its p-value (if any)."""
 
-    key: str  # disparity | no-evidence | not-tested | undefined | better | worse | changed | no-difference | shifted |
-    # not-shifted
+    key: str  # disparity | no-evidence | raw-only | not-tested | undefined | better | worse | changed | no-difference |
+    # shifted | not-shifted
     sentence: str
     evidence: str
     p: float | None = None
+    p_label: str = "p"  # how the p is named: 'p_adj' (adjusted over the result's family), 'raw p', 'p'
 
     @property
     def short(self) -> str:
-        """The table cell: 'larger than chance (p = 0.003)', 'undefined: one seed', ..."""
-        raw = ", unadjusted" if self.evidence.endswith("unadjusted") else ""
-        return _SHORT.get(self.key, self.key) + (f" (p = {fmt_p(self.p)}{raw})" if self.p is not None else "")
+        """The table cell: 'larger than chance (p_adj = 0.003)', 'no verdict (raw p = 0.04)', 'undefined: one
+        seed', ..."""
+        return _SHORT.get(self.key, self.key) + (f" ({self.p_label} = {fmt_p(self.p)})" if self.p is not None
+                                                 else "")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -54,6 +59,7 @@ class Verdict:
 
 
 _SHORT = {"disparity": "larger than chance", "no-evidence": "within chance", "not-tested": "not tested",
+          "raw-only": "no verdict",
           "undefined": "undefined", "better": "better than ERM", "worse": "worse than ERM",
           "changed": "differs from ERM", "no-difference": "no difference beyond chance",
           "shifted": "beyond sampling error", "not-shifted": "within sampling error"}
@@ -89,9 +95,10 @@ def _direction(metric: str) -> bool | None:
 
 def disparity(rep: dict[str, Any], metric: str) -> Verdict:
     """Is there a disparity in `metric` (a between-group metric: a gap, a two-group difference, EqOdds) on the
-    report's attribute? `rep` is an AttributeReport.to_dict()."""
+    report's attribute? `rep` is an AttributeReport.to_dict(). Only the Benjamini-Yekutieli adjusted p over the
+    result's family of tests decides; a raw p outside that family is shown as raw, with no verdict."""
     where = f"{rep.get('task', '')} by {rep.get('attribute', '')}".strip()
-    head = _header(metric)
+    head = gap_name(rep, metric)
     cell = (rep.get("metrics", {}).get(metric) or {}).get(GAP_KEY)
     evidence = "permutation test of group labels"
     if not cell or not _finite(cell.get("value")):
@@ -99,43 +106,220 @@ def disparity(rep: dict[str, Any], metric: str) -> Verdict:
         return Verdict("undefined", f"{where}: {head} is undefined ({why}), so disparity cannot be assessed.",
                        evidence)
     value = float(cell["value"])
-    adjusted = cell.get("p_adjusted")
-    p = adjusted if _finite(adjusted) else cell.get("p_value")
-    if not _finite(p):
+    adjusted, raw = cell.get("p_adjusted"), cell.get("p_value")
+    if not _finite(adjusted):
+        if _finite(raw):
+            return Verdict("raw-only", f"{where}: {head} = {value:.3f}, raw p = {fmt_p(float(raw))}: outside this "
+                                       "result's adjusted family of tests, so no verdict.",
+                           f"{evidence}, raw p outside the Benjamini-Yekutieli family", float(raw), "raw p")
         why = ("the result records no permutation test (it was computed without one); recompute it with a "
                "version that runs the test" if "p_value" not in cell else
                "the permutation test is undefined here (e.g. a group with one class)")
         return Verdict("not-tested", f"{where}: {head} = {value:.3f}; disparity not tested: {why}.", evidence)
-    p = float(p)
-    which = "Benjamini-Yekutieli adjusted over this result's tests" if _finite(adjusted) else "unadjusted"
-    evidence = f"{evidence}, p {which}"
+    p = float(adjusted)
+    evidence = f"{evidence}, p Benjamini-Yekutieli adjusted over this result's tests (raw p = {fmt_p(float(raw))})"
     if p < ALPHA:
-        return Verdict("disparity", f"{where}: {head} = {value:.3f} is larger than chance: p = {fmt_p(p)} "
-                                    f"({which}).", evidence, p)
-    return Verdict("no-evidence", f"{where}: {head} = {value:.3f} is within what chance gives between groups "
-                                  f"of these sizes: p = {fmt_p(p)} ({which}); no evidence of a disparity.",
-                   evidence, p)
+        return Verdict("disparity", f"{where}: {head} {value:.3f} larger than chance (p_adj = {fmt_p(p)}).",
+                       evidence, p, "p_adj")
+    return Verdict("no-evidence", f"{where}: {head} {value:.3f} within chance (p_adj = {fmt_p(p)}).", evidence, p,
+                   "p_adj")
 
 
-def report_disparities(reports: Sequence[dict[str, Any]], metric_of: Callable[[dict[str, Any]], str]
-                       ) -> list[Verdict]:
-    """`disparity` for every report, on the metric `metric_of(rep)` names (the task's headline gap)."""
-    return [disparity(rep, metric_of(rep)) for rep in reports]
+def gap_name(rep: dict[str, Any], metric: str) -> str:
+    """How an answer names a between-group metric: its registry header ('ΔAUC', 'ΔFPR@95TPR'); a signed
+    difference names its groups ('AUC difference M − F'), or is 'AUC difference' without a report's two groups."""
+    from fairmedbench.metrics.specs import find_spec
+
+    spec = find_spec(metric)
+    if spec is None or spec.kind != "diff" or spec.label:
+        return _header(metric)
+    name = f"{_header(metric.removesuffix('_diff'))} difference"
+    groups = rep.get("groups", [])
+    return f"{name} {groups[1]} − {groups[0]}" if len(groups) == 2 else name
 
 
-def disparity_headline(verdicts: Sequence[Verdict]) -> str:
-    """One sentence over a page's disparity verdicts: how many are larger than chance, and which."""
-    if not verdicts:
-        return "No attribute to assess."
-    hits = [v for v in verdicts if v.key == "disparity"]
-    tested = [v for v in verdicts if v.key in ("disparity", "no-evidence")]
+def gap_value(metric: str, value: float) -> str:
+    """A between-group value as answers show it: signed ('+0.139') for a signed difference, else '0.139'."""
+    from fairmedbench.metrics.specs import find_spec
+
+    spec = find_spec(metric)
+    return f"{value:+.3f}" if spec is not None and spec.kind == "diff" else f"{value:.3f}"
+
+
+def _in_family(cell: object) -> TypeIs[dict[str, Any]]:
+    return isinstance(cell, dict) and _finite(cell.get("p_adjusted"))
+
+
+def _interval(group: str, x: dict[str, Any]) -> str:
+    return f"{group} {x['value']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}]"
+
+
+@dataclass(frozen=True)
+class PairAnswer:
+    """The answer for one (task, attribute): every tested gap and difference of the result's adjusted family,
+    each with its verdict (`disparity`), and the one sentence that names those larger than chance."""
+
+    task: str
+    attribute: str
+    tested: tuple[tuple[str, Verdict, float], ...]  # (metric, verdict, value) in the adjusted family
+    sentence: str
+
+    @property
+    def hits(self) -> list[tuple[str, Verdict, float]]:
+        """The tested gaps larger than chance, largest value first."""
+        return sorted((t for t in self.tested if t[1].key == "disparity"), key=lambda t: -abs(t[2]))
+
+    @property
+    def key(self) -> str:
+        """'disparity' (some gap larger than chance), 'no-evidence' (every tested gap within chance) or
+        'not-tested' (nothing of the pair in the adjusted family)."""
+        return "disparity" if self.hits else "no-evidence" if self.tested else "not-tested"
+
+
+def pair_answer(rep: dict[str, Any]) -> PairAnswer:
+    """The verdict of one report over every gap and difference in its result's adjusted family (one rule:
+    `disparity` on each), as one sentence naming the metrics larger than chance and those within chance."""
+    from fairmedbench.metrics.specs import find_spec
+
+    where = f"{rep.get('task', '')} by {rep.get('attribute', '')}"
+    metrics = rep.get("metrics", {})
+    names = [m for m, c in metrics.items() if _in_family((c or {}).get(GAP_KEY))]
+    tested = tuple((m, disparity(rep, m), float(metrics[m][GAP_KEY]["value"])) for m in names)
     if not tested:
-        return (verdicts[0].sentence if len(verdicts) == 1 else
-                f"Disparity could not be assessed for any of the {len(verdicts)} task/attribute pairs (each one's "
-                "reason follows).")
-    lead = (f"{len(hits)} of {len(tested)} tested task/attribute pair(s) show a gap larger than chance"
-            + (f" ({len(verdicts) - len(tested)} not tested or undefined)" if len(tested) < len(verdicts) else ""))
-    return lead + (": " + " ".join(v.sentence for v in hits[:3]) if hits else ".")
+        main = next((m for m, c in metrics.items() if GAP_KEY in (c or {}) and (s := find_spec(m)) is not None
+                     and s.board == "gap"), None)
+        sentence = (disparity(rep, main).sentence if main else
+                    f"{where}: no gap or difference was tested (the result records no permutation test).")
+        return PairAnswer(rep.get("task", ""), rep.get("attribute", ""), (), sentence)
+    answer = PairAnswer(rep.get("task", ""), rep.get("attribute", ""), tested, "")
+    signed = {m for m in names if (s := find_spec(m)) is not None and s.kind == "diff"}
+    parts = []
+    for m, v, value in answer.hits:
+        c = metrics[m][GAP_KEY]
+        f = "{:+.3f}" if m in signed else "{:.3f}"
+        ci = (f" [{f.format(c['ci_low'])}, {f.format(c['ci_high'])}]" if _finite(c.get("ci_low"))
+              and _finite(c.get("ci_high")) else "")
+        parts.append(f"{gap_name(rep, m)} {f.format(value)}{ci} larger than chance (p_adj = {fmt_p(v.p or 0.0)})")
+    rest = [(m, v) for m, v, _ in tested if v.key != "disparity"]
+    if rest:
+        low = fmt_p(min(v.p for _, v in rest if v.p is not None))
+        bound = f"p_adj = {low}" if len(rest) == 1 else f"p_adj ≥ {low}"
+        listed = ", ".join(gap_name(rep, m) for m, _ in rest)
+        parts.append(f"{listed} within chance ({bound})" if parts else
+                     f"every tested gap within chance ({listed}; {bound})")
+    return PairAnswer(answer.task, answer.attribute, tested, f"{where}: " + "; ".join(parts) + ".")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A result's answer, the same words on every surface: the opening `headline`, one sentence per (task,
+    attribute) in `pairs`, and `why` (where group intervals and the test disagree, the reason)."""
+
+    headline: str
+    pairs: list[PairAnswer]
+    why: list[str]
+    n_tests: int
+
+    @property
+    def sentences(self) -> list[str]:
+        """The per-pair sentences (each names its metrics larger than chance)."""
+        return [p.sentence for p in self.pairs]
+
+
+#: from this many (task, attribute) pairs on, pages open with one sentence and the tasks x attributes picture,
+#: the per-pair sentences folded below
+FOLD_AT = 4
+
+
+def result_answer(reports: Sequence[dict[str, Any]]) -> Answer:
+    """The answer of a result over every gap and difference tested within its Benjamini-Yekutieli family (the
+    reports are one result's, so the family is theirs): how many pairs show a gap larger than chance, by metric
+    (with the largest), and the metrics within chance in every pair."""
+    pairs = [pair_answer(rep) for rep in reports]
+    n_tests = sum(len(p.tested) for p in pairs)
+    why = interval_test_notes(reports, n_tests)
+    if not pairs:
+        return Answer("No attribute to assess.", [], why, 0)
+    tested = [p for p in pairs if p.tested]
+    if len(pairs) == 1:
+        return Answer(pairs[0].sentence, pairs, why, n_tests)
+    if not tested:
+        return Answer(f"Disparity could not be assessed for any of the {len(pairs)} task/attribute pairs (each "
+                      "one's reason follows).", pairs, why, n_tests)
+    hit_pairs = [p for p in tested if p.hits]
+    by_metric: dict[str, list[tuple[PairAnswer, float]]] = {}
+    named: dict[str, set[str]] = {}
+    for p, rep in zip(pairs, reports):
+        for m, v, value in p.tested:
+            named.setdefault(m, set()).add(gap_name(rep, m))
+            if v.key == "disparity":
+                by_metric.setdefault(m, []).append((p, value))
+    # a difference names its groups where every pair has the same two ('AUC difference M − F')
+    metric_names = {m: next(iter(ns)) if len(ns) == 1 else gap_name({}, m) for m, ns in named.items()}
+    parts = []
+    for m, items in sorted(by_metric.items(), key=lambda kv: -len(kv[1])):
+        big, value = max(items, key=lambda it: abs(it[1]))
+        place = f"{'largest ' if len(items) > 1 else ''}{big.task} by {big.attribute}, {gap_value(m, value)}"
+        parts.append(f"{metric_names[m]} in {len(items)} pair{'s' if len(items) > 1 else ''} ({place})")
+    quiet = [metric_names[m] for m in metric_names if m not in by_metric]
+    if quiet:
+        parts.append(f"{', '.join(quiet)} within chance in every tested pair")
+    untested = len(pairs) - len(tested)
+    lead = (f"{len(hit_pairs)} of {len(tested)} tested task/attribute pairs show a gap larger than chance "
+            f"(Benjamini-Yekutieli over the {n_tests} tests of this result, p_adj < {ALPHA})"
+            + (f"; {untested} pair(s) not tested or undefined" if untested else ""))
+    return Answer(lead + ": " + "; ".join(parts) + ".", pairs, why, n_tests)
+
+
+def interval_test_notes(reports: Sequence[dict[str, Any]], n_tests: int | None = None) -> list[str]:
+    """Where two groups' 95% intervals do not overlap but the test is within chance (or every two overlap but
+    the test finds a gap larger than chance), one sentence saying why: the multiplicity adjustment (raw p
+    against p_adj over the result's `n_tests`), or what the permutation test compares."""
+    from fairmedbench.metrics.specs import find_spec
+
+    if n_tests is None:
+        n_tests = sum(_in_family((c or {}).get(GAP_KEY)) for rep in reports for c in rep.get("metrics", {}).values())
+    out = []
+    for rep in reports:
+        where = f"{rep.get('task', '')} by {rep.get('attribute', '')}"
+        metrics = rep.get("metrics", {})
+        for m, c in metrics.items():
+            cell = (c or {}).get(GAP_KEY)
+            spec = find_spec(m)
+            if not _in_family(cell) or spec is None or spec.kind not in ("gap", "diff"):
+                continue
+            base = m.rsplit("_", 1)[0]
+            if spec.kind == "diff" and _in_family((metrics.get(f"{base}_gap") or {}).get(GAP_KEY)):
+                continue  # two groups: the gap is |difference|, and its sentence says it once
+            per = {g: metrics.get(base, {}).get(g) or {} for g in rep.get("groups", [])}
+            per = {g: x for g, x in per.items() if _finite(x.get("ci_low")) and _finite(x.get("ci_high"))}
+            if len(per) < 2:
+                continue
+            high = max(per, key=lambda g: per[g]["ci_low"])
+            low = min(per, key=lambda g: per[g]["ci_high"])
+            apart = high != low and per[high]["ci_low"] > per[low]["ci_high"]
+            v = disparity(rep, m)
+            raw, adj = float(cell["p_value"]), float(cell["p_adjusted"])
+            name = gap_name(rep, m)
+            base_name = name[1:] if name.startswith("Δ") else _header(base)  # 'ΔFPR@95TPR' -> 'FPR@95TPR'
+            if apart and v.key != "disparity":
+                lead = (f"{where}: the {base_name} intervals of {_interval(high, per[high])} and "
+                        f"{_interval(low, per[low])} do not overlap, yet {name} is within chance")
+                if raw < ALPHA:
+                    out.append(f"{lead} because of multiplicity: its raw p = {fmt_p(raw)} becomes p_adj = "
+                               f"{fmt_p(adj)} after Benjamini-Yekutieli over the {n_tests} tests of this result.")
+                else:
+                    unit = ("whole patients" if (rep.get("resampling") or {}).get("unit") == "patient" else "rows")
+                    over = (f" and judges max − min over all {len(rep['groups'])} groups, not the two picked after "
+                            "looking" if len(rep.get("groups", [])) > 2 and spec.kind == "gap" else "")
+                    out.append(f"{lead} (raw p = {fmt_p(raw)}): the permutation test compares {name} with its spread "
+                               f"when the group labels of {unit} are permuted within label strata{over}, which "
+                               "separate per-group intervals do not.")
+            elif not apart and v.key == "disparity" and spec.kind in ("gap", "diff"):
+                out.append(f"{where}: every two groups' {base_name} intervals overlap, yet {name} is larger than "
+                           f"chance (p_adj = {fmt_p(adj)}): overlapping 95% intervals are no test of a difference "
+                           "(the difference of two estimates is more precise than either interval shows).")
+    return out
 
 
 # ---------------------------------------------------------------------------------------- (b) versus ERM

@@ -26,9 +26,12 @@ def test_disparity_reads_the_permutation_test_never_the_gap_ci() -> None:
     assert "computed without one" in untested.sentence
     hit = disparity(_rep({**ci, "p_value": 0.0004, "p_adjusted": 0.012}), "auc_gap")
     assert hit.key == "disparity" and hit.p == 0.012  # the adjusted p decides
-    assert "larger than chance: p = 0.012 (Benjamini-Yekutieli" in hit.sentence
-    raw_only = disparity(_rep({**ci, "p_value": 0.2}), "auc_gap")
-    assert raw_only.key == "no-evidence" and "p = 0.2 (unadjusted)" in raw_only.sentence
+    assert hit.sentence == "y by sex: ΔAUC 0.080 larger than chance (p_adj = 0.012)."
+    assert "Benjamini-Yekutieli" in hit.evidence and "raw p = < 0.001" in hit.evidence
+    # a raw p outside the adjusted family is shown as raw, never as a verdict (even below 0.05)
+    raw_only = disparity(_rep({**ci, "p_value": 0.02}), "auc_gap")
+    assert raw_only.key == "raw-only" and raw_only.short == "no verdict (raw p = 0.02)"
+    assert "outside this result's adjusted family of tests, so no verdict" in raw_only.sentence
     # adjusted above alpha although the raw p is below: within chance
     assert disparity(_rep({**ci, "p_value": 0.01, "p_adjusted": 0.09}), "auc_gap").key == "no-evidence"
     assert disparity(_rep({**ci, "p_value": None}), "auc_gap").key == "not-tested"
