@@ -44,7 +44,7 @@ VERSIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib",
 
 #: top-level names a pack may write (evaluate and run packs); an unlisted one in an earlier pack's folder is refused
 PACK_NAMES = ("audit.html", "report.html", "result.json", "result.predictions.parquet", "predictions.parquet",
-              "table.csv", "command.txt", "environment.json", "summary.md", MANIFEST)
+              "table.csv", "command.txt", "environment.json", "summary.md")
 _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 
@@ -89,8 +89,7 @@ def _previous_pack(folder: Path, force: bool) -> list[str]:
         raise InputError(f"{where}: the folder holds files that are not an evidence pack ({shown}; no {MANIFEST} "
                          f"written by fairmedbench); give a new or empty folder: {keep}")
     listed = _listed(folder, where, keep)
-    unlisted = [n for n in PACK_NAMES if n not in listed and not _unlisted_companion(n)
-                and ((folder / n).exists() or (folder / n).is_symlink())]
+    unlisted = [n for n in PACK_NAMES if n not in listed and ((folder / n).exists() or (folder / n).is_symlink())]
     if unlisted:
         raise InputError(f"{where}: {unlisted[0]} there is not a file of the earlier pack (its {MANIFEST} does not "
                          "list it) and the new pack would replace it; move it out of the folder, or give a new folder")
@@ -158,8 +157,9 @@ def staged(folder: str | Path, force: bool) -> Iterator[Path]:
 
 
 def _swap(stage: Path, folder: Path, previous: Sequence[str]) -> None:
-    """Move the staged pack's files into `folder` in place of the earlier pack's (`previous`), the manifest last;
-    on a failure every move is undone, so the folder holds the earlier pack (or nothing), never part of each."""
+    """Move the staged pack's files into `folder` in place of the earlier pack's (`previous`), the manifest out
+    first and in last; an error at any step undoes every move, so the folder holds the earlier pack (or none),
+    never part of each."""
     new = sorted((p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()),
                  key=lambda rel: (_unlisted_companion(rel), rel))
     clash = [rel for rel in new if rel not in previous and ((folder / rel).exists() or (folder / rel).is_symlink())]
