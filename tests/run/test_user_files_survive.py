@@ -75,11 +75,10 @@ def test_run_keeps_user_files_in_its_folders_and_evidence_pack(shared: tuple[Pat
     run_dir = next((root / "results" / "runs").rglob("summary.json")).parent
     for folder in (root / "results" / "runs", run_dir.parent, run_dir, pack, pack / "results"):
         planted |= plant(folder)
-    for force in ([], ["--force"]):  # reused, then recomputed
-        assert main([*RUN, *where, "--report", *force]) == 0
-    # an earlier pack: replaced only with --force
+    assert main([*RUN, *where, "--report"]) == 0  # reused
+    # an earlier pack: replaced only with --force (which also recomputes the run in its folder)
     refused(capsys, [*RUN, *where, "--evidence", str(pack)], "holds an evidence pack", "--force")
-    assert main([*RUN, *where, "--force", "--evidence", str(pack)]) == 0
+    assert main([*RUN, *where, "--report", "--force", "--evidence", str(pack)]) == 0
     intact(planted)
     manifest_verifies(pack)
     assert "my-notes.txt" not in (pack / MANIFEST).read_text()
