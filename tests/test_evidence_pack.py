@@ -1,6 +1,6 @@
 """Evidence packs (issue 23.4): `evaluate --evidence DIR` and `run --evidence DIR` write one folder whose
 MANIFEST.sha256 `sha256sum -c` verifies, and which fails once any file in it is edited; a non-empty folder is
-refused before any work unless --force."""
+refused before any work unless it holds an earlier pack and --force is given (then only that pack's files go)."""
 
 from __future__ import annotations
 
@@ -58,9 +58,9 @@ def test_evaluate_evidence_pack_verifies_and_detects_any_edit(tmp_path: Path,
     assert main(["evaluate", "--demo", "--n-boot", "50", "--evidence", str(pack)]) == 2
     err = capsys.readouterr().err
     assert "exists and is not empty" in err and "--force" in err and len(err.strip().splitlines()) == 1
-    (pack / "stray.txt").write_text("x")
+    (pack / "stray.txt").write_text("x")  # a file the pack did not write: kept by --force, which replaces the pack's
     assert main(["evaluate", "--demo", "--n-boot", "50", "--evidence", str(pack), "--force"]) == 0
-    assert not (pack / "stray.txt").exists() and _check(pack).returncode == 0
+    assert (pack / "stray.txt").read_text() == "x" and _check(pack).returncode == 0
 
 
 def test_a_file_is_not_a_pack_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,7 +53,8 @@ def test_a_run_folder_loses_the_partial_files_of_a_killed_writer(tmp_path) -> No
     from fairmedbench.engine.store import remove_partial_files, write_json
 
     write_json(tmp_path / "seed0.json", {"a": 1})
-    (tmp_path / ".seed1.json.x1y2.tmp").write_text('{"trunc')
+    (tmp_path / ".seed1.json.x1y2_9ab.tmp").write_text('{"trunc')
+    (tmp_path / ".notes.tmp").write_text("a user's file, not a partial write")
     gone = remove_partial_files(tmp_path)
-    assert [p.name for p in gone] == [".seed1.json.x1y2.tmp"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed0.json"]
+    assert [p.name for p in gone] == [".seed1.json.x1y2_9ab.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.tmp", "seed0.json"]

@@ -104,8 +104,10 @@ class EvaluateOptions:
         "evaluate with --n-boot above its documented bound (the estimated time is printed)"))
     evidence: str | None = field(default=None, metadata=option(  # an evidence pack folder (benchmark/evidence.py)
         "write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, command, environment, "
-        "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new or empty", metavar="DIR"))
-    force: bool = field(default=False, metadata=option("with --evidence: replace a non-empty DIR"))
+        "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new, empty or hold an earlier pack (--force)",
+        metavar="DIR"))
+    force: bool = field(default=False, metadata=option(
+        "with --evidence: replace the earlier pack in DIR (only the files its MANIFEST.sha256 lists)"))
     json: bool = field(default=False, metadata=option("print the result JSON instead of tables"))
 
 
@@ -297,10 +299,14 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     notes: list[str] = []
     check_threshold(opts.profile, opts.threshold)  # before reading anything
     pack = None
-    if opts.evidence:  # refuse a non-empty folder before any work; the pack holds the outputs not sent elsewhere
-        from fairmedbench.benchmark import evidence
+    if opts.evidence:  # refuse a folder holding anything but an earlier pack before any work; the pack holds the
+        from fairmedbench.benchmark import evidence  # outputs not sent elsewhere
 
         pack = evidence.check(opts.evidence, opts.force)
+        for flag, given in (("--out", opts.out), ("--out-table", opts.out_table), ("--report", opts.report)):
+            if given and pack.resolve() in Path(given).resolve().parents[1:]:  # in a subfolder of the pack
+                raise InputError(f"{flag} {given}: is inside a subfolder of --evidence {pack}; write it directly in "
+                                 "the pack folder or outside it")
         opts = replace(opts, out=opts.out or str(pack / "result.json"),
                        out_table=opts.out_table or str(pack / "table.csv"))
     df, inputs, source = _load(opts)
@@ -348,8 +354,23 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     doc["notes"] = notes
     if resampled is not None:
         doc["test_resample"] = {**resampled.sample.to_dict(), "result": resampled.result.to_dict()}
-    if pack is not None:  # emptied (--force) and created only now that the results exist
-        evidence.prepare(pack, opts.force)
+    if pack is None:
+        return _save(opts, doc, result, per_sample, resampled, audit, notes, source)
+    # checked again, written into a staging folder beside the earlier pack, then swapped in: its files only
+    with evidence.staged(pack, opts.force) as stage:
+        inside: dict[str, Any] = {k: str(stage / Path(v).name) for k in ("out", "out_table", "report")
+                                  if (v := getattr(opts, k)) and Path(v).resolve().parent == pack.resolve()}
+        outcome = _save(replace(opts, **inside), doc, result, per_sample, resampled, audit, notes, source)
+        evidence.evaluate_pack(stage, outcome, opts.command or ["benchmark", "evaluate"])
+    outcome.paths = {k: str(pack / Path(v).name) if Path(v).parent == stage else v for k, v in outcome.paths.items()}
+    outcome.paths["evidence"] = str(pack)
+    return outcome
+
+
+def _save(opts: EvaluateOptions, doc: dict[str, Any], result: FairnessResult,
+          per_sample: dict[str, np.ndarray] | pd.DataFrame, resampled: Resampling | None, audit: AuditData | None,
+          notes: list[str], source: str) -> EvaluateOutcome:
+    """Write the result JSON, the per-sample predictions, the tidy table and the audit page where `opts` says."""
     out = Path(opts.out) if opts.out else Path("results") / "evaluate" / f"{Path(source).stem}-{doc['run_id']}" / \
         "result.json"
     paths = {"result": str(out)}
@@ -372,12 +393,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
 
         assert audit is not None, "--report reaches here with binary classification only, which builds the audit"
         paths["report"] = str(write_audit_report(Path(opts.report), doc, audit, command=opts.command))
-    outcome = EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
-    if pack is not None:
-        from fairmedbench.benchmark.evidence import evaluate_pack
-
-        paths["evidence"] = str(evaluate_pack(pack, outcome, opts.command or ["benchmark", "evaluate"]).parent)
-    return outcome
+    return EvaluateOutcome(doc, result, paths, notes, resampled.result if resampled else None)
 
 
 def score_settings(opts: EvaluateOptions, patient: str | None) -> ScoreSettings:

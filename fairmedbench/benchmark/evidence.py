@@ -18,13 +18,17 @@ and the FDA's subgroup performance reporting, and says that it is not legal advi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
 import platform
+import re
 import shlex
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from fairmedbench.engine import store
@@ -38,25 +42,160 @@ MANIFEST = "MANIFEST.sha256"
 VERSIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib", "jinja2", "torch")
 
 
+#: top-level names a pack may write (evaluate and run packs); an unlisted one in an earlier pack's folder is refused
+PACK_NAMES = ("audit.html", "report.html", "result.json", "result.predictions.parquet", "predictions.parquet",
+              "table.csv", "command.txt", "environment.json", "summary.md")
+_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
+
+
+def _is_staging(path: Path) -> bool:
+    """A staging folder this module makes inside a pack folder (store.staging_dir names)."""
+    return path.name.startswith(f"{store.STAGING_PREFIX}evidence") and path.is_dir() and not path.is_symlink()
+
+
+def _unlisted_companion(rel: str) -> bool:
+    """A file beside the manifest that it cannot list (the manifest itself, a signature `MANIFEST.sha256.*`)."""
+    return "/" not in rel and rel.startswith(MANIFEST)
+
+
 def check(folder: str | Path, force: bool) -> Path:
-    """Before any work: the pack folder must not exist, or be empty, unless `force`. Creates nothing."""
+    """Before any work: the pack folder must be new, empty, or hold an earlier pack this product wrote (then only
+    with `force`); a broken link, a file, an unwritable place or anything else is refused in one line. Creates
+    nothing."""
     folder = Path(folder)
+    _previous_pack(folder, force)
+    return folder
+
+
+def _previous_pack(folder: Path, force: bool) -> list[str]:
+    """The relative paths of the earlier pack's files in `folder` (its manifest and the files it lists that are
+    there, unchanged); [] for a new or empty folder. InputError when the folder holds anything else."""
+    where = f"--evidence {folder}"
+    if folder.is_symlink() and not folder.exists():
+        raise InputError(f"{where}: is a symbolic link to {os.readlink(folder)}, which does not exist; give a new "
+                         "folder for the evidence pack, or create the link's target")
     if folder.exists() and not folder.is_dir():
-        raise InputError(f"--evidence {folder}: is a file; give a folder for the evidence pack")
-    if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise InputError(f"--evidence {folder}: the folder exists and is not empty; give a new folder, or add "
-                         "--force to replace its contents")
-    return folder
+        raise InputError(f"{where}: is a file; give a folder for the evidence pack")
+    if not folder.exists():
+        store.check_writable(folder, "--evidence")
+        return []
+    entries = sorted(p.name for p in folder.iterdir() if not _is_staging(p))
+    if not entries:
+        store.check_writable(folder, "--evidence")
+        return []
+    keep = "nothing in it is replaced or deleted, with or without --force"
+    if not (folder / MANIFEST).is_file() or (folder / MANIFEST).is_symlink():
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise InputError(f"{where}: the folder holds files that are not an evidence pack ({shown}; no {MANIFEST} "
+                         f"written by fairmedbench); give a new or empty folder: {keep}")
+    listed = _listed(folder, where, keep)
+    unlisted = [n for n in PACK_NAMES if n not in listed and ((folder / n).exists() or (folder / n).is_symlink())]
+    if unlisted:
+        raise InputError(f"{where}: {unlisted[0]} there is not a file of the earlier pack (its {MANIFEST} does not "
+                         "list it) and the new pack would replace it; move it out of the folder, or give a new folder")
+    if not force:
+        raise InputError(f"{where}: the folder exists and is not empty: it holds an evidence pack ({len(listed)} "
+                         "files); add --force to replace the files its MANIFEST.sha256 lists (anything else in the "
+                         "folder is kept), or give a new folder")
+    store.check_writable(folder, "--evidence")
+    present = [rel for rel in listed if (folder / rel).exists()]
+    return [*present, *sorted(p.name for p in folder.iterdir() if _unlisted_companion(p.name) and p.is_file())]
 
 
-def prepare(folder: str | Path, force: bool) -> Path:
-    """`check`, then empty the folder (with `force`) and create it: called once the results are computed."""
-    folder = check(folder, force)
-    if folder.is_dir():
-        for child in folder.iterdir():
-            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+def _listed(folder: Path, where: str, keep: str) -> list[str]:
+    """The files an earlier pack's manifest lists, each checked: a relative path inside the folder with no link on
+    the way, and unchanged since it was written (or gone). A manifest fairmedbench did not write is refused."""
+    listed: dict[str, str] = {}
+    for line in (folder / MANIFEST).read_text(encoding="utf-8", errors="replace").splitlines():
+        m = _LINE.match(line)
+        if m is None and line.strip() and not line.startswith("#"):
+            raise InputError(f"{where}: its {MANIFEST} is not one fairmedbench wrote (a line reads {line[:60]!r}); "
+                             f"give a new or empty folder: {keep}")
+        if m is not None:
+            listed[m.group(2)] = m.group(1)
+    root = folder.resolve()
+    for rel, digest in listed.items():
+        path = folder / rel
+        inside = not PurePosixPath(rel).is_absolute() and ".." not in PurePosixPath(rel).parts
+        links = [p for p in (path, *path.parents) if p != folder and folder in p.parents and p.is_symlink()]
+        if not inside or links or (path.exists() and root not in path.resolve().parents):
+            raise InputError(f"{where}: its {MANIFEST} lists {rel!r}, which is not a file inside the pack; give a new "
+                             f"or empty folder: {keep}")
+        if path.exists() and (not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest):
+            raise InputError(f"{where}: {rel} was changed since the pack was written (its sha256 differs from "
+                             f"{MANIFEST}); move it out of the folder, or give a new folder: an edited file is not "
+                             "replaced")
+    env = folder / "environment.json"
+    try:
+        ours = "environment.json" in listed and "fairmedbench_version" in json.loads(env.read_text())
+    except (OSError, ValueError, TypeError):
+        ours = False
+    if not ours:
+        raise InputError(f"{where}: its {MANIFEST} is not one fairmedbench wrote (it lists no environment.json "
+                         f"naming fairmedbench's version); give a new or empty folder: {keep}")
+    return list(listed)
+
+
+@contextlib.contextmanager
+def staged(folder: str | Path, force: bool) -> Iterator[Path]:
+    """Once the results are computed: `folder` checked again, and a staging folder inside it to write the new pack
+    into; on leaving without an error the staged files replace the earlier pack's (`_swap`). The staging folder
+    goes either way, and so does `folder` when this made it and it is left empty."""
+    folder = Path(folder)
+    previous = _previous_pack(folder, force)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    store.remove_stale_staging(folder)  # what a killed earlier pack write left (a dead process's staging folders)
+    stage = store.staging_dir(folder, "evidence")
+    try:
+        yield stage
+        _swap(stage, folder, previous)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        if created and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+def _swap(stage: Path, folder: Path, previous: Sequence[str]) -> None:
+    """Move the staged pack's files into `folder` in place of the earlier pack's (`previous`), the manifest out
+    first and in last; an error at any step undoes every move, so the folder holds the earlier pack (or none),
+    never part of each."""
+    new = sorted((p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()),
+                 key=lambda rel: (_unlisted_companion(rel), rel))
+    clash = [rel for rel in new if rel not in previous and ((folder / rel).exists() or (folder / rel).is_symlink())]
+    if clash:
+        raise InputError(f"--evidence {folder}: {clash[0]} there is not a file of an earlier pack and the new pack "
+                         "would replace it; move it out of the folder, or give a new folder")
+    backup = store.staging_dir(folder, "evidence-old")
+    out: list[str] = []
+    into: list[str] = []
+    made: list[Path] = []
+    try:
+        for rel in sorted(previous, key=lambda r: (not _unlisted_companion(r), r)):  # the manifest first
+            (backup / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(folder / rel, backup / rel)
+            out.append(rel)
+        for rel in new:
+            for parent in reversed((folder / rel).relative_to(folder).parents[:-1]):
+                if not (folder / parent).is_dir():
+                    (folder / parent).mkdir()
+                    made.append(folder / parent)
+            os.replace(stage / rel, folder / rel)
+            into.append(rel)
+    except BaseException:
+        for rel in reversed(into):
+            os.replace(folder / rel, stage / rel)
+        for rel in reversed(out):
+            os.replace(backup / rel, folder / rel)
+        for path in reversed(made):
+            path.rmdir()
+        shutil.rmtree(backup)
+        raise
+    shutil.rmtree(backup)
+    for rel in previous:  # the earlier pack's subfolders its files left empty (never one holding anything else)
+        for parent in (folder / rel).relative_to(folder).parents[:-1]:
+            with contextlib.suppress(OSError):
+                (folder / parent).rmdir()
 
 
 def _versions() -> dict[str, str | None]:
@@ -278,9 +417,10 @@ def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
 
 
 def describe(folder: Path) -> str:
-    """The line the CLI prints."""
-    n = sum(1 for p in Path(folder).rglob("*") if p.is_file())
+    """The line the CLI prints: the pack's files are its manifest's lines and the manifest (anything else there is
+    not the pack's)."""
+    n = 1 + sum(1 for line in (Path(folder) / MANIFEST).read_text(encoding="utf-8").splitlines() if _LINE.match(line))
     return f"evidence pack: {folder} ({n} files; check with: cd {folder} && sha256sum -c {MANIFEST})"
 
 
-__all__ = ["MANIFEST", "check", "describe", "evaluate_pack", "prepare", "run_pack", "write_manifest"]
+__all__ = ["MANIFEST", "check", "describe", "evaluate_pack", "run_pack", "staged", "write_manifest"]

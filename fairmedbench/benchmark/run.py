@@ -24,6 +24,7 @@ from fairmedbench.engine import store
 from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.engine.results import RunResult
 from fairmedbench.engine.splits import test_fingerprint
+from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig, RunOptions, RunSpec, option
 from fairmedbench.tasks.base import Task
 
@@ -41,7 +42,8 @@ class RunOutputs:
     report: bool = field(default=False, metadata=option("also write a self-contained report.html in the run folder"))
     evidence: str | None = field(default=None, metadata=option(
         "write an evidence pack of the run (report page, result JSONs, tidy table, predictions, command, environment, "
-        "summary.md, MANIFEST.sha256); DIR must be new or empty (--force replaces it)", metavar="DIR"))
+        "summary.md, MANIFEST.sha256); DIR must be new, empty or hold an earlier pack (--force replaces that pack's "
+        "files only)", metavar="DIR"))
 
 
 @dataclass
@@ -130,16 +132,20 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
 
 def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
                      command: Sequence[str]) -> tuple[RunOutcome, Path | None]:
-    """`run`, then what `outputs` asks for: the evidence pack (its folder refused before any work when not empty,
-    unless --force) and the report page; the outcome and the page written, if any."""
+    """`run`, then what `outputs` asks for: the evidence pack (its folder refused before any work unless new, empty
+    or holding an earlier pack, replaced with --force) and the report page; the outcome and the page written."""
     from fairmedbench.benchmark import evidence
 
     if outputs.evidence:
-        evidence.check(outputs.evidence, opts.force)
+        folder = evidence.check(outputs.evidence, opts.force).resolve()
+        if folder == Path(opts.out_root).resolve() or folder in Path(opts.out_root).resolve().parents:
+            raise InputError(f"--evidence {outputs.evidence}: the run's --out {opts.out_root} is inside it; give the "
+                             "evidence pack a folder of its own")
     outcome = run(spec, opts)
     page = None
     if outputs.evidence:  # the pack writes the run's report page first (and copies it in)
-        page = evidence.run_pack(evidence.prepare(outputs.evidence, opts.force), outcome, command)
+        with evidence.staged(outputs.evidence, opts.force) as stage:  # written beside the earlier pack, swapped in
+            page = evidence.run_pack(stage, outcome, command)
         print(evidence.describe(Path(outputs.evidence)), file=sys.stderr)
     if not outputs.report:
         return outcome, None
@@ -149,11 +155,12 @@ def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
 
 
 def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:
-    """Delete a run folder that holds no result, and its parents up to `out_root` that are left empty."""
-    import shutil
-
-    shutil.rmtree(out_dir, ignore_errors=True)
-    for parent in out_dir.parents:
+    """Delete what this call wrote in a run folder that holds no result (config, lock, partial files), then the
+    folder and its parents up to `out_root` that are left empty (anything else found there is kept)."""
+    for name in (CONFIG_FILE, ".lock"):
+        (out_dir / name).unlink(missing_ok=True)
+    store.remove_partial_files(out_dir)
+    for parent in (out_dir, *out_dir.parents):
         if parent == out_root or out_root not in parent.parents:
             break
         try:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -90,13 +91,18 @@ def check_writable(folder: Path | str, what: str) -> None:
 
 
 def remove_partial_files(folder: Path | str) -> list[Path]:
-    """Delete the temporary files (`.<name>.*.tmp`) that a process killed mid-write (kill -9) left in `folder`.
-    Call it only while holding the folder's lock: a live writer's temporary file would go too."""
+    """Delete the temporary files (`.<name>.<8 random characters>.tmp`, as `_atomic` names them) that a process
+    killed mid-write (kill -9) left in `folder`; other names are kept. Call it only while holding the folder's
+    lock: a live writer's temporary file would go too."""
     gone = []
     for tmp in Path(folder).glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
-        gone.append(tmp)
+        if _PARTIAL.fullmatch(tmp.name) and tmp.is_file() and not tmp.is_symlink():
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
     return gone
+
+
+_PARTIAL = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # tempfile.mkstemp's random part: 8 of [a-z0-9_]
 
 
 STAGING_PREFIX = ".tmp-"

@@ -3,24 +3,30 @@
 Nothing here restates a fact: every line is read from the MetricSpec, profile, model, dataset, usage and
 mitigation registries (plugins included), so the site cannot drift from the code. `docs/hooks/generate.py`
 hands these pages to mkdocs at build time; `write_pages` writes them to a folder; `build_site` runs
-`mkdocs build --strict`.
+`mkdocs build --strict` into a temporary folder and copies its files over (never emptying the user's folder).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
+import hashlib
 import html
 import importlib.util
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from fairmedbench.engine import store
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
 from fairmedbench.spec import option
 
@@ -402,22 +408,63 @@ class DocsOptions:
     config: str = field(default="mkdocs.yml", metadata=option("the mkdocs config (default: ./mkdocs.yml)"))
 
 
+#: the files the last `build_site` wrote into a site folder, with their sha256 (sha256sum format)
+SITE_FILES = ".fairmedbench-site.sha256"
+
+
 def build_site(config: str | Path = "mkdocs.yml", site_dir: str | Path = "site") -> Path:
-    """`mkdocs build --strict` of `config` into `site_dir` (generated pages included by the hook); the site's
-    folder. A warning fails the build; its output is in the error."""
-    config = Path(config)
+    """`mkdocs build --strict` of `config` into a temporary folder (generated pages included by the hook), whose
+    files then replace their namesakes in `site_dir` (`replace_site`): mkdocs itself would empty the folder. A
+    warning fails the build; its output is in the error."""
+    config, site = Path(config), Path(site_dir)
     if not config.is_file():
         raise MissingResourceError(f"{config} not found: run from the project's checkout (where mkdocs.yml is) "
                                    "or pass --config")
+    if site.is_symlink() and not site.exists():
+        raise InputError(f"--out {site}: is a symbolic link to {os.readlink(site)}, which does not exist; give a "
+                         "folder for the site")
+    if site.exists() and not site.is_dir():
+        raise InputError(f"--out {site}: is a file; give a folder for the site")
+    store.check_writable(site, "--out")
     missing = [m for m in ("mkdocs", "material") if importlib.util.find_spec(m) is None]
     if missing:
         raise MissingResourceError(f"{', '.join(missing)} not installed: pip install -e '.[docs]' "
                                    "(mkdocs and mkdocs-material)")
-    # no -q: mkdocs counts the warnings that --strict aborts on only at the logging level it prints
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
-                           "-d", str(Path(site_dir).resolve())], capture_output=True, text=True,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    if proc.returncode:
-        problems = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.startswith(("WARNING", "ERROR"))]
-        raise FMBError("mkdocs build --strict failed: " + (" | ".join(problems) or proc.stderr.strip()[-2000:]))
-    return Path(site_dir)
+    with tempfile.TemporaryDirectory(prefix="fmb-site-") as tmp:
+        # no -q: mkdocs counts the warnings that --strict aborts on only at the logging level it prints
+        proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
+                               "-d", str(Path(tmp) / "site")], capture_output=True, text=True,
+                              env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+        if proc.returncode:
+            problems = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.startswith(("WARNING", "ERROR"))]
+            raise FMBError("mkdocs build --strict failed: " + (" | ".join(problems) or proc.stderr.strip()[-2000:]))
+        replace_site(Path(tmp) / "site", site)
+    return site
+
+
+def replace_site(built: Path, site: Path) -> list[str]:
+    """Copy every file of `built` over its namesake in `site` (each write atomic), and delete the files an earlier
+    build listed in SITE_FILES that this one did not produce, when they are unchanged; nothing else in `site` is
+    touched. The relative paths written."""
+    produced = {p.relative_to(built).as_posix(): p for p in sorted(built.rglob("*")) if p.is_file()}
+    earlier: dict[str, str] = {}
+    if (site / SITE_FILES).is_file():
+        for line in (site / SITE_FILES).read_text(encoding="utf-8").splitlines():
+            digest, _, rel = line.partition("  ")
+            if rel and not PurePosixPath(rel).is_absolute() and ".." not in PurePosixPath(rel).parts:
+                earlier[rel] = digest
+    lines = []
+    for rel, src in produced.items():
+        store._atomic(site / rel, functools.partial(shutil.copyfile, src))
+        lines.append(f"{hashlib.sha256(src.read_bytes()).hexdigest()}  {rel}")
+    for rel, digest in earlier.items():
+        old = site / rel
+        if rel in produced or old.is_symlink() or not old.is_file() or \
+                hashlib.sha256(old.read_bytes()).hexdigest() != digest:
+            continue
+        old.unlink()
+        for parent in old.relative_to(site).parents[:-1]:  # the folders it leaves empty
+            with contextlib.suppress(OSError):
+                (site / parent).rmdir()
+    store.write_text(site / SITE_FILES, "\n".join(lines) + "\n")
+    return list(produced)
