@@ -106,11 +106,14 @@ class EvaluateOptions:
         "write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, command, environment, "
         "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new or empty", metavar="DIR"))
     force: bool = field(default=False, metadata=option("with --evidence: replace a non-empty DIR"))
+    sign_key: str | None = field(default=None, metadata=option(  # benchmark/signing.py
+        "with --evidence: sign MANIFEST.sha256 into MANIFEST.sig with hmac:FILE (a secret) or ed25519:FILE (a PEM "
+        "private key); default: $FMB_SIGN_KEY; check with benchmark evidence verify DIR --key ...", metavar="KEY"))
     json: bool = field(default=False, metadata=option("print the result JSON instead of tables"))
 
 
 #: options that say where results go (or how they were asked for), not what is computed: out of the run id
-OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "json")
+OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "sign_key", "json")
 
 
 def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
@@ -296,6 +299,9 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                 setattr(opts, k, v)
     notes: list[str] = []
     check_threshold(opts.profile, opts.threshold)  # before reading anything
+    from fairmedbench.benchmark.signing import pack_key
+
+    sign = pack_key(opts.evidence, opts.sign_key)  # the key read (or refused) before any work
     pack = None
     if opts.evidence:  # refuse a non-empty folder before any work; the pack holds the outputs not sent elsewhere
         from fairmedbench.benchmark import evidence
@@ -376,7 +382,8 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     if pack is not None:
         from fairmedbench.benchmark.evidence import evaluate_pack
 
-        paths["evidence"] = str(evaluate_pack(pack, outcome, opts.command or ["benchmark", "evaluate"]).parent)
+        paths["evidence"] = str(evaluate_pack(pack, outcome, opts.command or ["benchmark", "evaluate"],
+                                                 sign).parent)
     return outcome
 
 

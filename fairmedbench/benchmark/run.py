@@ -42,6 +42,9 @@ class RunOutputs:
     evidence: str | None = field(default=None, metadata=option(
         "write an evidence pack of the run (report page, result JSONs, tidy table, predictions, command, environment, "
         "summary.md, MANIFEST.sha256); DIR must be new or empty (--force replaces it)", metavar="DIR"))
+    sign_key: str | None = field(default=None, metadata=option(  # benchmark/signing.py
+        "with --evidence: sign MANIFEST.sha256 into MANIFEST.sig with hmac:FILE (a secret) or ed25519:FILE (a PEM "
+        "private key); default: $FMB_SIGN_KEY; check with benchmark evidence verify DIR --key ...", metavar="KEY"))
 
 
 @dataclass
@@ -133,13 +136,15 @@ def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
     """`run`, then what `outputs` asks for: the evidence pack (its folder refused before any work when not empty,
     unless --force) and the report page; the outcome and the page written, if any."""
     from fairmedbench.benchmark import evidence
+    from fairmedbench.benchmark.signing import pack_key
 
+    sign = pack_key(outputs.evidence, outputs.sign_key)  # the key read (or refused) before any work
     if outputs.evidence:
         evidence.check(outputs.evidence, opts.force)
     outcome = run(spec, opts)
     page = None
     if outputs.evidence:  # the pack writes the run's report page first (and copies it in)
-        page = evidence.run_pack(evidence.prepare(outputs.evidence, opts.force), outcome, command)
+        page = evidence.run_pack(evidence.prepare(outputs.evidence, opts.force), outcome, command, sign)
         print(evidence.describe(Path(outputs.evidence)), file=sys.stderr)
     if not outputs.report:
         return outcome, None
