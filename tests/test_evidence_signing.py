@@ -240,6 +240,22 @@ def test_summary_states_threshold_and_sensitivity_specificity_per_group(tmp_path
     assert "&lt;script&gt;" in html and "|**x**|" in html
 
 
+def test_one_threshold_line_for_tasks_that_share_it_and_every_group_named_where_sensitivity_is_0(
+        tmp_path: Path) -> None:
+    # task A: positives 0.9, 0.2 / 0.8, 0.1 per group; task B: every positive below 0.5 (TPR 0 in both groups)
+    y = np.array([[1, 1], [1, 1], [0, 0], [0, 0], [1, 1], [1, 1], [0, 0], [0, 0]])
+    s = np.array([[0.9, 0.4], [0.2, 0.3], [0.1, 0.1], [0.6, 0.2], [0.8, 0.4], [0.1, 0.3], [0.3, 0.1], [0.2, 0.2]])
+    g = np.array(["F"] * 4 + ["M"] * 4)
+    result = evaluate_classification(y, s, {"sex": g}, task_names=["A", "B"], n_boot=0, n_perm=0, min_group_size=1)
+    doc = {"spec": {"command": "evaluate", "threshold": None}, "result": result.to_dict()}
+    text = write_summary(tmp_path, doc, [], "t", "src").read_text()
+    op = text.split("## Operating threshold\n\n")[1].split("\n\n")[0].splitlines()
+    assert op == ["- A, B: a case is called positive when its score >= 0.5; policy `fixed:0.5`: fixed at 0.5 (the "
+                  "default: the metric profile's own rule where it has one, else `val_youden` with validation rows "
+                  "and `fixed:0.5` without).",
+                  "- B by sex: at this threshold the sensitivity (TPR) is 0 in every group (F, M)."]
+
+
 def test_summary_intervals_are_the_results(tmp_path: Path) -> None:
     doc = _hostile_doc(n_boot=50)
     text = write_summary(tmp_path, doc, [], "t", "src").read_text()

@@ -171,23 +171,28 @@ def _operating(reports: Sequence[dict[str, Any]], whose: str) -> list[str]:
             key = (_threshold_value(thr.get("value")), thr.get("comparator", ">="), thr.get("policy"),
                    thr.get("source"))
             by_task.setdefault(rep["task"], {}).setdefault(key, []).append(rep["attribute"])
-    out = []
+    shared: dict[tuple[Any, ...], list[str]] = {}  # one line per threshold, naming every task (and attribute) at it
     for task, choices in by_task.items():
-        for (value, comparator, policy, source), attributes in choices.items():
-            name, _, arg = str(policy).partition(":")
-            how = POLICY_TEXT.get(name, str(policy)).format(arg=arg)
-            where = md(task) if len(choices) == 1 else f"{md(task)} by {', '.join(md(a) for a in attributes)}"
-            why = f" ({md(source)})" if value == "undefined" else ""
-            out.append(f"- {where}: a case is called positive when its score {comparator} {value}{why}; policy "
-                       f"`{policy}`: {how} ({whose}).")
+        for key, attributes in choices.items():
+            shared.setdefault(key, []).append(
+                md(task) if len(choices) == 1 else f"{md(task)} by {', '.join(md(a) for a in attributes)}")
+    out = []
+    for (value, comparator, policy, source), where in shared.items():
+        name, _, arg = str(policy).partition(":")
+        how = POLICY_TEXT.get(name, str(policy)).format(arg=arg)
+        why = f" ({md(source)})" if value == "undefined" else ""
+        names = ("; " if any(" by " in w for w in where) else ", ").join(where)
+        out.append(f"- {names}: a case is called positive when its score {comparator} {value}{why}; policy "
+                   f"`{policy}`: {how} ({whose}).")
     for rep in reports:
         for metric, what in SENS_SPEC.items():
             per = rep["metrics"].get(metric, {})
             zero = [g for g in rep["groups"] if (per.get(g) or {}).get("value") == 0]
             if zero:
-                every = "every group" if len(zero) == len(rep["groups"]) else "group(s)"
+                names = ", ".join(md(g) for g in zero)
+                groups = f"every group ({names})" if len(zero) == len(rep["groups"]) else f"group(s) {names}"
                 out.append(f"- {md(rep['task'])} by {md(rep['attribute'])}: at this threshold the {what} is 0 in "
-                           f"{every} {', '.join(md(g) for g in zero)}.")
+                           f"{groups}.")
     return out
 
 
