@@ -140,6 +140,15 @@ def test_ed25519_pack_verifies_with_the_public_key_and_names_its_key_without_one
     assert not verify_pack(pack, keys["ed_pub"]).passed
 
 
+@pytest.mark.parametrize("text", ["not json", '{"algorithm": "hmac-sha256"}', '["a list"]'])
+def test_an_unreadable_signature_is_a_problem(tmp_path: Path, keys: dict[str, str], text: str) -> None:
+    pack = _pack(tmp_path / "pack", keys["hmac"])
+    (pack / SIGNATURE).write_text(text)
+    for key in (keys["hmac"], None):
+        assert verify_pack(pack, key).problems == [
+            "MANIFEST.sig: unreadable (not the fairmedbench-evidence-signature/1 record a signing writes)"]
+
+
 def test_an_unsigned_manifest_replaces_a_stale_signature(tmp_path: Path, keys: dict[str, str]) -> None:
     pack = _pack(tmp_path / "pack", keys["hmac"])
     write_manifest(pack, None)

@@ -41,7 +41,7 @@ FORMAT = "fairmedbench-evidence-signature/1"
 #: what is signed: this prefix, then the manifest's bytes (a key used elsewhere cannot be replayed here)
 DOMAIN = b"fairmedbench evidence manifest v1\n"
 MIN_SECRET = 16
-KEY_FORMS = "hmac:FILE (a secret of at least 16 bytes) or ed25519:FILE (a PEM key)"
+KEY_FORMS = f"hmac:FILE (a secret of at least {MIN_SECRET} bytes) or ed25519:FILE (a PEM key)"
 #: what the hashes prove without a checked signature
 HASHES_ONLY = ("the hashes alone show the files are as the manifest lists them (integrity against accidents: a bad "
                "copy, a truncated transfer, an edit by mistake), not who wrote them: anyone who edits a file can "
@@ -247,7 +247,9 @@ def _check_signature(folder: Path, key: Key | None, problems: list[str], proves:
         record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         algorithm, key_id, signature = record["algorithm"], record["key_id"], record["signature"]
     except (ValueError, KeyError, TypeError):
-        problems.append(f"{SIGNATURE}: unreadable (not the JSON record a signing writes)")
+        record = {}
+    if record.get("format") != FORMAT:
+        problems.append(f"{SIGNATURE}: unreadable (not the {FORMAT} record a signing writes)")
         return
     manifest = (folder / MANIFEST).read_bytes()
     if record.get("manifest_sha256") != hashlib.sha256(manifest).hexdigest():
