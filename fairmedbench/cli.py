@@ -24,6 +24,7 @@ from fairmedbench.benchmark.evaluate import BatchOutcome, EvaluateOptions, evalu
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.leaderboard import BoardOptions, SubmitOptions, build_board, submit_bundle
 from fairmedbench.benchmark.run import RunOutputs, run_with_outputs
+from fairmedbench.benchmark.signing import EvidenceVerifyOptions, verify_pack
 from fairmedbench.benchmark.studies import load_study
 from fairmedbench.benchmark.suite import SuiteOptions
 from fairmedbench.benchmark.verify import VerifyOptions, verify_bundle
@@ -137,7 +138,8 @@ def _add_evaluate(sub: Subparsers) -> None:
              "id_column", profile={"choices": profile_names()})
     _options(p.add_argument_group("segmentation (--masks)"), E, "masks", "pred_mask", "gt_mask", "volume",
              "mask_threshold", "hd95")
-    _options(p, E, "out", "test_resample", "age_column", "out_table", "report", "evidence", "force", "json")
+    _options(p, E, "out", "test_resample", "age_column", "out_table", "report", "evidence", "force", "sign_key",
+             "json")
     _options(p.add_argument_group("uncertainty disparity (Lu et al. 2021)"), uncertainty.UncertaintyOptions)
 
 
@@ -315,6 +317,21 @@ def _cmd_board(args: argparse.Namespace) -> int:
     return _lines([f"{what}: {path}" for what, path in built.items()])
 
 
+def _add_evidence(sub: Subparsers) -> None:
+    pack = sub.add_parser("evidence", help="check an evidence pack (evaluate/run --evidence)")
+    _command(pack.add_subparsers(dest="action", metavar="ACTION", required=True), "verify", _cmd_evidence_verify,
+             "check every file against MANIFEST.sha256, and MANIFEST.sig with --key",
+             "Check every file of an evidence pack against MANIFEST.sha256 (changed, missing or added files) and its "
+             "signature MANIFEST.sig with --key: one line per problem and exit 1, or what the pack proves and exit "
+             "0. An unsigned manifest proves integrity against accidents, not against whoever can regenerate it.",
+             options=EvidenceVerifyOptions)
+
+
+def _cmd_evidence_verify(args: argparse.Namespace) -> int:
+    check = verify_pack(**dataclasses.asdict(_fill(EvidenceVerifyOptions, args)))
+    return _lines(check.lines(), check.passed)
+
+
 def _add_catalog(sub: Subparsers) -> None:
     _command(sub, "list", _cmd_list, "list registered things (instant)",
              "List metric profiles, threshold policies, datasets, models or mitigations.", options=ListOptions)
@@ -392,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls_and_compare, _add_evaluate, _add_inspect, _add_boards, _add_catalog,
-                _add_studies):
+    for add in (_add_run, _add_controls_and_compare, _add_evaluate, _add_inspect, _add_boards, _add_evidence,
+                _add_catalog, _add_studies):
         add(sub)
     return parser
 

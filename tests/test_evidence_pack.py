@@ -46,8 +46,8 @@ def test_evaluate_evidence_pack_verifies_and_detects_any_edit(tmp_path: Path,
     doc = json.loads((pack / "result.json").read_text())
     assert doc["files"]["predictions"] in names  # the result cites the predictions file beside it
     summary = (pack / "summary.md").read_text()
-    for needle in ("Art. 10(2)(f)-(g)", "10(5)", "Art. 15", "FDA", "not legal advice", "`audit.html`",
-                   "label by sex: AUC overall"):
+    for needle in ("Art. 10(2)(f)-(g)", "10(5)", "Art. 13(3)(b)(v)", "Art. 15", "FDA", "not legal advice",
+                   "`audit.html`", "## Operating threshold", "| label | sex | all | 4257 |"):
         assert needle in summary, needle
     assert "--evidence" in (pack / "command.txt").read_text()
     env = json.loads((pack / "environment.json").read_text())

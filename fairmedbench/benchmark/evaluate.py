@@ -108,11 +108,14 @@ class EvaluateOptions:
         metavar="DIR"))
     force: bool = field(default=False, metadata=option(
         "with --evidence: replace the earlier pack in DIR (only the files its MANIFEST.sha256 lists)"))
+    sign_key: str | None = field(default=None, metadata=option(  # benchmark/signing.py
+        "with --evidence: sign MANIFEST.sha256 into MANIFEST.sig with hmac:FILE (a secret) or ed25519:FILE (a PEM "
+        "private key); default: $FMB_SIGN_KEY; check with benchmark evidence verify DIR --key ...", metavar="KEY"))
     json: bool = field(default=False, metadata=option("print the result JSON instead of tables"))
 
 
 #: options that say where results go (or how they were asked for), not what is computed: out of the run id
-OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "json")
+OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "sign_key", "json")
 
 
 def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
@@ -298,6 +301,9 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                 setattr(opts, k, v)
     notes: list[str] = []
     check_threshold(opts.profile, opts.threshold)  # before reading anything
+    from fairmedbench.benchmark.signing import pack_key
+
+    sign = pack_key(opts.evidence, opts.sign_key)  # the key read (or refused) before any work
     pack = None
     if opts.evidence:  # refuse a folder holding anything but an earlier pack before any work; the pack holds the
         from fairmedbench.benchmark import evidence  # outputs not sent elsewhere
@@ -361,7 +367,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         inside: dict[str, Any] = {k: str(stage / Path(v).name) for k in ("out", "out_table", "report")
                                   if (v := getattr(opts, k)) and Path(v).resolve().parent == pack.resolve()}
         outcome = _save(replace(opts, **inside), doc, result, per_sample, resampled, audit, notes, source)
-        evidence.evaluate_pack(stage, outcome, opts.command or ["benchmark", "evaluate"])
+        evidence.evaluate_pack(stage, outcome, opts.command or ["benchmark", "evaluate"], sign)
     outcome.paths = {k: str(pack / Path(v).name) if Path(v).parent == stage else v for k, v in outcome.paths.items()}
     outcome.paths["evidence"] = str(pack)
     return outcome

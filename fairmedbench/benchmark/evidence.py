@@ -8,12 +8,16 @@ auditor can file, tamper-evident.
       predictions.parquet | results/...parquet      the per-sample predictions the numbers come from
       command.txt                                   the exact command line, shell-quoted
       environment.json                              package versions, platform, fairmedbench version, git commit
-      summary.md                                    each file mapped to the requirement it documents
+      summary.md                                    the facts in words, each mapped to the provision that asks for it
       MANIFEST.sha256                               sha256 of every other file, relative paths (`sha256sum -c`)
+      MANIFEST.sig                                  with --sign-key: the manifest's signature (benchmark/signing.py)
 
-summary.md states facts about the data (what was measured, on what, with which uncertainty); it maps sections to
-EU AI Act Art. 10(2)(f)-(g) and 10(5) (examination of possible biases), Art. 15 (accuracy levels across groups)
-and the FDA's subgroup performance reporting, and says that it is not legal advice.
+summary.md states facts about the data (what was measured, on what, with which uncertainty): the operating
+threshold and its policy, sensitivity and specificity per group with intervals, the disparity verdicts; it maps
+them to EU AI Act Art. 10(2)(f)-(g) (examination of possible biases; Art. 10(5) named as the legal basis for
+processing the group labels, not as an examination), Art. 13(3)(b)(v) (performance by group, for deployers),
+Art. 15 (accuracy levels declared) and the FDA's subgroup guidance documents by name, says what the manifest
+proves (signed or not), and that it is not legal advice. Names from the data are escaped (`md`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from fairmedbench.benchmark.signing import MANIFEST, SIGNATURE, Key, sign_manifest
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 
@@ -38,7 +43,6 @@ if TYPE_CHECKING:
     from fairmedbench.benchmark.evaluate import EvaluateOutcome
     from fairmedbench.benchmark.run import RunOutcome
 
-MANIFEST = "MANIFEST.sha256"
 VERSIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib", "jinja2", "torch")
 
 
@@ -54,8 +58,8 @@ def _is_staging(path: Path) -> bool:
 
 
 def _unlisted_companion(rel: str) -> bool:
-    """A file beside the manifest that it cannot list (the manifest itself, a signature `MANIFEST.sha256.*`)."""
-    return "/" not in rel and rel.startswith(MANIFEST)
+    """A file beside the manifest that it cannot list (the manifest itself, its signature MANIFEST.sig)."""
+    return rel in (MANIFEST, SIGNATURE)
 
 
 def check(folder: str | Path, force: bool) -> Path:
@@ -226,13 +230,38 @@ def _command(folder: Path, command: Sequence[str]) -> Path:
     return store.write_text(folder / "command.txt", f"{shlex.join(command)}\n# working directory: {Path.cwd()}\n")
 
 
-def write_manifest(folder: Path) -> Path:
-    """MANIFEST.sha256: '<sha256>  <relative path>' for every file but itself, sorted (sha256sum -c format)."""
+def write_manifest(folder: Path, key: Key | None = None) -> Path:
+    """MANIFEST.sha256: '<sha256>  <relative path>' for every file but itself and MANIFEST.sig, sorted (sha256sum -c
+    format); with `key`, MANIFEST.sig signs it (benchmark/signing.py), else a MANIFEST.sig of a previous pack is
+    removed (it would sign another manifest)."""
     lines = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        lines.append(f"{digest}  {path.relative_to(folder).as_posix()}")
-    return store.write_text(folder / MANIFEST, "\n".join(lines) + "\n")
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel not in (MANIFEST, SIGNATURE):
+            lines.append(f"{store.sha256_file(path)}  {rel}")
+    manifest = store.write_text(folder / MANIFEST, "\n".join(lines) + "\n")
+    if key is not None:
+        sign_manifest(folder, key)
+    else:
+        (folder / SIGNATURE).unlink(missing_ok=True)
+    return manifest
+
+
+#: characters that start markdown or HTML inside a line: backslash-escaped (CommonMark escapes any ASCII
+#: punctuation), and <, >, & as entities (HTML blocks and tags; entities render as the characters)
+_MD_ESCAPE = str.maketrans({**{c: "\\" + c for c in "\\`*_[]|~#!"}, "<": "&lt;", ">": "&gt;", "&": "&amp;",
+                            "\n": " ", "\r": " "})
+
+
+def md(text: object) -> str:
+    """`text` (a group, column or file name, a sentence built from them) as literal markdown: no emphasis, link,
+    code, table cell break or HTML can come from it."""
+    return str(text).translate(_MD_ESCAPE)
+
+
+def _code(name: str) -> str:
+    """A file name as inline code when that is safe in a table cell, else escaped text."""
+    return f"`{name}`" if re.fullmatch(r"[\w.<>/-]+", name) else md(name)
 
 
 def _fmt(c: dict[str, Any] | None) -> str:
@@ -242,34 +271,114 @@ def _fmt(c: dict[str, Any] | None) -> str:
     return f"{c['value']:.3f}{ci}"
 
 
-def _facts(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
-    """Per (task, attribute): groups with n, the headline metric per group with its interval, the disparity
-    verdict (report/verdicts.py), and the notes on skipped or small groups."""
+#: how each threshold policy (metrics/thresholds.py) chooses the operating threshold
+POLICY_TEXT = {
+    "fixed": "fixed at {arg}",
+    "val_youden": "the score with the highest Youden J (TPR - FPR) on the validation rows",
+    "val_best_f1": "the score with the highest F1 on the validation rows",
+    "val_fpr": "the smallest score with FPR <= {arg} on the validation rows",
+    "val_tpr": "the largest score with TPR >= {arg} on the validation rows",
+    "eval_best_f1_fairmedfm": "the score with the highest F1 on the evaluated rows themselves (fairmedfm "
+                              "compatibility profile: the test labels choose it)",
+}
+SENS_SPEC = {"tpr": "sensitivity (TPR)", "tnr": "specificity (TNR)"}
+
+
+def _threshold_value(value: object) -> str:
+    """The threshold as stored, unrounded (a rounded one would misstate which scores are called positive)."""
+    return "undefined" if value is None else str(value)
+
+
+def _policy_origin(spec: dict[str, Any]) -> str:
+    """Where the policy came from: an evaluate spec keeps --threshold as given (None: the default); a run's spec
+    holds the policy its config resolved."""
+    if spec.get("command") != "evaluate":
+        return "as the run resolved it: --threshold, else the metric profile's own rule, else `val_youden`"
+    if spec.get("threshold"):
+        return "the policy asked for with --threshold"
+    return ("the default: the metric profile's own rule where it has one, else `val_youden` with validation rows "
+            "and `fixed:0.5` without")
+
+
+def _operating(reports: Sequence[dict[str, Any]], whose: str) -> list[str]:
+    """The operating threshold of each task (of each task and attribute where they differ), its policy and where
+    the policy came from (`whose`), then every group where sensitivity or specificity is 0 at it."""
+    by_task: dict[str, dict[tuple[Any, ...], list[str]]] = {}
+    for rep in reports:
+        thr = rep.get("thresholds", {}).get("operating")
+        if thr:
+            key = (_threshold_value(thr.get("value")), thr.get("comparator", ">="), thr.get("policy"),
+                   thr.get("source"))
+            by_task.setdefault(rep["task"], {}).setdefault(key, []).append(rep["attribute"])
+    shared: dict[tuple[Any, ...], list[str]] = {}  # one line per threshold, naming every task (and attribute) at it
+    for task, choices in by_task.items():
+        for key, attributes in choices.items():
+            shared.setdefault(key, []).append(
+                md(task) if len(choices) == 1 else f"{md(task)} by {', '.join(md(a) for a in attributes)}")
+    out = []
+    for (value, comparator, policy, source), where in shared.items():
+        name, _, arg = str(policy).partition(":")
+        how = POLICY_TEXT.get(name, str(policy)).format(arg=arg)
+        why = f" ({md(source)})" if value == "undefined" else ""
+        names = ("; " if any(" by " in w for w in where) else ", ").join(where)
+        out.append(f"- {names}: a case is called positive when its score {comparator} {value}{why}; policy "
+                   f"`{policy}`: {how} ({whose}).")
+    for rep in reports:
+        for metric, what in SENS_SPEC.items():
+            per = rep["metrics"].get(metric, {})
+            zero = [g for g in rep["groups"] if (per.get(g) or {}).get("value") == 0]
+            if zero:
+                names = ", ".join(md(g) for g in zero)
+                groups = f"every group ({names})" if len(zero) == len(rep["groups"]) else f"group(s) {names}"
+                out.append(f"- {md(rep['task'])} by {md(rep['attribute'])}: at this threshold the {what} is 0 in "
+                           f"{groups}.")
+    return out
+
+
+def _per_group(reports: Sequence[dict[str, Any]], task: str, level: int) -> list[str]:
+    """One markdown table row per (task, attribute, group), overall first: n, positives (where counted), the
+    headline metric, sensitivity and specificity at the operating threshold, each with its `level`% interval."""
     from fairmedbench.metrics.specs import headline_metric, metric_spec
+
+    metrics = [headline_metric(task), *[m for m in SENS_SPEC if any(m in rep["metrics"] for rep in reports)]]
+    heads = [metric_spec(metrics[0]).header, *[SENS_SPEC[m][0].upper() + SENS_SPEC[m][1:] for m in metrics[1:]]]
+    positives = any("n_pos" in c for rep in reports for c in rep.get("counts", {}).values())
+    cols = ["Task", "Attribute", "Group", "n", *(["Positives"] if positives else []),
+            *[f"{h} [{level}% CI]" for h in heads]]
+    rows = [f"| {' | '.join(cols)} |", "|" + "---|" * len(cols)]
+    for rep in reports:
+        counts = rep.get("counts", {})
+        for g in ["__overall__", *rep["groups"]]:
+            c = counts.get(g, {})
+            cells = [md(rep["task"]), md(rep["attribute"]), "all" if g == "__overall__" else md(g), str(c.get("n", "")),
+                     *([str(c.get("n_pos", ""))] if positives else []),
+                     *[_fmt(rep["metrics"].get(m, {}).get(g)) for m in metrics]]
+            rows.append(f"| {' | '.join(cells)} |")
+    return rows
+
+
+def _facts(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
+    """The result's answer (report/verdicts.py: the terminal's and the pages' words, names escaped): the opening
+    sentence, one sentence per (task, attribute) when there are several, why intervals and tests disagree, and the
+    notes on skipped or small groups."""
     from fairmedbench.report.html import result_notes
     from fairmedbench.report.verdicts import result_answer
 
-    util = headline_metric(task)
-    out = []
-    for rep in reports:
-        counts = rep.get("counts", {})
-        per = "; ".join(f"{g} (n = {counts.get(g, {}).get('n', '?')}): {_fmt(rep['metrics'].get(util, {}).get(g))}"
-                        for g in rep["groups"])
-        out.append(f"- {rep['task']} by {rep['attribute']}: {metric_spec(util).header} overall "
-                   f"{_fmt(rep['metrics'].get(util, {}).get('__overall__'))}; per group {per}.")
-    answer = result_answer(reports)  # the terminal's and the page's words
-    out += [f"- {line}" for line in [answer.headline, *(answer.sentences if len(answer.pairs) > 1 else [])]]
-    out += [f"- why intervals and test disagree: {line}" for line in answer.why]
-    out += [f"- note: {n}" for rep in reports for n in result_notes(rep)]
+    answer = result_answer(reports)
+    out = [f"- {md(line)}" for line in [answer.headline, *(answer.sentences if len(answer.pairs) > 1 else [])]]
+    out += [f"- why intervals and test disagree: {md(line)}" for line in answer.why]
+    out += [f"- note: {md(n)}" for rep in reports for n in result_notes(rep)]
     return out
 
 
 SUMMARY = """# Evidence pack: {title}
 
-Written by fairmedbench {version} on {created}. Every number below is in the files listed; `sha256sum -c {manifest}`
-inside this folder checks that no file was changed since it was written. This summary states facts about the
-data and the model's outputs; it is not legal advice, and whether they satisfy a requirement is for the
-responsible organisation and its assessors to judge.
+Written by fairmedbench {version} on {created}. Every number below is in the files listed. This summary states
+facts about the data and the model's outputs; it is not legal advice, and whether they satisfy a requirement is
+for the responsible organisation and its assessors to judge.
+
+What the manifest proves: `benchmark evidence verify DIR` (or `sha256sum -c {manifest}` inside this folder) checks
+every file against the sha256 that `{manifest}` lists. {signed}
 
 ## What was examined
 
@@ -278,24 +387,68 @@ responsible organisation and its assessors to judge.
 - Uncertainty: {n_boot} bootstrap resamples, {level}% percentile intervals{resampling}
 - Result id: {run_id}
 
+## Operating threshold
+
+{operating}
+
+## Performance per group (intervals: {level}% bootstrap)
+
+{per_group}
+
 ## Findings (generated from the result; the verdict rules are in fairmedbench/report/verdicts.py)
 
 {facts}
 
-## Files and the requirement each documents
+## Files and the fact each holds
 
-| File | What it holds | Requirement it documents |
+| File | What it holds | Provision that asks for it |
 |---|---|---|
 {rows}
 
-Requirements named (the texts are the authorities; this table only says which file holds the facts they ask
-about):
-- EU AI Act (Regulation (EU) 2024/1689) Art. 10(2)(f)-(g): examination of the data in view of possible biases,
-  and measures to detect them; Art. 10(5): processing of special categories of personal data for bias
-  detection (here: the sensitive attributes listed above, only as group labels).
-- EU AI Act Art. 15: levels of accuracy declared and consistent, here measured per group.
-- US FDA: reporting of performance by subgroup (e.g. sex, age, race) in device submissions.
+## Which provision asks for which fact
+
+The texts are the authorities; this section only says which facts above bear on which provision.
+
+- EU AI Act (Regulation (EU) 2024/1689) Art. 10(2)(f)-(g): data governance of training, validation and testing
+  data sets, including (f) examination in view of possible biases and (g) appropriate measures to detect,
+  prevent and mitigate them. Facts here: the per-group table, the gaps between groups with their permutation
+  tests (Findings), the notes on small or skipped groups.
+- EU AI Act Art. 10(5) is not an examination: it is the legal basis on which a provider may exceptionally
+  process special categories of personal data (e.g. health data, racial or ethnic origin) to the extent
+  strictly necessary for the bias detection and correction of Art. 10(2)(f)-(g), subject to appropriate
+  safeguards and conditions (among them: no other data, including synthetic or anonymised data, would do;
+  pseudonymisation; access controls; no transmission to other parties; deletion once the bias is corrected
+  or the retention period ends; records of why the processing was necessary). This pack does not show those
+  conditions are met; note that its per-sample file holds each sample's group labels, so sharing the pack
+  shares them.
+- EU AI Act Art. 13(3)(b)(v): the instructions for use give deployers, when appropriate, the system's
+  performance regarding specific persons or groups of persons on which it is intended to be used. Facts here:
+  the per-group table (AUC, sensitivity and specificity with intervals) at the operating threshold above.
+- EU AI Act Art. 15(1) and (3): an appropriate level of accuracy, performing consistently, and the levels of
+  accuracy and the relevant accuracy metrics declared in the instructions for use. Facts here: the overall
+  and per-group metrics with intervals, and the threshold they hold at.
+- US FDA guidance (non-binding recommendations on subgroup data in device submissions): "Evaluation of
+  Sex-Specific Data in Medical Device Clinical Studies" (final, August 2014); "Evaluation and Reporting of
+  Age-, Race-, and Ethnicity-Specific Data in Medical Device Clinical Studies" (final, September 2017);
+  "Artificial Intelligence-Enabled Device Software Functions: Lifecycle Management and Marketing Submission
+  Recommendations" (draft, January 2025), whose performance validation recommendations include subgroup
+  analyses. Facts here: the per-group table and the Findings, for the attributes examined.
 """
+
+
+def _signed_text(key: Key | None) -> str:
+    """What the manifest proves, as summary.md states it."""
+    if key is None:
+        return (f"It is not signed: the check finds accidental changes (a bad copy, a truncated transfer, an edit "
+                f"by mistake), but a passing check does not show who wrote the pack: anyone who edits a file on "
+                f"purpose can regenerate {MANIFEST}.")
+    how = ("an HMAC-SHA256 of it with a secret key: only a holder of the secret can produce it, and only a holder "
+           "can check it" if key.algorithm == "hmac-sha256" else
+           "an Ed25519 signature of it: only the private key's holder can produce it, and anyone can check it "
+           "with the public key")
+    return (f"`{SIGNATURE}` holds {how} (key id {key.key_id}); `benchmark evidence verify DIR --key ...` fails once "
+            f"any file is edited, added or removed, or the manifest is regenerated, unless it is signed again with "
+            f"the same key.")
 
 
 def _across_seeds(summary: dict[str, Any]) -> list[str]:
@@ -310,50 +463,64 @@ def _across_seeds(summary: dict[str, Any]) -> list[str]:
                  for m, v in metrics.items() if v.get("std") is not None]
         if parts:
             n = max(v["n_seeds"] for v in metrics.values())
-            out.append(f"- {task} by {attribute}, across {n} seeds (mean ± std [t 95% CI]): {'; '.join(parts)}.")
+            out.append(f"- {md(task)} by {md(attribute)}, across {n} seeds (mean ± std [t 95% CI]): "
+                       f"{'; '.join(parts)}.")
     return out
 
 
 def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str, str]], title: str,
-                  source: str, more: Sequence[str] = ()) -> Path:
-    """summary.md: what was examined, the findings as sentences (`more` after the result's own), and each file
-    mapped to what it documents."""
+                  source: str, more: Sequence[str] = (), key: Key | None = None) -> Path:
+    """summary.md: what the manifest proves, what was examined, the operating threshold, sensitivity and
+    specificity per group, the findings as sentences (`more`, markdown lines, after the result's own), each file
+    and the provision each fact bears on; every name from the data escaped."""
     result = doc["result"]
     meta = result.get("meta", {})
     task = meta["kind"]  # the metric engine's kind: the task whose metrics the result holds (schema-required)
     unit = (result.get("resampling") or meta.get("resampling") or {}).get("unit")
-    rows = "\n".join(f"| `{name}` | {what} | {req} |" for name, what, req in files)
+    rows = "\n".join(f"| {_code(name)} | {what} | {req} |" for name, what, req in files)
+    operating = _operating(result["reports"], _policy_origin(doc.get("spec") or {}))
+    level = round(100 * float(meta.get("ci_level", 0.95)))
     text = SUMMARY.format(
-        title=title, version=doc.get("fairmedbench_version"), created=doc.get("created_at"), manifest=MANIFEST,
-        source=source, n=meta.get("n_samples", "see the result"), attributes=", ".join(meta.get("attributes", [])),
-        tasks=", ".join(meta.get("tasks", [])), n_boot=meta.get("n_boot", "?"),
-        level=round(100 * float(meta.get("ci_level", 0.95))),
-        resampling=f", resampling unit: {unit}" if unit else "", run_id=doc.get("run_id"),
+        title=md(title), version=doc.get("fairmedbench_version"), created=doc.get("created_at"), manifest=MANIFEST,
+        signed=_signed_text(key), source=md(source), n=meta.get("n_samples", "see the result"),
+        attributes=", ".join(md(a) for a in meta.get("attributes", [])),
+        tasks=", ".join(md(t) for t in meta.get("tasks", [])), n_boot=meta.get("n_boot", "?"),
+        level=level, resampling=f", resampling unit: {md(unit)}" if unit else "", run_id=doc.get("run_id"),
+        operating="\n".join(operating) or "- none: no task of this result is thresholded",
+        per_group="\n".join(_per_group(result["reports"], task, level)),
         facts="\n".join([*_facts(result["reports"], task), *more]), rows=rows)
     return store.write_text(folder / "summary.md", text)
 
 
-BIAS = "EU AI Act Art. 10(2)(f)-(g), 10(5): examination of possible biases"
-ACCURACY = "EU AI Act Art. 15: accuracy levels across groups; FDA: subgroup performance"
+BIAS = "EU AI Act Art. 10(2)(f)-(g): examination in view of possible biases"
+GROUPS = ("EU AI Act Art. 13(3)(b)(v): performance regarding groups, for deployers; Art. 15(3): accuracy levels "
+          "declared; FDA subgroup guidance")
 TRACE = "traceability of the examination (reproducible from these inputs)"
 
 
-def evaluate_pack(folder: Path, outcome: EvaluateOutcome, command: Sequence[str]) -> Path:
+def _manifest_rows(key: Key | None) -> list[tuple[str, str, str]]:
+    rows = [(MANIFEST, "sha256 of every file (integrity; see above for what it proves)", TRACE)]
+    if key is not None:
+        rows.append((SIGNATURE, f"the manifest's {key.algorithm} signature and the key's id", TRACE))
+    return rows
+
+
+def evaluate_pack(folder: Path, outcome: EvaluateOutcome, command: Sequence[str], key: Key | None = None) -> Path:
     """Complete an evaluate pack whose result, table, predictions and audit page `run_evaluate` wrote (or that
-    are copied in here): command, environment, summary, manifest."""
+    are copied in here): command, environment, summary, manifest (signed with `key`)."""
     doc, paths = outcome.document, outcome.paths
     names = {"result": "result.json", "predictions": "predictions.parquet", "table": "table.csv",
              "report": "audit.html"}
     placed = {}
-    for key, name in names.items():
-        if key not in paths:
+    for what, name in names.items():
+        if what not in paths:
             continue
-        src = Path(paths[key]).resolve()
+        src = Path(paths[what]).resolve()
         if src.parent == folder.resolve():  # written into the pack already (keeps the name the result cites)
-            placed[key] = src.name
+            placed[what] = src.name
         else:  # sent elsewhere by --out, --out-table or --report: copied in
             _copy(src, folder / name)
-            placed[key] = name
+            placed[what] = name
     _command(folder, command)
     store.write_json(folder / "environment.json", _environment(doc))
     first: object = next(iter(doc.get("inputs", {}).values()), {})
@@ -361,22 +528,22 @@ def evaluate_pack(folder: Path, outcome: EvaluateOutcome, command: Sequence[str]
     files = [(placed["report"], "the audit page: disparities first, per-group tables, curves, KS tests", BIAS)
              if "report" in placed else ("(no audit page)", "the audit page covers binary classification only", "—"),
              (placed["result"], "metrics per group with intervals, gaps, tests, thresholds, inputs with hashes",
-              f"{ACCURACY}; {BIAS}"),
+              f"{GROUPS}; {BIAS}"),
              (placed["table"], "the same numbers as a tidy table (one row per task, attribute, group, metric)",
-              ACCURACY),
+              GROUPS),
              (placed["predictions"], "the per-sample labels, scores and groups every number is computed from",
               TRACE),
              ("command.txt", "the exact command line", TRACE),
              ("environment.json", "package versions, platform, fairmedbench version and git commit", TRACE),
-             (MANIFEST, "sha256 of every file (tamper evidence)", TRACE)]
-    write_summary(folder, doc, files, f"evaluate {Path(source).name}", source)
-    return write_manifest(folder)
+             *_manifest_rows(key)]
+    write_summary(folder, doc, files, f"evaluate {Path(source).name}", source, key=key)
+    return write_manifest(folder, key)
 
 
-def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
+def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str], key: Key | None = None) -> Path:
     """An evidence pack of a finished run: its report page, every seed's result JSON and predictions, the tidy
-    table over seeds, command, environment, summary and manifest; returns the report page it wrote in the run's
-    folder (and copied into the pack)."""
+    table over seeds, command, environment, summary and manifest (signed with `key`); returns the report page it
+    wrote in the run's folder (and copied into the pack)."""
     import pandas as pd
 
     from fairmedbench.report.html import write_run_report
@@ -403,24 +570,29 @@ def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str]) -> Path:
                    "summary across seeds")
     files = [("report.html", "the run page: disparities first, per-group tables and figures (first seed)", BIAS),
              ("results/seed<k>.json", "each seed's metrics per group with intervals, gaps, tests, run identity",
-              f"{ACCURACY}; {BIAS}"),
-             ("table.csv", "every seed's numbers as a tidy table (column `seed`)", ACCURACY),
+              f"{GROUPS}; {BIAS}"),
+             ("table.csv", "every seed's numbers as a tidy table (column `seed`)", GROUPS),
              ("results/seed<k>.predictions.parquet", "per-sample labels, scores and groups of each seed", TRACE),
              ("command.txt", "the exact command line", TRACE),
              ("environment.json", "package versions, platform, fairmedbench version and git commit", TRACE),
-             (MANIFEST, "sha256 of every file (tamper evidence)", TRACE)]
+             *_manifest_rows(key)]
     write_summary(folder, {**doc, "run_id": outcome.config.run_id}, files,  # the run's id: its folder's name
                   f"run {spec.get('model')} on {spec.get('dataset')}", source,
-                  _across_seeds(outcome.summary) if len(outcome.seed_docs) > 1 else ())
-    write_manifest(folder)
+                  _across_seeds(outcome.summary) if len(outcome.seed_docs) > 1 else (), key=key)
+    write_manifest(folder, key)
     return page
 
 
 def describe(folder: Path) -> str:
-    """The line the CLI prints: the pack's files are its manifest's lines and the manifest (anything else there is
-    not the pack's)."""
-    n = 1 + sum(1 for line in (Path(folder) / MANIFEST).read_text(encoding="utf-8").splitlines() if _LINE.match(line))
-    return f"evidence pack: {folder} ({n} files; check with: cd {folder} && sha256sum -c {MANIFEST})"
+    """The line the CLI prints: the pack's files (its manifest's lines, the manifest and its signature; anything else
+    there is not the pack's), whether it is signed, and the command that checks it."""
+    folder = Path(folder)
+    signed = (folder / SIGNATURE).is_file()
+    lines = (folder / MANIFEST).read_text(encoding="utf-8").splitlines()
+    n = 1 + signed + sum(1 for line in lines if _LINE.match(line))
+    return (f"evidence pack: {folder} ({n} files, {'signed' if signed else 'unsigned'}; check with: benchmark "
+            f"evidence verify {folder})")
 
 
-__all__ = ["MANIFEST", "check", "describe", "evaluate_pack", "run_pack", "staged", "write_manifest"]
+__all__ = ["MANIFEST", "SIGNATURE", "check", "describe", "evaluate_pack", "md", "run_pack", "staged",
+           "write_manifest"]

@@ -44,6 +44,9 @@ class RunOutputs:
         "write an evidence pack of the run (report page, result JSONs, tidy table, predictions, command, environment, "
         "summary.md, MANIFEST.sha256); DIR must be new, empty or hold an earlier pack (--force replaces that pack's "
         "files only)", metavar="DIR"))
+    sign_key: str | None = field(default=None, metadata=option(  # benchmark/signing.py
+        "with --evidence: sign MANIFEST.sha256 into MANIFEST.sig with hmac:FILE (a secret) or ed25519:FILE (a PEM "
+        "private key); default: $FMB_SIGN_KEY; check with benchmark evidence verify DIR --key ...", metavar="KEY"))
 
 
 @dataclass
@@ -135,7 +138,9 @@ def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
     """`run`, then what `outputs` asks for: the evidence pack (its folder refused before any work unless new, empty
     or holding an earlier pack, replaced with --force) and the report page; the outcome and the page written."""
     from fairmedbench.benchmark import evidence
+    from fairmedbench.benchmark.signing import pack_key
 
+    sign = pack_key(outputs.evidence, outputs.sign_key)  # the key read (or refused) before any work
     if outputs.evidence:
         folder = evidence.check(outputs.evidence, opts.force).resolve()
         if folder == Path(opts.out_root).resolve() or folder in Path(opts.out_root).resolve().parents:
@@ -145,7 +150,7 @@ def run_with_outputs(spec: RunSpec, opts: RunOptions, outputs: RunOutputs,
     page = None
     if outputs.evidence:  # the pack writes the run's report page first (and copies it in)
         with evidence.staged(outputs.evidence, opts.force) as stage:  # written beside the earlier pack, swapped in
-            page = evidence.run_pack(stage, outcome, command)
+            page = evidence.run_pack(stage, outcome, command, sign)
         print(evidence.describe(Path(outputs.evidence)), file=sys.stderr)
     if not outputs.report:
         return outcome, None

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fairmedbench.benchmark.evidence import md
 from fairmedbench.cli import main
 from fairmedbench.engine import store
 from fairmedbench.report.html import answer_picture, signed_difference_table
@@ -138,7 +139,7 @@ def test_the_answer_is_the_same_words_on_every_surface(tmp_path: Path, capsys: p
     n_star = len(re.findall(r"\(\S+\) \*", terminal))
     assert n_star == len(hits)
     summary = (pack / "summary.md").read_text()
-    assert f"- {answer.headline}\n" in summary
+    assert f"- {md(answer.headline)}\n" in summary  # the same words, escaped as markdown (evidence.md)
 
 
 def test_values_are_signed_only_for_signed_differences_and_names_read_well() -> None:
