@@ -103,7 +103,8 @@ def test_hmac_pack_verifies_then_fails_after_an_edit_a_regenerated_manifest_and_
     assert "integrity against accidents" in HASHES_ONLY and "anyone who edits a file can regenerate" in HASHES_ONLY
 
 
-def test_added_missing_and_outside_files_are_each_a_problem(tmp_path: Path) -> None:
+def test_missing_and_outside_files_are_each_a_problem_and_an_added_file_is_named_not_vouched(tmp_path: Path
+                                                                                             ) -> None:
     pack = _pack(tmp_path / "pack", None)
     (pack / "notes.txt").write_text("added later")
     (pack / "result.json").unlink()
@@ -113,9 +114,19 @@ def test_added_missing_and_outside_files_are_each_a_problem(tmp_path: Path) -> N
     assert check.problems == [
         "MANIFEST.sha256 line 3: '../outside.txt' is not a file of this pack",
         "MANIFEST.sha256 line 4: not '<sha256>  <path>': 'not a line'",
-        "missing: result.json is listed in MANIFEST.sha256 but not in the folder",
-        "not in the manifest: notes.txt (added after the manifest was written)"]
-    assert check.lines()[-1] == "not verified: 4 problem(s)"
+        "missing: result.json is listed in MANIFEST.sha256 but not in the folder"]
+    assert check.unlisted == ["notes.txt"]
+    assert check.lines()[-1] == "not verified: 3 problem(s)"
+    assert "nothing here vouches for them" in check.lines()[-2] and "notes.txt" in check.lines()[-2]
+
+
+def test_a_users_file_beside_a_pack_is_named_but_the_pack_verifies(tmp_path: Path) -> None:
+    # --force keeps a user's files in the pack folder (benchmark/evidence.py), so they must not fail the check
+    pack = _pack(tmp_path / "pack", None)
+    (pack / "notes.txt").write_text("mine")
+    check = verify_pack(pack)
+    assert check.passed and check.unlisted == ["notes.txt"]
+    assert check.lines()[0].startswith("verified:") and "notes.txt" in check.lines()[-1]
 
 
 def test_ed25519_pack_verifies_with_the_public_key_and_names_its_key_without_one(tmp_path: Path,

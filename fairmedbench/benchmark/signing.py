@@ -182,10 +182,12 @@ class EvidenceVerifyOptions:
 
 @dataclass
 class PackCheck:
-    """What `verify_pack` found: one line per problem, and what the pack proves when there is none."""
+    """What `verify_pack` found: one line per problem, what the pack proves when there is none, and the files in
+    the folder that are not the pack's (a user's notes beside it: never a problem, never vouched for)."""
 
     problems: list[str]
     proves: list[str]
+    unlisted: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -194,9 +196,11 @@ class PackCheck:
 
     def lines(self) -> list[str]:
         """The lines the CLI prints: each problem and a count, or what the pack proves."""
+        extra = ([f"not part of the pack (not in {MANIFEST}, so nothing here vouches for them; --force keeps them): "
+                  f"{', '.join(self.unlisted)}"] if self.unlisted else [])
         if self.problems:
-            return [*self.problems, f"not verified: {len(self.problems)} problem(s)"]
-        return self.proves
+            return [*self.problems, *extra, f"not verified: {len(self.problems)} problem(s)"]
+        return [*self.proves, *extra]
 
 
 _LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
@@ -222,7 +226,8 @@ def _entries(folder: Path, problems: list[str]) -> dict[str, str]:
     return entries
 
 
-def _check_files(folder: Path, entries: dict[str, str], problems: list[str]) -> None:
+def _check_files(folder: Path, entries: dict[str, str], problems: list[str]) -> list[str]:
+    """Each listed file present and unchanged (else a problem); returns the files the manifest does not list."""
     for rel, digest in entries.items():
         path = folder / rel
         if not path.is_file():
@@ -230,8 +235,7 @@ def _check_files(folder: Path, entries: dict[str, str], problems: list[str]) -> 
         elif store.sha256_file(path) != digest:
             problems.append(f"changed: {rel} does not match its sha256 in {MANIFEST}")
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    for rel in sorted(present - set(entries) - {MANIFEST, SIGNATURE}):
-        problems.append(f"not in the manifest: {rel} (added after the manifest was written)")
+    return sorted(present - set(entries) - {MANIFEST, SIGNATURE})
 
 
 def _check_signature(folder: Path, key: Key | None, problems: list[str], proves: list[str]) -> None:
@@ -301,11 +305,11 @@ def verify_pack(folder: str | Path, key: str | None = None) -> PackCheck:
     if not (folder / MANIFEST).is_file():
         return PackCheck([f"{folder}: no {MANIFEST}: not an evidence pack, or its manifest was removed"], [])
     entries = _entries(folder, problems)
-    _check_files(folder, entries, problems)
+    unlisted = _check_files(folder, entries, problems)
     _check_signature(folder, verifier, problems, proves)
     if not problems:
         proves.insert(0, f"verified: {len(entries)} files match {MANIFEST}")
-    return PackCheck(problems, proves)
+    return PackCheck(problems, proves, unlisted)
 
 
 __all__ = ["ENV_KEY", "SIGNATURE", "EvidenceVerifyOptions", "Key", "PackCheck", "pack_key", "read_key", "sign_manifest",
