@@ -282,3 +282,23 @@ def test_paired_interval_covers_a_zero_shift_and_independent_one_is_too_wide() -
     assert 0.90 <= np.mean(cover["paired"]) <= 0.985
     assert np.mean(cover["independent"]) >= 0.99
     assert np.mean(width["independent"]) > 2 * np.mean(width["paired"])
+
+
+def test_the_synthetic_shift_board_sites_share_no_image_with_its_test_set() -> None:
+    """The board's external sites are disjoint from synth-contrast's test set (synth-flip by its own seed,
+    synth-control by data_seed 3), while synth-control at the twins' seed 0 shares 68 of the 90 test images: its 45
+    male and 23 lesion-free female ones (45 females, round(22.5) = 22 with a lesion)."""
+    from fairmedbench.analysis.shift import find_overlap
+    from fairmedbench.leaderboards.suites import get_suite
+
+    [entry] = get_suite("synthetic-shift").entries
+    ds, split = _loaded(entry.dataset, **entry.dataset_options)
+    trained = np.concatenate([split.train, split.val])
+    for x in entry.externals:
+        request = parse_eval_dataset(x.dataset)
+        eds, esplit = _loaded(request.name, **request.options)
+        ov = find_overlap(ds, split.test, trained, eds, esplit.test)
+        assert (ov.n_test, ov.n_trained, ov.n_external) == (0, 0, 90), x.dataset
+    twin, tsplit = _loaded("synth-control", **entry.dataset_options)
+    ov = find_overlap(ds, split.test, trained, twin, tsplit.test)
+    assert (ov.n_test, ov.n_trained) == (68, 0)
