@@ -43,6 +43,10 @@ class External:
         if request.root is not None:
             raise ValueError(f"external {self.dataset!r}: a suite names what is evaluated, not where its data lives "
                              "(drop root=; run-suite reads --data-root)")
+        if request.overlap != "refuse":
+            raise ValueError(f"external {self.dataset!r}: a board recomputes its shifts from independent draws of the "
+                             "two test sets, so its external sites must share no item with the entry's test set "
+                             "(drop overlap=; pin a disjoint site)")
 
     @property
     def label(self) -> str:
