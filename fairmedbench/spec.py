@@ -90,7 +90,8 @@ class RunSpec:
     eval_datasets: tuple[str, ...] = field(default=(), metadata=option(
         "external evaluation: apply the trained head/decoder to these datasets' test splits too (comma-separated "
         "or repeated; reader options after ':', e.g. nih-cxr14:view=AP; root=DIR for its data) and report their "
-        "metrics and the shift from the internal test set", flag="--eval-dataset", action="append", default=None,
+        "metrics and the shift from the internal test set; one sharing items with the internal test set is refused "
+        "unless it says overlap=paired", flag="--eval-dataset", action="append", default=None,
         metavar="NAME[:KEY=VALUE...]"))
     # repeated splits: the test split of `split_seed` is kept, train/val are re-drawn once per split seed
     split_seeds: tuple[int, ...] = field(default=(), metadata=option(

@@ -373,8 +373,6 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     weights = resolve_weights(checked.model_card, spec.weights, verify=verify_weights)
     ds, split = load_with_split(spec.dataset, data_root, seed=spec.split_seed, split_file=spec.split_file,
                                 skip_bad=spec.skip_bad, **spec.dataset_options)
-    device = select_device(device)
-    precision = resolve_precision(spec.precision, device)
     files = files_fingerprint(ds)
     data_fp = hashlib.sha256(f"{ds.fingerprint}|{files}".encode()).hexdigest()
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
@@ -387,7 +385,9 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     _check_training_groups(checked, ds, split)
     sampling = resolve_sampling(spec, checked, ds, split)
     _check_seeds_matter(checked, len(split.train), sampling.active, spec.seeds)
-    externals, eval_meta = _load_externals(spec, checked, data_root)
+    externals, eval_meta = _load_externals(spec, checked, data_root, ds, split)
+    device = select_device(device)  # after every refusal: the precision probe prints its choice
+    precision = resolve_precision(spec.precision, device)
     config = RunConfig(
         engine=__version__, model=checked.model_card.name, weights=weights.identity, dataset=checked.dataset_card.name,
         dataset_version=checked.dataset_card.version, data_fingerprint=data_fp,
@@ -412,14 +412,19 @@ def whole_as_test(ds: Dataset) -> Split:
                  {"train": empty, "val": empty, "test": np.arange(len(ids), dtype=np.int64)})
 
 
-def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None
+def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None, internal: Dataset, internal_split: Split
                     ) -> tuple[tuple[ExternalSet, ...], tuple[dict[str, Any], ...]]:
-    """Each external dataset's table and split (its own card's default policy, the run's split seed), and its
-    identity: name, options, the fingerprints of the data read and of its test split, the alignment. The run's
-    --data-root serves an external dataset of the same card unless its `root=` says otherwise."""
+    """Each external dataset's table and split (its own card's default policy, the run's split seed), checked for
+    items shared with the run's dataset (`analysis.shift.find_overlap`: refused, or paired with overlap=paired), and
+    its identity: name, options, the fingerprints of the data read and of its test split, the alignment (and the
+    shared items' count when paired). The run's --data-root serves an external dataset of the same card unless its
+    `root=` says otherwise."""
+    from fairmedbench.analysis.shift import check_overlap, find_overlap
     from fairmedbench.benchmark.datasets import load_with_split
     from fairmedbench.engine.splits import test_fingerprint
     from fairmedbench.tasks.common import ExternalSet
+
+    trained = np.concatenate([internal_split.train, internal_split.val]).astype(np.int64)
 
     externals, meta = [], []
     for req, alignment in zip(checked.eval_requests, checked.alignments):
@@ -434,8 +439,12 @@ def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None
         if not len(split.test):
             raise InputError(f"--eval-dataset {req.text}: its test split is empty")
         data_fp = hashlib.sha256(f"{ds.fingerprint}|{files_fingerprint(ds)}".encode()).hexdigest()
-        externals.append(ExternalSet(req.label, ds, split))
+        overlap = find_overlap(internal, internal_split.test, trained, ds, split.test)
+        check_overlap(req, overlap)
+        paired = req.overlap == "paired"
+        externals.append(ExternalSet(req.label, ds, split, overlap.pairs if paired else None))
         meta.append({"dataset": req.name, "options": dict(req.options), "label": req.label, "split": req.split,
                      "data_fingerprint": data_fp, "split_policy": split.policy, "split_fingerprint": split.fingerprint,
-                     "test_fingerprint": test_fingerprint(split.ids["test"]), "alignment": alignment})
+                     "test_fingerprint": test_fingerprint(split.ids["test"]), "alignment": alignment,
+                     **({"overlap": {"resampling": "paired", "n_shared": overlap.n_test}} if paired else {})})
     return tuple(externals), tuple(meta)

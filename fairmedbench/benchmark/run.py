@@ -356,42 +356,7 @@ def _summary(spec: RunConfig, task: Task, docs: list[dict[str, Any]], info: dict
            "spec": spec.identity(), "inputs": info, "seeds": list(spec.seeds),
            "files": [f"seed{s}.json" for s in spec.seeds], "across_seeds": table, "seconds": seconds}
     if docs[0].get("external"):
+        from fairmedbench.analysis.shift import external_summary
+
         out["external"] = external_summary(docs)
-    return out
-
-
-def _shift_entry(doc: dict[str, Any], k: int, j: int, key: str) -> dict[str, Any]:
-    """One seed document's shift entry: external dataset k, attribute j, a group ('group:NAME'), 'gap' or 'diff'."""
-    sh = doc["external"][k]["shift"][j]
-    return sh["per_group"][key[6:]] if key.startswith("group:") else sh[key]
-
-
-def external_summary(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per external dataset and attribute: each seed's shift of every group, of the gap and of the difference
-    (value and its independent-bootstrap interval), and their mean, std and t 95% CI across seeds."""
-    from fairmedbench.metrics.stats import seed_summary
-
-    out = []
-    for k, first in enumerate(docs[0]["external"]):
-        attrs = []
-        for j, sh0 in enumerate(first["shift"]):
-            rows = {}
-            for key in [*(f"group:{g}" for g in sh0["per_group"]), "gap", *(["diff"] if "diff" in sh0 else [])]:
-                per_seed = [{"seed": d["spec"]["seed"],
-                             **{f: _shift_entry(d, k, j, key).get(f) for f in ("shift", "ci_low", "ci_high")}}
-                            for d in docs]
-                vals = [r["shift"] for r in per_seed if r["shift"] is not None]
-                row: dict[str, Any] = {"per_seed": per_seed}
-                if len(vals) == len(per_seed) and vals:
-                    ss = seed_summary(vals)
-                    row.update(mean=ss.mean, std=ss.std if ss.n > 1 else None,
-                               ci_low=ss.ci_low if ss.n > 1 else None, ci_high=ss.ci_high if ss.n > 1 else None)
-                rows[key] = row
-            attrs.append({"attribute": sh0["attribute"], "metric": sh0["metric"], "shift": rows,
-                          **({"diff_of": sh0["diff"]["of"]} if "diff" in sh0 else {})})
-        out.append({"label": first["label"], "dataset": first["dataset"], "options": first["options"],
-                    "attributes": attrs,
-                    "note": "every seed sees the same two test sets, so the t interval across seeds leaves out their "
-                            "sampling error; each seed's ci_low/ci_high (independent bootstraps of the two test "
-                            "sets) carries it"})
     return out

@@ -290,14 +290,18 @@ def resampled_section(reports: Sequence[dict[str, Any]], sample: dict[str, Any] 
             "label_column": sample["params"].get("label_col"), "tables": tables}
 
 
-def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+def external_section(doc: dict[str, Any], task: str, columns: Sequence[str],
+                     seed_docs: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Each external dataset of a seed document: its headline and per-group tables (the metric engine's, as for the
     internal test set) and its shift tables (external − internal per group, of the gap and of the difference, with
-    the interval of independent bootstraps of the two test sets)."""
+    the interval of independent bootstraps of the two test sets, or of a paired one with overlap=paired); with
+    several `seed_docs`, the shift over every seed (each seed's, their mean ± std and t interval across seeds)."""
+    from fairmedbench.analysis.shift import SHIFT_METHOD_PAIRED, external_summary
     from fairmedbench.report.verdicts import site_shift
 
+    seeds = external_summary(seed_docs) if len(seed_docs) > 1 else []
     out = []
-    for ext in doc.get("external", []):
+    for k, ext in enumerate(doc.get("external", [])):
         reports = ext["result"]["reports"]
         tables = [headline_table(reports, task)]
         tables += [group_table(rep, columns, f"{ext['label']}: {rep['task']} by {rep['attribute']}") for rep in reports]
@@ -313,12 +317,39 @@ def external_section(doc: dict[str, Any], task: str, columns: Sequence[str]) -> 
                              Cell(interval_text({"value": e["external"]}), "num"),
                              Cell(interval_text(shift, signed=True), "num"), verdict_cell(site_shift(e))])
             tables.append(Table(["", f"internal {m}", f"external {m}", "shift (external − internal) [95% CI]",
-                                 "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal"))
+                                 "shift?"], body, f"shift of {m} by {sh['attribute']}: {ext['label']} − internal, "
+                                                  f"seed {doc['spec']['seed']}"))
+        if seeds:
+            tables += [_seeds_shift_table(ext["label"], attr) for attr in seeds[k]["attributes"]]
+        paired = ext["shift_method"] == SHIFT_METHOD_PAIRED
         out.append({"label": ext["label"], "n": ext["n_test"], "tables": tables,
                     "what": "samples (all)" if ext.get("split") == "all" else "test samples",
-                    "method": ext["shift_method"],
+                    "method": ext["shift_method"], "seeds_note": seeds[k]["note"] if seeds else None,
+                    "paired": ("Paired: this set shares items with the run's test set (overlap=paired), so its shift "
+                               "intervals come from one paired bootstrap, the shared items drawn jointly in both."
+                               if paired else None),
                     "alignment": ext["alignment"]})
     return out
+
+
+def _seeds_shift_table(label: str, attr: dict[str, Any]) -> Table:
+    """The shift of one attribute over every seed: each seed's with its bootstrap interval, then the mean ± std and
+    the t 95% interval across seeds."""
+    m = metric_spec(attr["metric"]).header
+    rows = attr["shift"]
+    seeds = [r["seed"] for r in next(iter(rows.values()))["per_seed"]]
+    body = []
+    for key, row in rows.items():
+        name = key[6:] if key.startswith("group:") else {"gap": "gap (max − min)"}.get(
+            key, f"difference {attr.get('diff_of', '')}")
+        across = "—" if row.get("mean") is None else (
+            f"{row['mean']:+.3f}" if row.get("std") is None
+            else f"{row['mean']:+.3f} ± {row['std']:.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]")
+        body.append([Cell(name), *[Cell(interval_text({"value": c["shift"], "ci_low": c["ci_low"],
+                                                       "ci_high": c["ci_high"]}, signed=True), "num")
+                                   for c in row["per_seed"]], Cell(across, "num")])
+    return Table(["", *[f"seed {sd} [95% CI]" for sd in seeds], "mean ± std [t 95% CI across seeds]"], body,
+                 f"shift of {m} by {attr['attribute']}: {label} − internal, all {len(seeds)} seeds")
 
 
 def group_figures(y: np.ndarray, s: np.ndarray, labels: np.ndarray, names: Sequence[str], what: str,
@@ -394,7 +425,7 @@ def write_run_report(out_dir: Path, seed_docs: list[dict[str, Any]]) -> Path:
         spec=doc["spec"], seeds=[d["spec"]["seed"] for d in seed_docs], headline=headline_table(reports, task),
         answer=answer_section(reports),
         sections=sections, resampled=resampled_section(reports, doc.get("test_resample")), provenance=prov,
-        externals=external_section(doc, task, columns),
+        externals=external_section(doc, task, columns, seed_docs),
         provenance_heading="provenance")
     return store.write_text(Path(out_dir) / "report.html", text)
 

@@ -210,6 +210,8 @@ def render_run(outcome: Any, console: Console) -> None:
         console.print(table)
     if first.doc.get("external"):
         render_external(first.doc, outcome.out_dir, console)
+        if len(outcome.seed_docs) > 1 and seeds_summary.get("external"):
+            render_external_seeds(seeds_summary["external"], console)
     if "across_splits" in outcome.summary:
         console.print(f"(the tables above are split seed {outcome.summary['split_seeds'][0]}'s)")
         render_split_seeds(outcome.summary, console)
@@ -396,6 +398,7 @@ def render_external(doc: dict, out_dir: Path, console: Console) -> None:
     set) and the shift table per attribute (external - internal per group, of the gap and of the difference)."""
     from rich.table import Table
 
+    from fairmedbench.analysis.shift import SHIFT_METHOD_PAIRED
     from fairmedbench.engine.results import RunResult
 
     for ext in doc.get("external", []):
@@ -403,10 +406,14 @@ def render_external(doc: dict, out_dir: Path, console: Console) -> None:
         console.print(f"[bold]external[/] {ext['label']} ({what}, {ext['n_test']} samples), seed "
                       f"{doc['spec']['seed']}:")
         render(RunResult({**doc, "result": ext["result"]}, out_dir).fairness(), console)
+        how = resampling_words(ext)
+        if ext["shift_method"] == SHIFT_METHOD_PAIRED:
+            console.print(f"[yellow]paired[/] {ext['label']} shares items with the run's test set (overlap=paired): "
+                          "its shift intervals come from one paired bootstrap, the shared items drawn jointly")
         for sh in ext["shift"]:
             m = sh["metric"].upper()
-            table = Table(title=f"shift {ext['label']} − internal: {m} by {sh['attribute']} (* = CI excludes 0; "
-                                "independent bootstraps of the two test sets)", title_justify="left")
+            table = Table(title=f"shift {ext['label']} − internal: {m} by {sh['attribute']}, seed "
+                                f"{doc['spec']['seed']} (* = CI excludes 0; {how})", title_justify="left")
             for col in ("", f"internal {m}", f"external {m}", "shift [95% CI]"):
                 table.add_column(col, justify="right" if col else "left")
             rows = [*sh["per_group"].items(), ("gap (max − min)", sh["gap"])]
@@ -419,6 +426,53 @@ def render_external(doc: dict, out_dir: Path, console: Console) -> None:
             if sh["only_internal"] or sh["only_external"]:
                 console.print(f"[yellow]groups[/] only internal: {', '.join(sh['only_internal']) or 'none'}; only "
                               f"external: {', '.join(sh['only_external']) or 'none'} (no shift for them)")
+
+
+def resampling_words(ext: dict) -> str:
+    """How an external block's shift intervals were drawn, in a few words."""
+    from fairmedbench.analysis.shift import SHIFT_METHOD_PAIRED
+
+    return ("a paired bootstrap of the two test sets (shared items drawn jointly)"
+            if ext.get("shift_method") == SHIFT_METHOD_PAIRED else "independent bootstraps of the two test sets")
+
+
+def render_external_seeds(summary: list[dict], console: Console) -> None:
+    """The shift over every training seed (summary.json's `external`): each seed's shift with its bootstrap interval,
+    and the mean ± std with the t 95% CI across seeds."""
+    from rich.table import Table
+
+    for ext in summary:
+        for attr in ext["attributes"]:
+            rows = attr["shift"]
+            seeds = [r["seed"] for r in next(iter(rows.values()))["per_seed"]]
+            m = attr["metric"].upper()
+            table = Table(title=f"shift {ext['label']} − internal: {m} by {attr['attribute']}, all {len(seeds)} seeds: "
+                                "mean ± std \\[t 95% CI across seeds]", title_justify="left")
+            table.add_column("")
+            for sd in seeds:
+                table.add_column(f"seed {sd}", justify="right")
+            table.add_column("mean ± std \\[t 95% CI]", justify="right")
+            for key, row in rows.items():
+                label = key[6:] if key.startswith("group:") else {"gap": "gap (max − min)"}.get(
+                    key, f"difference {attr.get('diff_of', '')}")
+                table.add_row(label, *[_shift_cell({**c, "excludes_0": _excludes_0(c)}) for c in row["per_seed"]],
+                              seeds_cell(row))
+            console.print(table)
+        console.print(ext["note"])
+
+
+def _excludes_0(c: dict) -> bool:
+    lo, hi = c.get("ci_low"), c.get("ci_high")
+    return lo is not None and hi is not None and (lo > 0 or hi < 0)
+
+
+def seeds_cell(row: dict) -> str:
+    """'+0.120 ± 0.030 [+0.045, +0.195]' of a row of summary.json's external shift (mean alone for one seed)."""
+    if row.get("mean") is None:
+        return "—"
+    if row.get("std") is None:
+        return f"{row['mean']:+.3f}"
+    return f"{row['mean']:+.3f} ± {row['std']:.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]"
 
 
 def render_split_seeds(summary: dict, console: Console) -> None:

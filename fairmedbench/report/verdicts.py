@@ -465,7 +465,9 @@ def site_shift(entry: dict[str, Any] | None, what: str = "the shift") -> Verdict
     """Did a value change between the internal and an external test set? The shift is a signed difference of two
     independent estimates, so its interval (from independent bootstraps of the two sets) can include 0 and is the
     evidence; without an interval (a group below the minimum size) it is undefined."""
-    evidence = "95% interval of external - internal from independent bootstraps of the two test sets"
+    evidence = ("95% interval of external - internal from one paired bootstrap of the two overlapping test sets"
+                if entry and entry.get("paired") else
+                "95% interval of external - internal from independent bootstraps of the two test sets")
     if not entry or not _finite(entry.get("shift")):
         return Verdict("undefined", f"{what} is undefined.", evidence)
     lo, hi = entry.get("ci_low"), entry.get("ci_high")

@@ -367,7 +367,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
         if externals:
             extra["external"] = _external_results(spec, externals, out_dir, seed, label_cols, sr, policy,
                                                   (y[ps["test"]], attr_columns(ds, spec, ps["test"]),
-                                                   patient_ids(ds, ps["test"])),
+                                                   patient_ids(ds, ps["test"]), ps["test"]),
                                                   (y[ps["val"]], sr.val_scores))
         if sampling.test_resample:
             extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
@@ -383,14 +383,14 @@ def run(inputs: RunInputs) -> RunnerOutput:
 
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir: Path, seed: int,
                       label_cols: list[str], sr: SeedRun, policy: str | None,
-                      internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray],
+                      internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray],
                       val: tuple[np.ndarray, np.ndarray]
                       ) -> list[dict[str, Any]]:
     """Each external test set through the metric engine exactly as the internal one (the threshold chosen on the
     internal validation split), its predictions Parquet, and the shift of the first label's group AUC."""
     import pandas as pd
 
-    from fairmedbench.analysis.shift import group_draws, shift_block
+    from fairmedbench.analysis.shift import SiteScores, site_shifts
 
     out = []
     for k, ext in enumerate(externals):
@@ -410,13 +410,11 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
         for a, v in attrs.items():
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         store.write_parquet(out_dir / external_file(seed, k), frame)
-        shifts = [shift_block("classification", a,
-                              group_draws(internal[0][:, 0], sr.test_scores[:, 0], internal[1][a],
-                                          spec.n_boot, seed, "internal", internal[2]),
-                              group_draws(ye[:, 0], scores[:, 0], attrs[a], spec.n_boot, seed,
-                                          f"external:{ext.label}", patient_ids(ext.dataset, test)), spec.n_boot,
-                              min_group_size(res))
-                  for a in spec.attributes]
+        shifts = site_shifts("classification",
+                             SiteScores(internal[0][:, 0], sr.test_scores[:, 0], internal[1], internal[2],
+                                        internal[3]),
+                             SiteScores(ye[:, 0], scores[:, 0], attrs, patient_ids(ext.dataset, test), test),
+                             spec.n_boot, seed, ext.label, min_group_size(res), ext.pairs)
         out.append(external_entry(spec, k, ext, seed, res, shifts, len(test)))
     return out
 

@@ -47,6 +47,7 @@ class ExternalSet:
     label: str
     dataset: Dataset
     split: Split
+    pairs: np.ndarray | None = None  # overlap=paired: (internal test, external) dataset positions of shared items
 
     def view(self) -> SplitView:
         """Its test split as the feature extractor sees it."""
@@ -110,13 +111,13 @@ def external_entry(spec: RunConfig, k: int, ext: ExternalSet, seed: int, result:
                    shifts: list[dict[str, Any]], n_test: int) -> dict[str, Any]:
     """One external dataset's block in a seed document: what it is, its result and its shift from the internal
     test set."""
-    from fairmedbench.analysis.shift import SHIFT_METHOD
+    from fairmedbench.analysis.shift import SHIFT_METHOD, SHIFT_METHOD_PAIRED
 
     meta = spec.eval_datasets[k]
     return {"label": ext.label, "dataset": meta["dataset"], "options": meta["options"], "split": meta["split"],
             "n_test": n_test,
             "predictions": external_file(seed, k), "result": result.to_dict(), "shift": shifts,
-            "shift_method": SHIFT_METHOD, "alignment": meta["alignment"]}
+            "shift_method": SHIFT_METHOD if ext.pairs is None else SHIFT_METHOD_PAIRED, "alignment": meta["alignment"]}
 
 
 class SplitView:

@@ -261,7 +261,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
         if externals:
             extra["external"] = _external_results(spec, externals, ext_y, probs, out_dir, seed, classes, label,
                                                    (y[split.test], attr_columns(ds, spec, split.test),
-                                                    patient_ids(ds, split.test)))
+                                                    patient_ids(ds, split.test), split.test))
         if mc is not None:
             extra["uncertainty"] = {label_col: uncertainty_block(
                 y[split.test], mc["test"], attr_columns(ds, spec, split.test),
@@ -277,12 +277,13 @@ def run(inputs: RunInputs) -> RunnerOutput:
 
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: list[np.ndarray],
                       probs: dict[str, np.ndarray], out_dir: Path, seed: int, classes: list[str], label: str,
-                      internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]) -> list[dict[str, Any]]:
+                      internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]
+                      ) -> list[dict[str, Any]]:
     """Each external test set through the multiclass metric engine as the internal one, its predictions Parquet,
     and the shift of the group macro AUC."""
     import pandas as pd
 
-    from fairmedbench.analysis.shift import group_draws, shift_block
+    from fairmedbench.analysis.shift import SiteScores, site_shifts
 
     task = get_task(spec.task)
     out = []
@@ -299,12 +300,9 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
         for a, v in attrs.items():
             frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
         store.write_parquet(out_dir / external_file(seed, k), frame)
-        shifts = [shift_block("multiclass", a,
-                              group_draws(internal[0], probs["test"], internal[1][a], spec.n_boot, seed,
-                                          "internal", internal[2]),
-                              group_draws(ye, p, attrs[a], spec.n_boot, seed, f"external:{ext.label}",
-                                          ext_pids),
-                              spec.n_boot, min_group_size(res))
-                  for a in spec.attributes]
+        shifts = site_shifts("multiclass",
+                             SiteScores(internal[0], probs["test"], internal[1], internal[2], internal[3]),
+                             SiteScores(ye, p, attrs, ext_pids, ext.split.test), spec.n_boot, seed, ext.label,
+                             min_group_size(res), ext.pairs)
         out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))
     return out

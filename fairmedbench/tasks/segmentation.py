@@ -550,7 +550,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
                       internal_pids: np.ndarray) -> list[dict[str, Any]]:
     """Each external test split segmented by the same predictor, through the segmentation metric engine as the
     internal one, its predictions Parquet, and the shift of the group mean DSC."""
-    from fairmedbench.analysis.shift import group_draws, shift_block
+    from fairmedbench.analysis.shift import SiteScores, site_shifts
 
     assert spec.prompt is not None, "resolve gives a segmentation run its prompt mode"
     res_out = []
@@ -564,12 +564,11 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
         ext_pids = patient_ids(eds, np.asarray(out.positions))
         res = score(spec, seed, out, attrs, ext_pids)
         store.write_parquet(out_dir / external_file(seed, k), _segmentation_frame(eds, spec, seed, out, ext.split.test))
-        shifts = [shift_block("segmentation", a,
-                              group_draws(None, np.asarray(internal.dsc), internal_attrs[a],
-                                          spec.n_boot, seed, "internal", internal_pids),
-                              group_draws(None, np.asarray(out.dsc), attrs[a], spec.n_boot, seed,
-                                          f"external:{ext.label}", ext_pids), spec.n_boot, min_group_size(res))
-                  for a in spec.attributes]
+        shifts = site_shifts("segmentation",
+                             SiteScores(None, np.asarray(internal.dsc), internal_attrs, internal_pids,
+                                        np.asarray(internal.positions)),
+                             SiteScores(None, np.asarray(out.dsc), attrs, ext_pids, np.asarray(out.positions)),
+                             spec.n_boot, seed, ext.label, min_group_size(res), ext.pairs)
         res_out.append(external_entry(spec, k, ext, seed, res, shifts, len(ext.split.test)))
     return res_out
 

@@ -154,3 +154,151 @@ def test_seed_mean_shift_averages_each_quantity_over_seeds_on_shared_resamples()
     other = group_draws(y_int, seeds[0][0], np.where(g_int == "female", "F", "M").astype(object), 300, 0, "internal")
     with pytest.raises(InputError, match="different groups"):
         seeds_shift_block("classification", "sex", [draws[0][0], other], [d[1] for d in draws], 300)
+
+
+# ------------------------------------------------------------------------------------------------ overlap
+
+def test_overlap_option_is_parsed_into_the_label() -> None:
+    r = parse_eval_dataset("synth-control:n=40:overlap=paired")
+    assert (r.overlap, r.options) == ("paired", {"n": 40})
+    assert r.label == "synth-control:n=40:overlap=paired"
+    assert parse_eval_dataset("synth-control:overlap=refuse").label == "synth-control"  # the default
+    with pytest.raises(InputError, match="overlap=refuse .* or overlap=paired"):
+        parse_eval_dataset("synth-control:overlap=joint")
+
+
+def _loaded(name: str, **options: object) -> tuple[object, object]:
+    from fairmedbench.benchmark.datasets import load_with_split
+
+    return load_with_split(name, None, seed=0, **options)
+
+
+@pytest.mark.parametrize("external, options, n_test", [
+    # 40 images: a 12-image test split of 6 per sex, 3 of each sex with a lesion. synth-control (seed 0) renders
+    # synth-contrast's male images and lesion-free images pixel for pixel: 6 + 3 shared
+    ("synth-control", {}, 9),
+    # synth-flip at seed 0 would differ in every lesion (0.35x on males, 1x on females): the 3 + 3 lesion-free shared
+    ("synth-flip", {"data_seed": 0}, 6),
+    ("synth-flip", {}, 0),  # its own seed: disjoint
+    ("synth-control", {"data_seed": 3}, 0),
+])
+def test_find_overlap_counts_items_with_the_same_pixels(external: str, options: dict[str, object], n_test: int) -> None:
+    from fairmedbench.analysis.shift import find_overlap
+
+    ds, split = _loaded("synth-contrast", n=40)
+    eds, esplit = _loaded(external, n=40, **options)
+    trained = np.concatenate([split.train, split.val])
+    ov = find_overlap(ds, split.test, trained, eds, esplit.test)
+    assert (ov.n_test, ov.n_trained, ov.n_external) == (n_test, 0, 12)
+    assert len(ov.pairs) == n_test
+    if n_test:  # each pair holds the same pixels; the twins' table is the same, so the same row position
+        a, b = ov.pairs[0]
+        assert np.array_equal(ds.load_image(int(a)), eds.load_image(int(b))) and a == b
+
+
+def test_an_external_set_holding_trained_items_is_refused_always() -> None:
+    from fairmedbench.analysis.shift import check_overlap, find_overlap
+
+    ds, split = _loaded("synth-contrast", n=40)
+    trained = np.concatenate([split.train, split.val])
+    # the run's own dataset evaluated whole: its 24 train + 4 validation items are trained on
+    ov = find_overlap(ds, split.test, trained, ds, np.arange(40))
+    assert (ov.n_test, ov.n_trained, ov.n_external) == (12, 28, 40)
+    for text in ("synth-contrast:n=40:split=all", "synth-contrast:n=40:split=all:overlap=paired"):
+        with pytest.raises(InputError, match="28 of its 40 items are in the run's training or validation split"):
+            check_overlap(parse_eval_dataset(text), ov)
+
+
+def test_check_overlap_refuses_shared_test_items_unless_paired() -> None:
+    from fairmedbench.analysis.shift import Overlap, check_overlap
+
+    shared = Overlap(np.array([[1, 5], [2, 6]]), 2, 0, 12)
+    with pytest.raises(InputError, match="2 of its 12 items are also in the run's test split.*:overlap=paired"):
+        check_overlap(parse_eval_dataset("synth-control"), shared)
+    check_overlap(parse_eval_dataset("synth-control:overlap=paired"), shared)
+    disjoint = Overlap(np.zeros((0, 2), dtype=np.int64), 0, 0, 12)
+    check_overlap(parse_eval_dataset("synth-control"), disjoint)
+    with pytest.raises(InputError, match="shares no item .* drop overlap=paired"):
+        check_overlap(parse_eval_dataset("synth-control:overlap=paired"), disjoint)
+
+
+def _site(rows: np.ndarray, y: np.ndarray | None, s: np.ndarray, g: np.ndarray, pids: np.ndarray | None = None):
+    from fairmedbench.analysis.shift import SiteScores
+
+    return SiteScores(None if y is None else y[rows], s[rows], {"sex": g[rows]},
+                      None if pids is None else pids[rows], rows)
+
+
+@pytest.mark.parametrize("kind", ["auc", "macro_auc", "dsc"])
+def test_paired_draws_of_one_set_with_itself_move_together(kind: str) -> None:
+    """Two identical, fully shared test sets: every paired resample weighs each item the same in both, so every
+    resampled shift is exactly 0; the point values are `group_draws`' own."""
+    from fairmedbench.analysis.shift import paired_group_draws
+
+    rng = np.random.default_rng(0)
+    n = 60
+    g = np.where(np.arange(n) % 2 == 0, "female", "male").astype(object)
+    y: np.ndarray | None = (np.arange(n) // 2) % (3 if kind == "macro_auc" else 2)
+    s = {"auc": rng.random(n), "macro_auc": rng.dirichlet(np.ones(3), n), "dsc": rng.random(n)}[kind]
+    y = None if kind == "dsc" else y
+    pids = np.array([f"p{i // 2}" for i in range(n)], dtype=object)  # two images per patient (one per group)
+    rows = np.arange(n)
+    a, b = paired_group_draws(_site(rows, y, s, g, pids), _site(rows, y, s, g, pids), "sex",
+                              np.c_[rows, rows], 50, 0, "x")
+    assert np.array_equal(a.resampled, b.resampled) and np.array_equal(a.point, b.point)
+    assert a.resampled.std(axis=0).min() > 0  # the resamples do vary
+    plain = group_draws(y, s, g, 50, 0, "internal", pids)
+    assert plain.groups == a.groups and np.allclose(plain.point, a.point)
+
+
+def test_paired_interval_covers_a_zero_shift_and_independent_one_is_too_wide() -> None:
+    """Simulation against a known truth: 200 replicates of two test sets drawn from one population (the true shift
+    of each group's AUC is 0) that share 160 of their 200 items. The paired interval covers 0 near 95% of the time;
+    the independent-samples interval ignores the shared items' correlation, so it is more than twice as wide and
+    covers 0 in every replicate (it is mis-sized, not a 95% interval)."""
+    from fairmedbench.analysis.shift import site_shifts
+
+    rng = np.random.default_rng(1)
+    n_shared, n_own = 160, 40
+    n = n_shared + 2 * n_own
+    g = np.where(np.arange(n) % 2 == 0, "female", "male").astype(object)
+    y = (np.arange(n) // 2) % 2
+    rows_i, rows_e = np.r_[0:n_shared + n_own], np.r_[0:n_shared, n_shared + n_own:n]
+    pairs = np.c_[np.arange(n_shared), np.arange(n_shared)]
+    cover: dict[str, list[bool]] = {"paired": [], "independent": []}
+    width: dict[str, list[float]] = {"paired": [], "independent": []}
+    for r in range(200):
+        s = y + rng.standard_normal(n)
+        for how, link in (("paired", pairs), ("independent", None)):
+            [block] = site_shifts("classification", _site(rows_i, y, s, g), _site(rows_e, y, s, g), 200, r, "x", 0,
+                                  link)
+            e = block["per_group"]["female"]
+            assert e.get("paired", False) == (how == "paired")
+            if e["ci_low"] is None:  # a degenerate resample distribution has no interval (rare): not covered
+                cover[how].append(False)
+                continue
+            cover[how].append(e["ci_low"] <= 0 <= e["ci_high"])
+            width[how].append(e["ci_high"] - e["ci_low"])
+    assert 0.90 <= np.mean(cover["paired"]) <= 0.985
+    assert np.mean(cover["independent"]) >= 0.99
+    assert np.mean(width["independent"]) > 2 * np.mean(width["paired"])
+
+
+def test_the_synthetic_shift_board_sites_share_no_image_with_its_test_set() -> None:
+    """The board's external sites are disjoint from synth-contrast's test set (synth-flip by its own seed,
+    synth-control by data_seed 3), while synth-control at the twins' seed 0 shares 68 of the 90 test images: its 45
+    male and 23 lesion-free female ones (45 females, round(22.5) = 22 with a lesion)."""
+    from fairmedbench.analysis.shift import find_overlap
+    from fairmedbench.leaderboards.suites import get_suite
+
+    [entry] = get_suite("synthetic-shift").entries
+    ds, split = _loaded(entry.dataset, **entry.dataset_options)
+    trained = np.concatenate([split.train, split.val])
+    for x in entry.externals:
+        request = parse_eval_dataset(x.dataset)
+        eds, esplit = _loaded(request.name, **request.options)
+        ov = find_overlap(ds, split.test, trained, eds, esplit.test)
+        assert (ov.n_test, ov.n_trained, ov.n_external) == (0, 0, 90), x.dataset
+    twin, tsplit = _loaded("synth-control", **entry.dataset_options)
+    ov = find_overlap(ds, split.test, trained, twin, tsplit.test)
+    assert (ov.n_test, ov.n_trained) == (68, 0)

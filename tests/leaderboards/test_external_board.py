@@ -74,6 +74,7 @@ def test_registered_shift_suite_pins_match_the_generator() -> None:
 @pytest.mark.parametrize("make, message", [
     (lambda: External("synth-flip:root=/data"), "drop root="),
     (lambda: External("synth-flip:nx"), "KEY=VALUE"),
+    (lambda: External("synth-control:overlap=paired"), "drop overlap="),
     (lambda: Entry("synth-contrast", ("sex",), "lp", externals=(External("synth-flip"), External("synth-flip"))),
      "listed twice"),
 ])

@@ -38,7 +38,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "seeds": (BASE, [*BASE, "--seeds", "0,1"]),
         "split_seed": (BASE, [*BASE, "--split-seed", "1"]),
         "split_seeds": (BASE, [*BASE, "--split-seeds", "1"]),
-        "eval_datasets": (BASE, [*BASE, "--eval-dataset", "synth-control:n=24"]),
+        "eval_datasets": (BASE, [*BASE, "--eval-dataset", "synth-control:n=24:data_seed=3"]),
         "split_file": (BASE, [*BASE, "--split-file", str(split)]),
         "weights": (BASE, [*BASE, "--weights", "random:1"]),
         "profile": (BASE, [*BASE, "--profile", "fairmedfm"]),

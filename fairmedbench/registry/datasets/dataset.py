@@ -307,10 +307,11 @@ class Dataset:
                     out.append((col, str(value)))
         return out
 
-    def content_keys(self, positions: Sequence[int] | np.ndarray) -> list[str]:
+    def content_keys(self, positions: Sequence[int] | np.ndarray, with_card: bool = True) -> list[str]:
         """What the pixels of each sample at `positions` are made of, as a hex digest: its image file's bytes (with
         the card and the locator inside the file) for file-backed samples, else the decoded pixels themselves
-        (generated samples: pixel-identical images share a key). Keys the feature cache."""
+        (generated samples: pixel-identical images share a key). Keys the feature cache; `with_card=False` leaves
+        the card out, so one file read through two cards shares a key (overlap checks between datasets)."""
         from fairmedbench.engine.content import file_digests, hash_bytes
 
         rows = [self.row(int(i)) for i in positions]
@@ -324,7 +325,8 @@ class Dataset:
             path = r.get("image")
             if isinstance(path, (str, os.PathLike)):
                 where = "|".join(f"{c}={r[c]}" for c in LOCATOR_COLUMNS if c in r and r[c] is not None)
-                text = f"file|{self.card.name}|{self.card.version}|{self._content}|{digests[str(path)]}|{where}"
+                card = f"{self.card.name}|{self.card.version}|{self._content}|" if with_card else ""
+                text = f"file|{card}{digests[str(path)]}|{where}"
                 keys.append(hash_bytes(text.encode()))
             else:
                 img = np.ascontiguousarray(self.load_image(int(i)))

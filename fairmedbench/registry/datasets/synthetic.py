@@ -333,8 +333,11 @@ UNDERREP = replace(CONTROL, n=400, female_share_train=0.1, contrast={"female": -
 LAWS = replace(CONTROL, n=600, size=64, lesion_amplitude=0.3, contrast={"female": 0.0, "male": 1.0},
                marker={"female": 0.7, "male": 0.0})
 LAWS_CONTROL = replace(CONTROL, n=600, size=64, lesion_amplitude=0.3)
-# external-evaluation partner of synth-contrast: a "site" where the bias flips (male lesions at 0.35x contrast)
-FLIP = replace(CONTROL, contrast={"female": 1.0, "male": 0.35})
+# external-evaluation partner of synth-contrast: a "site" where the bias flips (male lesions at 0.35x contrast), drawn
+# from its own seed so that no image is pixel-identical to one of synth-contrast's or synth-control's (seed 0: the
+# twins share their male and lesion-free images, an external site must share none)
+FLIP_SEED = 2
+FLIP = replace(CONTROL, seed=FLIP_SEED, contrast={"female": 1.0, "male": 0.35})
 CONTROL_3D = replace(CONTROL, n=200, size=64, depth=32)
 CONTRAST_3D = replace(CONTROL_3D, contrast={"female": 0.35, "male": 1.0})
 
@@ -354,7 +357,9 @@ _card("synth-flip", "Synthetic lesions, lower lesion contrast for males (synth-c
        {"attribute": "sex", "group": "male", "metric": "dsc", "direction": "lower"}),
       ("lesion contrast in the male group is 0.35x the female group's: synth-contrast's bias reversed",
        "external-evaluation site: a model trained on synth-contrast and evaluated here (--eval-dataset synth-flip) "
-       "must show a shift of the sex difference whose interval excludes 0; on synth-control the bias vanishes"))
+       "must show a shift of the sex difference whose interval excludes 0; on synth-control the bias vanishes",
+       f"generated from its own seed ({FLIP_SEED}; synth-contrast and synth-control: 0), so no image is shared with "
+       "theirs; synth-control as an external site needs another data_seed (synth-control:data_seed=3)"))
 _card("synth-underrep", "Synthetic lesions, females under-represented in train and harder", UNDERREP,
       FEMALE_LOWER + ({"attribute": "sex", "metric": "auc_gap",
                        "direction": "smaller with groupdro or resampling than erm"},),
