@@ -15,8 +15,19 @@ maps, so `balanced_refinement` is the best balanced Brier a monotone recalibrati
 prevalence-weighted PAV and then averaging per-class Briers would not minimise the balanced Brier and could give
 a negative "loss".) Both are NaN when a class is absent, like the balanced Brier.
 
-The PAV itself is scipy.optimize.isotonic_regression (one call per row: pooling is sequential, so rows cannot
-share one call); tied scores are pooled first, as sklearn.isotonic.IsotonicRegression does.
+The PAV itself is scipy.optimize.isotonic_regression; tied scores are pooled first, as
+sklearn.isotonic.IsotonicRegression does. Batched over the rows of a resample (no library batches PAV, which is
+sequential), by two exact reductions written here:
+- Segments: consecutive scores that carry only positives (or only negatives) have the same pooled mean (1, or 0)
+  whatever the weights, and an L2 isotonic fit gives neighbours with equal values equal fits (averaging two unequal
+  fits would keep the order and lower the error), so each such run enters the PAV as one point; a score carrying
+  both classes is a point of its own. The runs depend on the scores only, so they are found once, and a row's run
+  weights are differences of the cumulative class weights the other metrics already compute.
+- One call for all rows: row b's pooled means (in [0, 1]) are shifted by 2b and the rows concatenated. PAV pools
+  two neighbouring blocks only when the left one's mean exceeds the right one's, and every block of row b has a
+  mean below 2b + 1 < 2(b + 1), so no block pools across rows: the concatenated fit is each row's own. The Brier
+  sums are taken from the blocks' weights (a block of weight W with positive weight Y fits Y / W and contributes
+  Y - Y² / W), not from the shifted fit, so the shift costs no precision.
 """
 
 from __future__ import annotations
@@ -24,37 +35,56 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import isotonic_regression
 
+_TINY = 1e-300
 NAMES = ("calibration_loss", "refinement", "balanced_calibration_loss", "balanced_refinement")
+
+
+class Segments:
+    """The PAV points of one set of sorted positive scores `sp` and negative scores `sn`: maximal runs of scores
+    carrying one class only, and each score carrying both; point k holds sp[p_bounds[k]:p_bounds[k + 1]] and
+    sn[n_bounds[k]:n_bounds[k + 1]]."""
+
+    def __init__(self, sp: np.ndarray, sn: np.ndarray) -> None:
+        u = np.union1d(sp, sn)
+        ap, bp = np.searchsorted(sp, u, "left"), np.searchsorted(sp, u, "right")
+        an, bn = np.searchsorted(sn, u, "left"), np.searchsorted(sn, u, "right")
+        kind = (bp > ap).astype(np.int8) + 2 * (bn > an).astype(np.int8)  # 1 positives, 2 negatives, 3 both
+        new = np.r_[True, (kind[1:] != kind[:-1]) | (kind[1:] == 3)] if len(u) else np.zeros(0, bool)
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:] - 1, len(u) - 1] if len(first) else first
+        # every sample lies in exactly one point, in order: each class's ranges are contiguous, so one list of
+        # boundaries per class gives a row's point weights as differences of its cumulative weights
+        self.p_bounds = np.r_[ap[first], bp[last][-1:]] if len(u) else np.zeros(1, np.int64)
+        self.n_bounds = np.r_[an[first], bn[last][-1:]] if len(u) else np.zeros(1, np.int64)
 
 
 def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """Per row, the weighted squared error Σ_u (W_u f_u² - 2 f_u Y_u + Y_u) of the PAV fit f to the pooled means
-    Y_u / W_u (W_u: the weight at unique score u, Y_u: its positive weight; labels are 0/1, so y² = y)."""
-    out = np.empty(W.shape[0])
-    for b in range(W.shape[0]):
-        keep = W[b] > 0  # scipy needs strictly positive weights; zero-weight scores do not enter the Brier
-        w, yw = W[b, keep], Y[b, keep]
-        f = isotonic_regression(yw / w, weights=w).x if len(w) else w
-        out[b] = float((w * f * f - 2.0 * f * yw + yw).sum())
-    return out
+    Y_u / W_u (W_u: the weight at point u, Y_u: its positive weight; labels are 0/1, so y² = y), all rows in one
+    call (see the module docstring).
+
+    scipy needs strictly positive weights: a point of weight 0 gets _TINY and the value 0. Adding _TINY to a block
+    weight of at least 1e-280 leaves it unchanged in float64 (a class-balanced weight is >= 1 / 2n), so such a
+    point moves no block mean and contributes exactly 0, as if it were left out (no masking pass is needed)."""
+    B, m = W.shape
+    if not m:
+        return np.zeros(B)
+    w = np.maximum(W, _TINY).ravel()
+    yw = Y.ravel()
+    shifted = ((yw / w).reshape(B, m) + 2.0 * np.arange(B)[:, None]).ravel()
+    starts = isotonic_regression(shifted, weights=w).blocks[:-1]
+    Wb, Yb = np.add.reduceat(w, starts), np.add.reduceat(yw, starts)
+    return np.bincount(starts // m, weights=Yb - Yb * Yb / Wb, minlength=B)
 
 
-def brier_decomposition(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Calibration loss and refinement of the Brier and the balanced Brier for each row of `weights` (B, n) over
-    the samples (y, s); each value is (B,). NaN where a row has no weight (balanced: where a class has none)."""
-    y = np.asarray(y, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64)
-    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    nan = np.full(w.shape[0], np.nan)
-    if len(s) == 0:
-        return {k: nan.copy() for k in NAMES}
-    order = np.argsort(s, kind="mergesort")
-    ss, ys, ws = s[order], y[order], w[:, order]
-    starts = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1]])  # tied scores pooled into one PAV point
-    wp, wn = ws * ys, ws * (1.0 - ys)
-    Wp, Wn = np.add.reduceat(wp, starts, axis=1), np.add.reduceat(wn, starts, axis=1)
-    P, N = Wp.sum(axis=1), Wn.sum(axis=1)
-    sq_p, sq_n = wp @ (1.0 - ss) ** 2, wn @ ss**2
+def decompose(seg: Segments, cp: np.ndarray, cn: np.ndarray, sq_p: np.ndarray, sq_n: np.ndarray
+              ) -> dict[str, np.ndarray]:
+    """Calibration loss and refinement per row from the cumulative class weights cp, cn (B, n + 1; leading zero
+    column) along the sorted scores and the rows' weighted squared errors sq_p = Σ w (1 - s)², sq_n = Σ w s²."""
+    P, N = cp[:, -1], cn[:, -1]
+    # weights are resample counts (exact in float64); max(., 0) guards fractional weights' rounding in differences
+    Wp = np.maximum(np.diff(cp[:, seg.p_bounds], axis=1), 0.0)
+    Wn = np.maximum(np.diff(cn[:, seg.n_bounds], axis=1), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         total = P + N
         brier = (sq_p + sq_n) / total
@@ -69,3 +99,18 @@ def brier_decomposition(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> di
             "refinement": np.where(total > 0, refinement, np.nan),
             "balanced_calibration_loss": np.maximum(bal_brier - bal_refinement, 0.0),
             "balanced_refinement": bal_refinement}
+
+
+def brier_decomposition(y: np.ndarray, s: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Calibration loss and refinement of the Brier and the balanced Brier for each row of `weights` (B, n) over
+    the samples (y, s); each value is (B,). NaN where a row has no weight (balanced: where a class has none)."""
+    y = np.asarray(y, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y != 1)
+    op, on = pos[np.argsort(s[pos], kind="mergesort")], neg[np.argsort(s[neg], kind="mergesort")]
+    sp, sn, wp, wn = s[op], s[on], w[:, op], w[:, on]
+    cp, cn = np.zeros((w.shape[0], len(sp) + 1)), np.zeros((w.shape[0], len(sn) + 1))
+    np.cumsum(wp, axis=1, out=cp[:, 1:])
+    np.cumsum(wn, axis=1, out=cn[:, 1:])
+    return decompose(Segments(sp, sn), cp, cn, wp @ (1.0 - sp) ** 2, wn @ sn**2)

@@ -21,7 +21,7 @@ from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES
-from fairmedbench.metrics.calibration import brier_decomposition
+from fairmedbench.metrics.calibration import Segments, decompose
 from fairmedbench.metrics.groups import Attribute, make_attribute
 from fairmedbench.metrics.groups import intersect as cross
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
@@ -108,6 +108,7 @@ class _Block:
         self.bin_n = np.searchsorted(bn, np.arange(nb + 1), side="left")
         self.sq_p = (1.0 - sp) ** 2
         self.sq_n = sn**2
+        self.segments = Segments(sp, sn)
 
     def stats(self, wp: np.ndarray, wn: np.ndarray, calibration: bool = True) -> dict[str, np.ndarray]:
         """All per-subset metrics for each row of weights; also returns the cumulative sums for reuse."""
@@ -156,9 +157,8 @@ class _Block:
             }
         out["balanced_brier"] = 0.5 * (out["brier_pos"] + out["brier_neg"])
         if calibration:
-            out.update(brier_decomposition(np.r_[np.ones(len(self.sp)), np.zeros(len(self.sn))],
-                                           np.r_[self.sp, self.sn], np.hstack([wp, wn])))
-        else:  # permutation tests: one PAV fit per permutation and group would cost more than every other metric
+            out.update(decompose(self.segments, cp, cn, bpos, bneg))
+        else:  # a permutation test's population: all ones in every row, and no gap reads it
             out.update({m: np.full(wp.shape[0], np.nan) for m in CALIBRATION_NAMES})
         out["_cp"], out["_cn"], out["_tp_ge"] = cp, cn, tp_ge
         return out
@@ -226,7 +226,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
     `pooled`: a permutation plan's 0/1 memberships over the whole population, whose weights are all ones)."""
     b = wps[0].shape[0]
     per: dict[str, dict[str, np.ndarray]] = {}
-    group_stats = [blk.stats(wp, wn, calibration=not pooled) for blk, wp, wn in zip(plan.blocks, wps, wns)]
+    group_stats = [blk.stats(wp, wn) for blk, wp, wn in zip(plan.blocks, wps, wns)]
     if pooled:
         wp_all, wn_all = np.ones((b, len(plan.pop.sp))), np.ones((b, len(plan.pop.sn)))
     else:
@@ -345,8 +345,7 @@ def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.nda
                                 [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
         for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
             out.setdefault(m, []).append(v)
-    untested = {f"{m}_gap" for m in CALIBRATION_NAMES}  # no PAV per permutation: no test, bootstrap CIs only
-    return {m: np.concatenate(v) for m, v in out.items() if m not in untested}
+    return {m: np.concatenate(v) for m, v in out.items()}
 
 
 def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
