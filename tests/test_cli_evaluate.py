@@ -50,7 +50,7 @@ def test_demo_writes_valid_result(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert set(preds["split"]) == {"test"} and {"label", "score", "sex", "age"} <= set(preds.columns)
     tidy = pd.read_csv(tmp_path / "t.csv")
     assert list(tidy.columns) == ["task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n", "unit",
-                                  "p_value", "p_adjusted", "bias_corrected"]
+                                  "p_value", "p_adjusted", "bias_corrected", "mde"]
     # the injected sex gap is larger than chance; the age negative control is not
     assert sex["metrics"]["auc_gap"]["__gap__"]["p_value"] < 0.01
     assert sex["resampling"]["unit"] == "row" and sum(sex["resampling"]["n_clusters"][g] for g in "FM") == \

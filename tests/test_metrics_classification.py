@@ -517,7 +517,7 @@ def test_result_views_and_export():
     res = ev(Y, S, {"g": G, "site": ["x"] * 8})
     df = res.to_frame()
     assert list(df.columns) == ["task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n", "unit",
-                                "p_value", "p_adjusted", "bias_corrected"]
+                                "p_value", "p_adjusted", "bias_corrected", "mde"]
     row = df[(df.attribute == "g") & (df.group == "A") & (df.metric == "auc")]
     assert len(row) == 1 and row["value"].iloc[0] == pytest.approx(0.875) and row["n"].iloc[0] == 4
     assert res.overall.loc[("task", "g"), "auc"] == pytest.approx(13 / 16)

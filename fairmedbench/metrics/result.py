@@ -65,7 +65,7 @@ class AttributeReport:
                 g: {"value": _num(v), "ci_low": _num(lo), "ci_high": _num(hi)} for g, (v, lo, hi) in per_group.items()
             }
             if metric in self.tests and GAP in metrics[metric]:
-                metrics[metric][GAP].update({k: _num(self.tests[metric][k]) for k in TEST_KEYS})
+                metrics[metric][GAP].update({k: _num(self.tests[metric].get(k, math.nan)) for k in TEST_KEYS})
         return {
             "task": self.task,
             "attribute": self.attribute,
@@ -103,7 +103,7 @@ class FairnessResult:
 
     def records(self) -> list[dict[str, Any]]:
         """Tidy rows: task, attribute, group, metric, value, ci_low, ci_high, n, the resampling unit and, on a
-        tested between-group row, p_value, p_adjusted and bias_corrected (NaN elsewhere)."""
+        tested between-group row, p_value, p_adjusted, bias_corrected and mde (NaN elsewhere)."""
         rows = []
         nan = math.nan
         for r in self.reports:
@@ -164,7 +164,7 @@ class FairnessResult:
 
 
 #: the keys a tested between-group entry adds beside value / ci_low / ci_high
-TEST_KEYS = ("p_value", "p_adjusted", "bias_corrected")
+TEST_KEYS = ("p_value", "p_adjusted", "bias_corrected", "mde")
 #: the tidy table's columns, in order
 TIDY_COLUMNS = ("task", "attribute", "group", "metric", "value", "ci_low", "ci_high", "n", "unit", *TEST_KEYS)
 
@@ -180,10 +180,34 @@ def test_alternative(metric: str) -> str | None:
     return {"gap": "greater", "ratio": "greater", "diff": "two-sided"}.get(kind)
 
 
+#: the power a minimum detectable effect is stated at, and the level of each single test it assumes
+MDE_POWER = 0.8
+MDE_ALPHA = 0.05
+
+
+def minimum_detectable_effect(null: np.ndarray, draws: np.ndarray, alternative: str) -> float:
+    """The smallest true gap or |difference| this permutation test detects with MDE_POWER at level MDE_ALPHA:
+    the null's critical value c (the (1 - alpha) quantile of the permuted statistic, |.| for a difference) plus
+    z_power times the statistic's bootstrap standard error (the statistic ~ Normal(effect, se²) under the
+    alternative, so P(statistic >= c) = power at effect = c + z_power·se). NaN without both resamplings."""
+    from statistics import NormalDist
+
+    null = null[np.isfinite(null)]
+    draws = draws[np.isfinite(draws)]
+    if null.size == 0 or draws.size < 2:
+        return math.nan
+    stat = np.abs(null) if alternative == "two-sided" else null
+    crit = float(np.quantile(stat, 1.0 - MDE_ALPHA))
+    return crit + NormalDist().inv_cdf(MDE_POWER) * float(draws.std(ddof=1))
+
+
 def attach_tests(report: AttributeReport, point: dict[str, np.ndarray], boot: dict[str, list[np.ndarray]],
                  null: dict[str, np.ndarray], n_perm: int) -> None:
-    """Record the permutation test (p_value, n_perm used, alternative) and the bias-corrected value of every gap
-    and two-group difference of `point` (between-group values, (1,) arrays); `boot` = their bootstrap draws."""
+    """Record the permutation test (p_value, n_perm used, alternative), its minimum detectable effect and the
+    bias-corrected value of every gap and two-group difference of `point` (between-group values, (1,) arrays);
+    `boot` = their bootstrap draws. A difference also keeps its bootstrap 90% percentile interval
+    (`tost_interval`): two one-sided tests at 5% declare it equivalent within ±m exactly when that interval lies
+    inside (-m, m), so any margin can be applied later without the draws."""
     from fairmedbench.metrics import bootstrap as bs
 
     for m, v in point.items():
@@ -194,7 +218,19 @@ def attach_tests(report: AttributeReport, point: dict[str, np.ndarray], boot: di
         draws = np.concatenate(boot[m]) if m in boot else np.zeros(0)
         corrected = bs.bias_corrected(float(v[0]), draws) if alt == "greater" else math.nan
         report.tests[m] = {"p_value": p, "p_adjusted": math.nan, "bias_corrected": corrected,
-                           "n_perm": used, "alternative": alt}
+                           "n_perm": used, "alternative": alt, "mde": minimum_detectable_effect(null[m], draws, alt)}
+        finite = draws[np.isfinite(draws)]
+        if alt == "two-sided" and finite.size >= 2:
+            report.tests[m]["tost_interval"] = [float(q) for q in np.quantile(finite, [0.05, 0.95])]
+
+
+def equivalent_within(test: dict[str, Any], margin: float) -> bool | None:
+    """TOST at 5%: whether a tested difference is equivalent to 0 within ±margin (its 90% bootstrap interval
+    inside (-margin, margin)); None when the test recorded no interval."""
+    iv = test.get("tost_interval")
+    if not iv or not all(np.isfinite(iv)):
+        return None
+    return bool(-margin < iv[0] and iv[1] < margin)
 
 
 def in_family(metric: str) -> bool:
