@@ -134,8 +134,8 @@ def _add_evaluate(sub: Subparsers) -> None:
                  "split=test are evaluated.")
     _options(p.add_mutually_exclusive_group(required=True), E, "predictions", "demo")
     _options(p, E, "labels", "scores", "attributes", "bins", "bins_closed", "intersect", "threshold", "profile",
-             "n_boot", "n_perm", "patient_column", "i_know", "seed", "logits", "min_group_size", "split_column",
-             "id_column", profile={"choices": profile_names()})
+             "n_boot", "n_perm", "margin", "patient_column", "i_know", "seed", "logits", "min_group_size",
+             "split_column", "id_column", profile={"choices": profile_names()})
     _options(p.add_argument_group("segmentation (--masks)"), E, "masks", "pred_mask", "gt_mask", "volume",
              "mask_threshold", "hd95")
     _options(p, E, "out", "test_resample", "age_column", "out_table", "report", "evidence", "force", "sign_key",

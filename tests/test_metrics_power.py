@@ -93,3 +93,31 @@ def test_tost_size_and_power_by_simulation() -> None:
 def test_tost_quick() -> None:
     assert _equivalent_rate(0.75, 20, 1000, 0.05, seed=3) <= 0.15
     assert _equivalent_rate(0.80, 20, 1500, 0.05, seed=4) >= 0.6
+
+
+def test_margin_verdicts_equivalent_inconclusive_and_bad_margins() -> None:
+    from fairmedbench.errors import InputError
+    from fairmedbench.metrics.result import apply_margins, parse_margins
+    from fairmedbench.report.verdicts import disparity, pair_answer
+
+    assert parse_margins("0.05") == {"*": 0.05} and parse_margins(None) == {}
+    assert parse_margins("auc=0.02, ece=0.01") == {"auc": 0.02, "ece": 0.01}
+    for bad in ("-1", "x", "auc=", "=0.1", "auc=0"):
+        with pytest.raises(InputError, match="--margin"):
+            parse_margins(bad)
+    rng = np.random.default_rng(0)
+    y, s, g, _ = _sample(rng, 1500, 0.8, 0.8, 1)
+    res = evaluate_classification(y, s, {"g": g}, n_boot=200, n_perm=99, seed=1)
+    test = res.report().tests["auc_diff"]
+    lo, hi = test["tost_interval"]
+    assert lo < 0 < hi and test["mde"] > 0
+    wide, narrow = 1.01 * max(-lo, hi), 0.99 * max(-lo, hi)
+    apply_margins(res.reports, {"auc": wide})
+    v = disparity(res.to_dict()["reports"][0], "auc_diff")
+    assert v.key == "equivalent" and f"equivalent within ±{wide:g}" in v.sentence
+    assert f"equivalent within ±{wide:g}" in pair_answer(res.to_dict()["reports"][0]).sentence
+    apply_margins(res.reports, {"*": narrow})
+    v = disparity(res.to_dict()["reports"][0], "auc_diff")
+    assert v.key == "no-evidence"
+    assert f"no evidence either way: this test could only detect differences ≥ {test['mde']:.3f}" in v.sentence
+    assert f"not shown equivalent within ±{narrow:g}" in v.sentence

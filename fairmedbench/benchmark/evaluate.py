@@ -19,7 +19,7 @@ from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
 from fairmedbench.metrics.groups import Bins
 from fairmedbench.metrics.profiles import check_threshold, get_profile
-from fairmedbench.metrics.result import TIDY_COLUMNS
+from fairmedbench.metrics.result import TIDY_COLUMNS, apply_margins, parse_margins
 from fairmedbench.spec import ScoreSettings, option
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
@@ -70,6 +70,10 @@ class EvaluateOptions:
     n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
     n_perm: int = field(default=N_PERM, metadata=option(
         "permutations testing each gap and two-group difference (0 = no tests)"))
+    margin: str | None = field(default=None, metadata=option(
+        "equivalence margin of the two-group differences: VALUE, or metric=VALUE pairs (auc=0.02,ece=0.01); a "
+        "difference within chance is called equivalent when two one-sided tests put it inside ±VALUE, else the "
+        "answer gives what the test could have detected", metavar="M"))
     patient_column: str | None = field(default=None, metadata=option(
         "resample and permute whole patients by this column (default: 'patient_id' or 'Patient ID' when present; "
         "'none' resamples rows)", metavar="COL"))
@@ -301,6 +305,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                 setattr(opts, k, v)
     notes: list[str] = []
     check_threshold(opts.profile, opts.threshold)  # before reading anything
+    margins = parse_margins(opts.margin)
     from fairmedbench.benchmark.signing import pack_key
 
     sign = pack_key(opts.evidence, opts.sign_key)  # the key read (or refused) before any work
@@ -354,6 +359,7 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress,
                                                                settings, pids)
         kind = "evaluate-classification"
+    apply_margins(result.reports, margins)
     t_metrics = time.perf_counter() - t0 - t_read
     spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}}
     doc = store.result_document(kind, spec, result.to_dict(), inputs, {"read": t_read, "metrics": t_metrics})

@@ -233,6 +233,36 @@ def equivalent_within(test: dict[str, Any], margin: float) -> bool | None:
     return bool(-margin < iv[0] and iv[1] < margin)
 
 
+def parse_margins(text: str | None) -> dict[str, float]:
+    """`--margin`: one value for every tested difference ('0.05') or metric=value pairs ('auc=0.02,ece=0.01', by
+    the difference's metric); {} without one. InputError on anything else."""
+    from fairmedbench.errors import InputError
+
+    out: dict[str, float] = {}
+    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+        name, eq, value = part.rpartition("=")
+        try:
+            margin = float(value)
+        except ValueError:
+            margin = math.nan
+        if not (margin > 0 and math.isfinite(margin)) or (eq and not name.strip()):
+            raise InputError(f"--margin {text}: {part!r} is not a positive number or metric=number (e.g. --margin "
+                             "0.05, or --margin auc=0.02,ece=0.01)")
+        out[name.strip() or "*"] = margin
+    return out
+
+
+def apply_margins(reports: list[AttributeReport], margins: dict[str, float]) -> None:
+    """Stamp each tested two-group difference with its margin (by metric, else the '*' one) and whether TOST calls
+    it equivalent within it (`equivalent_within`); in place, read by the verdict rule."""
+    for r in reports:
+        for m, test in r.tests.items():
+            margin = margins.get(m.removesuffix("_diff"), margins.get("*"))
+            if test.get("alternative") == "two-sided" and margin is not None:
+                test["margin"] = margin
+                test["equivalent"] = equivalent_within(test, margin)
+
+
 def in_family(metric: str) -> bool:
     """Whether a tested metric is in the corrected family: a gap or difference that summaries and tables show."""
     from fairmedbench.metrics.specs import find_spec

@@ -59,6 +59,7 @@ class Verdict:
 
 
 _SHORT = {"disparity": "larger than chance", "no-evidence": "within chance", "not-tested": "not tested",
+          "equivalent": "equivalent within the margin",
           "raw-only": "no verdict",
           "undefined": "undefined", "better": "better than ERM", "worse": "worse than ERM",
           "changed": "differs from ERM", "no-difference": "no difference beyond chance",
@@ -121,8 +122,23 @@ def disparity(rep: dict[str, Any], metric: str) -> Verdict:
     if p < ALPHA:
         return Verdict("disparity", f"{where}: {head} {value:.3f} larger than chance (p_adj = {fmt_p(p)}).",
                        evidence, p, "p_adj")
-    return Verdict("no-evidence", f"{where}: {head} {value:.3f} within chance (p_adj = {fmt_p(p)}).", evidence, p,
-                   "p_adj")
+    test = (rep.get("tests") or {}).get(metric) or {}
+    margin, iv = test.get("margin"), test.get("tost_interval")
+    if test.get("equivalent") and iv:
+        return Verdict("equivalent", f"{where}: {head} {value:.3f} equivalent within ±{margin:g} (two one-sided tests: "
+                                     f"90% interval [{iv[0]:.3f}, {iv[1]:.3f}]; p_adj = {fmt_p(p)}).", evidence, p,
+                       "p_adj")
+    return Verdict("no-evidence", f"{where}: {head} {value:.3f} within chance (p_adj = {fmt_p(p)}){_open(test)}.",
+                   evidence, p, "p_adj")
+
+
+def _open(test: dict[str, Any]) -> str:
+    """What a test within chance could have found: its minimum detectable effect, and the margin it was not shown
+    equivalent within (the inconclusive verdict's words)."""
+    mde, margin = test.get("mde"), test.get("margin")
+    what = "differences" if test.get("alternative") == "two-sided" else "gaps"
+    out = f"; no evidence either way: this test could only detect {what} ≥ {mde:.3f}" if _finite(mde) else ""
+    return out + (f"; not shown equivalent within ±{margin:g}" if _finite(margin) else "")
 
 
 def gap_name(rep: dict[str, Any], metric: str) -> str:
@@ -200,13 +216,22 @@ def pair_answer(rep: dict[str, Any]) -> PairAnswer:
         ci = (f" [{f.format(c['ci_low'])}, {f.format(c['ci_high'])}]" if _finite(c.get("ci_low"))
               and _finite(c.get("ci_high")) else "")
         parts.append(f"{gap_name(rep, m)} {f.format(value)}{ci} larger than chance (p_adj = {fmt_p(v.p or 0.0)})")
-    rest = [(m, v) for m, v, _ in tested if v.key != "disparity"]
+    same = [m for m, v, _ in tested if v.key == "equivalent"]
+    if same:
+        margins = sorted({f"±{(rep.get('tests') or {})[m]['margin']:g}" for m in same})
+        parts.append(f"{', '.join(gap_name(rep, m) for m in same)} equivalent within {', '.join(margins)}")
+    rest = [(m, v) for m, v, _ in tested if v.key not in ("disparity", "equivalent")]
     if rest:
         low = fmt_p(min(v.p for _, v in rest if v.p is not None))
         bound = f"p_adj = {low}" if len(rest) == 1 else f"p_adj ≥ {low}"
         listed = ", ".join(gap_name(rep, m) for m, _ in rest)
         parts.append(f"{listed} within chance ({bound})" if parts else
                      f"every tested gap within chance ({listed}; {bound})")
+        tests = rep.get("tests") or {}
+        could = [f"{gap_name(rep, m)} ≥ {tests[m]['mde']:.3f}" for m, _ in rest if _finite(tests.get(m, {}).get("mde"))]
+        if could:
+            parts[-1] += (f"; no evidence either way: {'this test' if len(could) == 1 else 'these tests'} could only "
+                          f"detect {', '.join(could)}")
     return PairAnswer(answer.task, answer.attribute, tested, f"{where}: " + "; ".join(parts) + ".")
 
 
