@@ -358,7 +358,7 @@ def _board_tolerances(bundle: Path, suite: Suite, tolerance: float | None) -> di
             out[(entry.key, k)] = board = suite.tolerance(str(precision))
             if tolerance is not None and tolerance > board:
                 run = f"a {precision} run" if precision else "a run that records no precision"
-                raise InputError(f"--tolerance {tolerance:g} is looser than board {suite.name!r}'s {board:g} for {run} "
+                raise InputError(f"--tolerance {tolerance:g} is looser than board {suite.name}'s {board:g} for {run} "
                                  f"({entry.key}, seed {k}); a verifier may only tighten the board's tolerance: give at "
                                  f"most {board:g}, or leave --tolerance out")
     return out
