@@ -27,11 +27,8 @@ from fairmedbench.leaderboards.submit import (
     SUBMISSION_FILE,
     SUBMISSION_FORMAT,
     TOLERANCE,
-    Limits,
-    _close,
-    _Stop,
-    _validate,
-    read_bundle,
+    differences,
+    revalidate_stored,
     revision_label,
     weights_identity,
 )
@@ -136,7 +133,7 @@ def _differences(stored: dict[str, Any], again: dict[str, Any]) -> list[str]:
     results and runs, and the model, card and weights shown beside them."""
     out: list[str] = []
     for k in ("model", "card", "weights", "revision_label"):
-        _close(stored.get(k), again.get(k), k, out)
+        out += differences(stored.get(k), again.get(k), k)
     mine = {(r.get("entry"), r.get("attribute")): r for r in stored.get("rows", [])}
     theirs = {(r["entry"], r["attribute"]): r for r in again["rows"]}
     for key in sorted(set(mine) ^ set(theirs), key=str):
@@ -149,7 +146,7 @@ def _differences(stored: dict[str, Any], again: dict[str, Any]) -> list[str]:
             if not _same(x, y):
                 out.append(f"{where}: {col} reported {_metric_text(x)}, recomputed {_metric_text(y)}")
         for k in ("dataset", "usage", "task", "profile", "seeds", "coverage", "external", "runs"):
-            _close(a.get(k), b.get(k), f"{where}: {k}", out)
+            out += differences(a.get(k), b.get(k), f"{where}: {k}")
     return out
 
 
@@ -164,14 +161,9 @@ def check_submission(sub: Path, suite: Suite, key: BoardKey) -> tuple[dict[str, 
     if summary.get("format") != SUBMISSION_FORMAT or summary.get("suite") != {"name": suite.name,
                                                                              "version": suite.version}:
         return None, None, [f"answers suite {summary.get('suite')}, not {suite.name!r} version {suite.version!r}"]
-    try:
-        files = read_bundle(sub, Limits())
-        for name in (SUBMISSION_FILE, *seal.UNSEALED):
-            files.pop(name, None)
-        _, again, _ = _validate(files, suite, Limits())
-    except _Stop as stop:
-        return None, None, [f"the stored files no longer pass submit's checks: {r}" for r in stop.args[0]]
-    assert again is not None, "_validate returns a summary or raises"
+    reasons, again = revalidate_stored(sub, suite)
+    if reasons or again is None:
+        return None, None, [f"the stored files no longer pass submit's checks: {r}" for r in reasons]
     diffs = _differences(summary, again)
     return (summary, content, []) if not diffs else (None, None, diffs)
 

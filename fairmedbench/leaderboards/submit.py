@@ -890,10 +890,32 @@ def submit(bundle: Path | str, suite: Suite, board_dir: Path | str, limits: Limi
     return Outcome(True, [], list(summary["flags"]), path, [created] if created else [])
 
 
+def revalidate_stored(folder: Path | str, suite: Suite, limits: Limits | None = None
+                      ) -> tuple[list[str], dict[str, Any] | None]:
+    """`submit`'s checks and recomputation run again on a stored submission's files (its summary, seal and
+    verification record left out): (reasons, the summary they give; None when refused)."""
+    limits = limits or Limits()
+    try:
+        files = read_bundle(Path(folder), limits)
+        for name in (SUBMISSION_FILE, *seal.UNSEALED):
+            files.pop(name, None)
+        reasons, summary, _ = _validate(files, suite, limits)
+        return reasons, summary
+    except _Stop as stop:
+        return list(stop.args[0]), None
+
+
+def differences(reported: Any, recomputed: Any, path: str) -> list[str]:
+    """One line per value that differs between a reported and a recomputed structure (numbers within TOLERANCE)."""
+    out: list[str] = []
+    _close(reported, recomputed, path, out)
+    return out
+
+
 def read_submission(path: Path) -> dict[str, Any]:
     """A stored submission's summary (written by `store_submission`)."""
     return json.loads((Path(path) / SUBMISSION_FILE).read_text())
 
 
-__all__ = ["Limits", "Outcome", "read_submission", "recompute", "slug", "store_submission", "submit",
-           "validate_bundle"]
+__all__ = ["Limits", "Outcome", "differences", "read_submission", "recompute", "revalidate_stored", "slug",
+           "store_submission", "submit", "validate_bundle"]
