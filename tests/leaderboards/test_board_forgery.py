@@ -165,6 +165,14 @@ def test_verify_tolerance_looser_than_the_boards_is_refused(bundles: dict[str, P
     assert main(["verify", str(sub), "--tolerance", "0.99", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "looser than board test-forgery's 0.05" in err[0]
+    # the tolerance is what the suite declares: a stricter board refuses what this one allows
+    if "test-forgery-strict" not in SUITES:
+        register_suite(Suite("test-forgery-strict", "1.0", "stricter", _suite().entries,
+                             tolerances=(("fp32", 1e-5), ("bf16", 1e-3))))
+    with pytest.raises(InputError, match="--tolerance 0.01 is looser than board test-forgery-strict's 0.001 for"):
+        verify_bundle(sub, board="test-forgery-strict", tolerance=0.01)
+    with pytest.raises(ValueError, match="each verification tolerance is an absolute difference in"):
+        Suite("bad", "1.0", "bad", _suite().entries, tolerances=(("fp32", 1.5),))
     # a record its key holder wrote with a looser tolerance does not make a row verified either
     record_verification(sub, passed_record(_suite(), tolerance=0.99, max_abs_diff=0.75))
     board, _ = _build(tmp_path / "lb")
