@@ -313,7 +313,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_board(args: argparse.Namespace) -> int:
-    built = build_board(**dataclasses.asdict(_fill(BoardOptions, args)))
+    built = build_board(**dataclasses.asdict(_fill(BoardOptions, args)),
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
     return _lines([f"{what}: {path}" for what, path in built.items()])
 
 

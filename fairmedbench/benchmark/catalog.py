@@ -104,7 +104,7 @@ def _describe_suite(name: str, data_root: str | None, seed: int, skip_bad: bool)
 
     suite = get_suite(name)
     return {"name": suite.name, "version": suite.version, "description": suite.description,
-            "entries": [e.describe() for e in suite.entries]}
+            "verification_tolerance": dict(suite.tolerances), "entries": [e.describe() for e in suite.entries]}
 
 
 #: what -> its card as a mapping; each takes (name, data_root, split seed, skip_bad) and uses what it needs

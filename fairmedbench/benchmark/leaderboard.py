@@ -5,6 +5,7 @@ built, so `benchmark list` stays instant."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,12 +58,14 @@ def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROO
     return submit(bundle, suite, folder, limits)
 
 
-def build_board(board: str, root: Path | str = DEFAULT_ROOT) -> dict[str, Path]:
-    """Render root/<board>/index.html, leaderboard.md and board.json from the accepted submissions."""
+def build_board(board: str, root: Path | str = DEFAULT_ROOT,
+                progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Render root/<board>/index.html, leaderboard.md and board.json from the accepted submissions, each one's seal
+    checked and every number recomputed first (`progress` gets a line per submission)."""
     from fairmedbench.leaderboards import board as pages
 
     suite, folder = _board(board, root)
     if not pages.submission_dirs(folder):
         raise InputError(f"board {board!r} has no accepted submissions under {folder / 'submissions'}; "
                          f"submit one with `benchmark submit BUNDLE --board {board}`")
-    return pages.build(folder, suite)
+    return pages.build(folder, suite, progress)

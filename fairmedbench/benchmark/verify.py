@@ -12,13 +12,14 @@ train split (a head fit to the test labels would otherwise verify). Every valida
 computes them) and every sampled test score must match; so must every score of an entry's external datasets
 (`--eval-dataset`), whose test splits the re-run scores whole.
 
-The re-run is in fp32 on the chosen device. Tolerance (absolute, on probabilities or per-sample DSC): by default
-`leaderboards.tiers.TOLERANCE[the precision the run recorded]`: 1e-4 for an fp32 run (what remains is summation
-order across machines and BLAS builds, ~1e-6 on scores, amplified by a head re-trained for up to 200 epochs),
-0.05 for a bf16 run (bf16 keeps 8 significant bits: 2^-9 relative rounding per operation through a deep encoder
-moves features by about 1%; measured here, a bf16 CPU run against its fp32 re-run: up to 0.032 on linear-probe
-probabilities of a random-weight ResNet-50, 0.0087 on LiteMedSAM box-prompted DSC/IoU). A forged score vector
-(scores ~ labels) differs from a real model's by far more (0.3 and above in the tests).
+The re-run is in fp32 on the chosen device. Tolerance (absolute, on probabilities or per-sample DSC): the board's,
+which its suite declares per precision of the submitted run (`leaderboards.suites.Suite.tolerances`, defaults
+`DEFAULT_TOLERANCES` with their reasons: 1e-4 for an fp32 run, 0.05 for a bf16 run); `--tolerance` may only tighten
+it, and a looser value is refused before anything runs. A forged score vector (scores ~ labels) differs from a real
+model's by far more (0.3 and above in the tests).
+
+A stored submission is verified only when its seal checks under the board's key (`leaderboards.seal`); the record
+is then MACed under that key and bound to the submission's content hash (`tiers.write_verification`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from fairmedbench.spec import option
 if TYPE_CHECKING:
     import pandas as pd
 
+    from fairmedbench.leaderboards.suites import Suite
     from fairmedbench.spec import RunOptions, RunSpec
 
 DEFAULT_SAMPLE = 64
@@ -59,8 +61,8 @@ class VerifyOptions:
         f"test items re-run per entry and seed (default {DEFAULT_SAMPLE})"))
     seed: int = field(default=0, metadata=option("seed of the sample"))
     tolerance: float | None = field(default=None, metadata=option(
-        "absolute tolerance on per-sample scores (default: by the precision the run recorded, "
-        "leaderboards.tiers.TOLERANCE; the board's tier legend states it)", type=float))
+        "absolute tolerance on per-sample scores, at most the board's (default: the board's, which its suite declares "
+        "per precision of the submitted run; `benchmark describe suite NAME` shows it)", type=float))
     weights: str | None = field(default=None, metadata=option(
         "the weights file when the card's default source is not available here"))
 
@@ -249,9 +251,10 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
     import pandas as pd
 
     from fairmedbench.benchmark.suite import board_split_file
+    from fairmedbench.leaderboards import seal
     from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
     from fairmedbench.leaderboards.suites import get_suite
-    from fairmedbench.leaderboards.tiers import TOLERANCE, write_verification
+    from fairmedbench.leaderboards.tiers import write_verification
     from fairmedbench.registry.models import MODELS
     from fairmedbench.spec import RunOptions
     from fairmedbench.tasks.base import unscored_mask
@@ -266,11 +269,23 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
         raise InputError(f"--tolerance is an absolute difference of scores in [0, 1), got {tolerance}")
     model, suite_doc = _read(bundle / "model.json"), _read(bundle / "suite.json")
     suite = get_suite(board or suite_doc["name"])
+    board_tol = _board_tolerances(bundle, suite, tolerance)  # a looser --tolerance is refused before any work
     if model["name"] not in MODELS:
         raise InputError(f"model {model['name']!r} has no registered card, so it cannot be re-run here; its rows "
                          "stay self-reported (register the card and its loader to make it verifiable)")
     stored = (bundle / SUBMISSION_FILE).is_file()
-    if not stored:  # a stored submission passed these checks when it was accepted
+    key = None
+    if stored:  # a stored submission passed these checks when it was accepted, if its seal says it is unchanged
+        board_dir = bundle.resolve().parent.parent.parent
+        key = seal.board_key(board_dir)
+        if key is None:
+            raise InputError(f"{bundle}: its board has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
+                             "is absent), so neither its seal nor a verification record can be checked; set "
+                             f"{seal.KEY_ENV} to the board's key")
+        _, why = seal.check(bundle, key)
+        if why is not None:
+            raise InputError(f"{bundle}: {why}; it cannot be verified")
+    else:
         reasons, _, _ = validate_bundle(bundle, suite)
         if reasons:
             raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
@@ -294,10 +309,9 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
             # is re-run as well, so rows wrongly marked unscored (left out of every metric) are caught
             ids = sorted(sample_ids(test.loc[~empty, block["columns"]["id"]].astype(str).tolist(), sample, seed)
                          + sample_ids(test.loc[empty, block["columns"]["id"]].astype(str).tolist(), sample, seed))
-            # an unknown precision gets the widest default (bf16's)
-            tol = tolerance if tolerance is not None else TOLERANCE.get(str(doc["spec"].get("precision")),
-                                                                        TOLERANCE["bf16"])
-            rec["tolerance"] = tol
+            tol = board_tol[(entry.key, k)] if tolerance is None else tolerance
+            rec["tolerance"] = max(tol, rec.get("tolerance", 0.0))
+            rec["board_tolerance"] = max(board_tol[(entry.key, k)], rec.get("board_tolerance", 0.0))
             if doc["spec"].get("weights") != declared:
                 problems, n, diff = [f"seed {k}: the run's weights {str(doc['spec'].get('weights'))[:24]} are not "
                                      f"the declared {declared[:24]}"], 0, None
@@ -326,5 +340,25 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
               "precision": "fp32",
               "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),
               "entries": entries}
-    path = write_verification(bundle, record) if stored else None
+    path = write_verification(bundle, record, key) if key is not None else None
     return Verification(record["passed"], record, path)
+
+
+def _board_tolerances(bundle: Path, suite: Suite, tolerance: float | None) -> dict[tuple[str, int], float]:
+    """The board's tolerance per (entry, seed) of the bundle, by the precision each run recorded; a `tolerance`
+    looser than any of them is refused (a verifier may only tighten the board's)."""
+    out = {}
+    for entry in suite.entries:
+        for k in entry.seeds:
+            path = bundle / "results" / entry.key / f"seed{k}.json"
+            try:
+                precision = _read(path)["spec"].get("precision")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue  # `submit`'s checks name what is wrong with the document
+            out[(entry.key, k)] = board = suite.tolerance(str(precision))
+            if tolerance is not None and tolerance > board:
+                run = f"a {precision} run" if precision else "a run that records no precision"
+                raise InputError(f"--tolerance {tolerance:g} is looser than board {suite.name}'s {board:g} for {run} "
+                                 f"({entry.key}, seed {k}); a verifier may only tighten the board's tolerance: give at "
+                                 f"most {board:g}, or leave --tolerance out")
+    return out

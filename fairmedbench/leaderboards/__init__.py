@@ -55,13 +55,17 @@ Recomputation proves the arithmetic, not where the predictions came from: every 
 carries the flags of `flags.FLAGS` (one fact and one check each: no weights hash, weights not public, data seen
 in pretraining, near-perfect or duplicate predictions, implausible group scores, test set not pinned,
 verification failed) and a tier (`tiers`): `self-reported`, or `verified` once `benchmark verify` re-ran the
-model from its declared weights on a seeded sample of test items and matched every per-sample score
-(verification.json beside submission.json, bound to its sha256). An accepted bundle is copied, from the bytes
-that were checked, to a staging folder under the board and renamed to
-leaderboards/<board>/submissions/<model>/<revision>/ (names made folder-safe by `submit.slug`) with a
-submission.json summary; a rejected one writes nothing.
+model from its declared weights on a seeded sample of test items and matched every per-sample score within the
+board's tolerance (`suites.Suite.tolerances`, per precision of the run; `verify --tolerance` may only tighten it)
+(verification.json beside submission.json, bound to the submission's sealed content hash and MACed under the
+board's key). An accepted bundle is copied, from the bytes that were checked, to a staging folder under the board,
+with a submission.json summary, sealed (`seal`: seal.json, an HMAC-SHA256 under the board's key of the content hash
+of every file) and renamed to leaderboards/<board>/submissions/<model>/<revision>/ (names made folder-safe by
+`submit.slug`); a rejected one writes nothing.
 
-`board.build` reads one submission.json per accepted submission and writes leaderboards/<board>/index.html
+`board.build` checks each stored submission's seal under the board's key, re-runs `submit`'s checks and
+recomputation on its stored files and compares every number its submission.json shows (a submission that fails is
+listed as refused, with the reasons and no number, never ranked), then writes leaderboards/<board>/index.html
 (static: inline CSS/JS/SVG, a Content-Security-Policy that allows only its own script and no network;
 every submitted text HTML-escaped), leaderboard.md (README tables) and board.json; the ranking rule,
 NaN last, is `board.RANKING_RULE` and is printed on the page, with the flag and tier legends: only verified

@@ -126,11 +126,11 @@ def read_predictions(data: bytes, block: dict[str, Any], seed: int) -> SeedPredi
 # --- one function per flag -------------------------------------------------------------------------------------
 
 def no_weights_hash(f: Facts) -> str | None:
-    """model.json gives no weights sha256."""
+    """Weights not provided: model.json gives no weights sha256 and the runs are not one seeded random init (which
+    the package rebuilds from its seed, so it names its weights as exactly as a sha256 does)."""
     if f.model.get("weights_sha256") is None:
-        seeded = sorted(w for w in f.weights if w.startswith("random:"))
-        if seeded and len(f.weights) == 1:
-            return f"model.json gives no weights sha256 (seeded random init {seeded[0]}, rebuilt by the package)"
+        if len(f.weights) == 1 and next(iter(f.weights)).startswith("random:seed="):
+            return None
         return "weights not provided: model.json gives no weights sha256, so this row can never be verified"
     return None
 
@@ -271,9 +271,10 @@ class Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("no-weights-hash", "no weights hash", "model.json gives no sha256 of the weights, so the weights that "
-         "made the predictions cannot be identified: 'weights not provided', and the row can never be verified "
-         "(a seeded random init is named by its seed instead, which the package rebuilds).", no_weights_hash),
+    Flag("no-weights-hash", "no weights hash", "model.json gives no sha256 of the weights and the runs are not a "
+         "seeded random init (named by its seed, which the package rebuilds), so the weights that made the "
+         "predictions cannot be identified: 'weights not provided', and the row can never be verified.",
+         no_weights_hash),
     Flag("weights-not-public", "weights not public", "the weights cannot be obtained by others: the card names "
          "no public hub id, URL or package, or the weights' sha256 is not the registered card's published one.",
          weights_not_public),
@@ -312,6 +313,8 @@ UNRANKED_FLAGS = ("verification-failed", "near-perfect", "duplicate")
 # flags that keep a row out of the ranking until a re-run verifies it (only verified rows are ranked at all; these
 # are named as the reason beside "not re-run")
 UNTIL_VERIFIED_FLAGS = ("implausible-groups",)
+# flags that make a row unverifiable: it is never shown verified, whatever verification record sits beside it
+NEVER_VERIFIED_FLAGS = ("no-weights-hash",)
 
 
 def row_flags(facts: Facts) -> list[dict[str, str]]:

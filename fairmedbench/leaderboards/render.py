@@ -108,6 +108,19 @@ def coverage_text(cov: dict[str, Any] | None) -> str:
     return text if cov.get("complete", True) else f"{text} partial"
 
 
+def tier_text(row: dict[str, Any]) -> str:
+    """A row's tier as text, a verified one with the tolerance its scores were matched within:
+    'verified (tolerance 0.0001)' or 'self-reported'."""
+    tier = str(row.get("tier", "self-reported"))
+    return f"{tier} (tolerance {row['tolerance']:g})" if tier == "verified" and row.get("tolerance") is not None \
+        else tier
+
+
+def tolerance_text(suite: dict[str, Any]) -> str:
+    """The board's verification tolerance per precision: '0.0001 for fp32 runs, 0.05 for bf16 runs'."""
+    return ", ".join(f"{t:g} for {p} runs" for p, t in (suite.get("verification_tolerance") or {}).items())
+
+
 def _label_tail(row: dict[str, Any]) -> str:
     """What the revision label is bound to, shown under it: '@ 3f2a9c01d4e5', '@ random:seed=0' or
     '(weights not provided)'; '' for a row built before weights were recorded."""
@@ -224,7 +237,7 @@ def _shift_table(attribute: str, items: list[tuple[dict[str, Any], dict[str, Any
     body = []
     for r, ext in items:
         row = [Cell("—" if r.get("rank") is None else str(r["rank"]), "num", r.get("unranked") or ""),
-               Cell(str(r["model"])), Cell(str(r["revision"])), Cell(str(r.get("tier", "self-reported")))]
+               Cell(str(r["model"])), Cell(str(r["revision"])), Cell(tier_text(r))]
         row += [Cell(fmt(m.get(c["key"])), "num") for c in columns for m in (r["metrics"], ext["metrics"])]
         sh = ext.get("shift")
         if shift and sh:
@@ -262,7 +275,7 @@ def html_page(board: dict[str, Any]) -> str:
         csp=_csp(), script=SCRIPT, entries=board.get("entries", []),
         coverage=coverage_text,
         flag_legend=board.get("flag_legend") or legend(), tiers=board.get("tiers") or list(TIERS),
-        unranked_flags=UNRANKED_FLAGS,
+        unranked_flags=UNRANKED_FLAGS, refused=board.get("refused", []), tolerance=tolerance_text(suite),
         external_test=external_test_text, provenance=provenance, provenance_heading="board provenance")
 
 
@@ -296,12 +309,19 @@ def markdown(board: dict[str, Any]) -> str:
         cells = [md_cell(r[k]) for k in ("dataset", "usage", "attribute")]
         cells += ["—" if r["rank"] is None else str(r["rank"])]
         cells += [md_cell(r["model"]), md_cell(r["revision"])]
-        cells += [fmt(r["metrics"].get(c["key"])) for c in columns] + [md_cell(r.get("tier", "self-reported"))]
+        cells += [fmt(r["metrics"].get(c["key"])) for c in columns] + [md_cell(tier_text(r))]
         cells += [md_cell("; ".join(([f"unranked: {r['unranked']}"] if r.get("unranked") else [])
                                     + [f"{f['label']} ({f['detail']})" for f in r["flags"]]))]
         cells += [md_cell(coverage_text(r.get("coverage")))]
         out.append("| " + " | ".join(cells) + " |")
+    if board.get("refused"):
+        out += ["", "Refused submissions (no number shown, never ranked):", "", "| Model | Revision | Why refused |",
+                "|---|---|---|"]
+        out += [f"| {md_cell(x['model'])} | {md_cell(x['revision'])} | {md_cell('; '.join(x['reasons']))} |"
+                for x in board["refused"]]
     out += ["", "Tiers: " + " ".join(f"**{t['key']}**: {md_cell(t['rule'])}" for t in board.get("tiers") or TIERS),
+            "", f"Verification tolerance of this board: {md_cell(tolerance_text(suite))}; a verifier may only tighten "
+            "it.",
             "", "| Flag | Rule |", "|---|---|"]
     out += [f"| {md_cell(f['label'])} | {md_cell(f['rule'])} |" for f in board.get("flag_legend") or legend()]
     out += test_sets_markdown(board.get("entries", []))

@@ -25,8 +25,10 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
+from fairmedbench.leaderboards import seal
 from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns, scored_rows
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
+from fairmedbench.leaderboards.seal import BoardKey
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
 from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE
 from fairmedbench.metrics.profiles import get_profile
@@ -108,12 +110,14 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     path: Path | None = None
+    notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        """One line per reason (rejected) or a summary line plus one per flag (accepted)."""
+        """One line per reason (rejected) or the notes (a board key created), a summary line and one per flag
+        (accepted)."""
         if not self.accepted:
             return [f"rejected: {r}" for r in self.reasons]
-        return [f"accepted: stored under {self.path}"] + [f"flag: {f}" for f in self.flags]
+        return self.notes + [f"accepted: stored under {self.path} and sealed"] + [f"flag: {f}" for f in self.flags]
 
 
 class _Stop(Exception):
@@ -840,8 +844,9 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
     return [], summary, files
 
 
-def store_submission(board_dir: Path, summary: dict[str, Any], files: dict[str, bytes]) -> Path:
-    """Write the validated bytes into a staging folder under the board, then rename it into place."""
+def store_submission(board_dir: Path, summary: dict[str, Any], files: dict[str, bytes], key: BoardKey) -> Path:
+    """Write the validated bytes and the summary into a staging folder under the board, seal it under the board's
+    key (`seal.write_seal`), then rename it into place."""
     model = summary["model"]
     final = board_dir / "submissions" / slug(model["name"]) / slug(model["revision"])
     if final.exists():
@@ -857,6 +862,7 @@ def store_submission(board_dir: Path, summary: dict[str, Any], files: dict[str, 
         summary = dict(summary, accepted_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds"),
                        accepted_by=f"fairmedbench {__version__}")
         (staging / SUBMISSION_FILE).write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+        seal.write_seal(staging, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staging, final)
     except BaseException:
@@ -868,15 +874,42 @@ def store_submission(board_dir: Path, summary: dict[str, Any], files: dict[str, 
 
 
 def submit(bundle: Path | str, suite: Suite, board_dir: Path | str, limits: Limits | None = None) -> Outcome:
-    """Validate `bundle` against `suite` and, when it passes, store it under `board_dir`/submissions/."""
+    """Validate `bundle` against `suite` and, when it passes, store it under `board_dir`/submissions/, sealed under
+    the board's key (`seal.board_key`: created on the first accepted submission when there is none)."""
+    seal.board_key(board_dir)  # a bad key (too short, readable by others) is named before any work
     reasons, summary, files = validate_bundle(bundle, suite, limits)
     if reasons or summary is None:
         return Outcome(False, reasons)
+    key = seal.board_key(board_dir, create=True)
+    assert key is not None, "created when absent"
     try:
-        path = store_submission(Path(board_dir), summary, files)
+        path = store_submission(Path(board_dir), summary, files, key)
     except InputError as err:
         return Outcome(False, [str(err)])
-    return Outcome(True, [], list(summary["flags"]), path)
+    created = key.created_line()
+    return Outcome(True, [], list(summary["flags"]), path, [created] if created else [])
+
+
+def revalidate_stored(folder: Path | str, suite: Suite, limits: Limits | None = None
+                      ) -> tuple[list[str], dict[str, Any] | None]:
+    """`submit`'s checks and recomputation run again on a stored submission's files (its summary, seal and
+    verification record left out): (reasons, the summary they give; None when refused)."""
+    limits = limits or Limits()
+    try:
+        files = read_bundle(Path(folder), limits)
+        for name in (SUBMISSION_FILE, *seal.UNSEALED):
+            files.pop(name, None)
+        reasons, summary, _ = _validate(files, suite, limits)
+        return reasons, summary
+    except _Stop as stop:
+        return list(stop.args[0]), None
+
+
+def differences(reported: Any, recomputed: Any, path: str) -> list[str]:
+    """One line per value that differs between a reported and a recomputed structure (numbers within TOLERANCE)."""
+    out: list[str] = []
+    _close(reported, recomputed, path, out)
+    return out
 
 
 def read_submission(path: Path) -> dict[str, Any]:
@@ -884,5 +917,5 @@ def read_submission(path: Path) -> dict[str, Any]:
     return json.loads((Path(path) / SUBMISSION_FILE).read_text())
 
 
-__all__ = ["Limits", "Outcome", "read_submission", "recompute", "slug", "store_submission", "submit",
-           "validate_bundle"]
+__all__ = ["Limits", "Outcome", "differences", "read_submission", "recompute", "revalidate_stored", "slug",
+           "store_submission", "submit", "validate_bundle"]

@@ -153,19 +153,40 @@ class Entry:
                 "externals": [x.describe() for x in self.externals]}
 
 
+# The verification tolerance a suite declares by default: the largest absolute difference `benchmark verify` may find
+# between a submitted per-sample score (a probability, or a DSC/IoU) and its fp32 re-run, by the precision the
+# submitted run recorded. fp32: what remains is summation order across machines and BLAS builds (~1e-6 on scores),
+# amplified by a learned head re-trained for up to 200 epochs; 1e-4 leaves that margin and nothing a model change
+# could hide in. bf16 keeps 8 significant bits (2^-9 relative rounding per operation through a deep encoder moves
+# features by about 1%); measured here, a bf16 CPU run against its fp32 re-run differed by up to 0.032 on linear-probe
+# probabilities of a random-weight ResNet-50, 0.0395 on random-weight moco-cxr linear-probe probabilities on the real
+# NIH images (README) and 0.0087 on LiteMedSAM DSC/IoU, so 0.05. A forged score vector differs
+# from the real model's by 0.3 and more (tests/leaderboards/test_verify.py).
+DEFAULT_TOLERANCES = (("fp32", 1e-4), ("bf16", 0.05))
+
+
 @dataclass(frozen=True)
 class Suite:
-    """A named, versioned list of entries; a board answers exactly one suite."""
+    """A named, versioned list of entries; a board answers exactly one suite. `tolerances` is the board's
+    verification tolerance per precision of the submitted run ((precision, absolute tolerance) pairs): a verifier
+    may tighten it, never loosen it."""
 
     name: str
     version: str
     description: str
     entries: tuple[Entry, ...]
+    tolerances: tuple[tuple[str, float], ...] = DEFAULT_TOLERANCES
 
     def __post_init__(self) -> None:
         keys = [e.key for e in self.entries]
         if len(set(keys)) != len(keys):
             raise ValueError(f"suite {self.name!r} lists an entry twice")
+        if not self.tolerances or not all(0 <= t < 1 for _, t in self.tolerances):
+            raise ValueError(f"suite {self.name!r}: each verification tolerance is an absolute difference in [0, 1)")
+
+    def tolerance(self, precision: str) -> float:
+        """The board's verification tolerance for a run in `precision` (an unknown precision: the widest declared)."""
+        return dict(self.tolerances).get(precision, max(t for _, t in self.tolerances))
 
     def entry(self, key: str) -> Entry:
         """The entry with folder name `key`."""

@@ -213,3 +213,23 @@ def forge_plausible(bundle: Path, seed: int = 11) -> None:
         return frame
 
     rewrite_predictions(bundle, plausible)
+
+
+def passed_record(suite: Suite, tolerance: float = 1e-4, max_abs_diff: float = 1e-7) -> dict[str, Any]:
+    """A verification record in which every entry of `suite` passed (what `benchmark verify` writes, without the
+    re-run)."""
+    return {"date": "2026-01-01T00:00:00+00:00", "engine": "fairmedbench test", "sample": 64, "seed": 0,
+            "precision": "fp32", "device": "cpu", "tolerance": None, "passed": True,
+            "entries": {e.key: {"passed": True, "reasons": [], "n_compared": 10, "max_abs_diff": max_abs_diff,
+                                "tolerance": tolerance, "board_tolerance": 1e-4, "seeds": {}} for e in suite.entries}}
+
+
+def record_verification(sub: Path, record: dict[str, Any]) -> Path:
+    """Store `record` beside a stored submission (board/submissions/<model>/<revision>), MACed under its board's key
+    as `benchmark verify` does."""
+    from fairmedbench.leaderboards.seal import board_key
+    from fairmedbench.leaderboards.tiers import write_verification
+
+    key = board_key(sub.parent.parent.parent)
+    assert key is not None, "the board's first submission created its key"
+    return write_verification(sub, record, key)

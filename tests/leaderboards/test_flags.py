@@ -11,12 +11,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from bundle_factory import bundle_card, forge, model_card, pinned_suite, rewrite_predictions, write_bundle
+from bundle_factory import (
+    bundle_card,
+    forge,
+    model_card,
+    passed_record,
+    pinned_suite,
+    record_verification,
+    rewrite_predictions,
+    write_bundle,
+)
 
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
 from fairmedbench.leaderboards import flags as F
 from fairmedbench.leaderboards.suites import Entry
-from fairmedbench.leaderboards.tiers import TIERS, write_verification
+from fairmedbench.leaderboards.tiers import TIERS
 
 BOARD = "test-pinned"
 XSS = "<script>alert(1)</script>"
@@ -88,9 +97,11 @@ def test_implausible_groups_rule() -> None:
 def test_weights_and_pretraining_rules() -> None:
     p = [preds([0.5], [1])]
     assert F.no_weights_hash(facts(p)) is None
+    # a seeded random init names its weights (the package rebuilds them): verifiable, so no 'can never be verified'
     assert F.no_weights_hash(facts(p, model={"name": "imagenet-resnet50", "weights_sha256": None},
-                                   weights=frozenset({"random:seed=0"}))) == \
-        "model.json gives no weights sha256 (seeded random init random:seed=0, rebuilt by the package)"
+                                   weights=frozenset({"random:seed=0"}))) is None
+    assert F.no_weights_hash(facts(p, model={"name": "imagenet-resnet50", "weights_sha256": None},
+                                   weights=frozenset({"random:seed=0", "random:seed=1"}))).startswith("weights not")
     assert F.no_weights_hash(facts(p, model={"name": "imagenet-resnet50", "weights_sha256": None},
                                    weights=frozenset({"0" * 64}))).startswith("weights not provided")
     assert F.weights_not_public(facts(p)) is None  # LiteMedSAM's published file
@@ -182,12 +193,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out = submit_bundle(b, suite.name, root)
         assert out.accepted, out.reasons
         paths[b.name] = out.path
-    write_verification(paths["genuine"], {"date": "2026-01-01T00:00:00+00:00", "engine": "fairmedbench test",
-                                          "sample": 64, "seed": 0, "precision": "fp32", "device": "cpu",
-                                          "tolerance": None, "passed": True,
-                                          "entries": {e.key: {"passed": True, "reasons": [], "n_compared": 10,
-                                                              "max_abs_diff": 1e-7, "tolerance": 1e-4, "seeds": {}}
-                                                      for e in suite.entries}})
+    record_verification(paths["genuine"], passed_record(suite))
     return build_board(suite.name, root)
 
 
@@ -225,7 +231,7 @@ def test_page_shows_flags_and_tiers_per_row_in_chromium(board: dict[str, Path], 
             assert cells[tier_col].text.split("\n")[1] == (
                 "re-ran 64 sampled test item(s) per seed (seed 0) and the validation rows in fp32: 10 scores, "
                 "max |diff| 1e-07 against tolerance 0.0001")
-    assert {t for t, _ in seen["alpha-fm"]} == {"verified"}
+    assert {t for t, _ in seen["alpha-fm"]} == {"verified tolerance 0.0001"}  # the tolerance beside the badge
     assert {t for m in ("forged-fm", "copy-fm") for t, _ in seen[m]} == {"self-reported"}
     assert any({"near-perfect", "implausible-groups"} <= f for _, f in seen["forged-fm"])
     assert all("duplicate" in f for _, f in seen["copy-fm"])

@@ -10,17 +10,17 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from bundle_factory import forge_plausible, model_card, pinned_suite, rewrite_predictions, write_bundle
+from bundle_factory import (
+    forge_plausible,
+    model_card,
+    passed_record,
+    pinned_suite,
+    record_verification,
+    rewrite_predictions,
+    write_bundle,
+)
 
 from fairmedbench.benchmark.leaderboard import build_board, submit_bundle
-from fairmedbench.leaderboards.tiers import write_verification
-
-
-def _passed(suite: Any) -> dict[str, Any]:
-    return {"date": "2026-01-01T00:00:00+00:00", "engine": "fairmedbench test", "sample": 64, "seed": 0,
-            "precision": "fp32", "device": "cpu", "tolerance": None, "passed": True,
-            "entries": {e.key: {"passed": True, "reasons": [], "n_compared": 10, "max_abs_diff": 1e-7,
-                                "tolerance": 1e-4, "seeds": {}} for e in suite.entries}}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_forged_plausible_bundle_is_accepted_self_reported_and_not_ranked(submit
 
 def test_after_a_verify_only_the_genuine_rows_are_ranked(submitted: dict[str, Any]) -> None:
     genuine = submitted["outs"]["genuine"].path
-    write_verification(genuine, _passed(submitted["suite"]))
+    record_verification(genuine, passed_record(submitted["suite"]))
     try:
         rows = _rows(submitted)
     finally:

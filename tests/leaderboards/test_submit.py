@@ -63,7 +63,12 @@ def test_good_bundle_is_stored_with_summary(bundle: Path, tmp_path: Path) -> Non
     assert out.path == tmp_path / "lb" / BOARD / "submissions" / "good-model" / "r1"
     stored = sorted(p.relative_to(out.path).as_posix() for p in out.path.rglob("*") if p.is_file())
     sent = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
-    assert stored == sorted(sent + ["submission.json"])
+    assert stored == sorted(sent + ["seal.json", "submission.json"])
+    # the first accepted submission creates the board's key, mode 0600, and says so once
+    key_file = tmp_path / "lb" / BOARD / ".board-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600 and len(key_file.read_text().strip()) == 64
+    assert out.lines()[0].startswith(f"created the board key {key_file} (mode 0600)")
+    assert key_file.read_text().strip() not in (out.path / "seal.json").read_text() + "".join(out.lines())
     summary = read_submission(out.path)
     assert summary["model"]["name"] == "good-model"
     # classification rows per attribute plus the segmentation row, each averaged over its seeds
@@ -72,7 +77,8 @@ def test_good_bundle_is_stored_with_summary(bundle: Path, tmp_path: Path) -> Non
         ("synth-control__linear_probe__sex+age", "age", [0, 1]),
         ("synth-contrast__sam_prompt__sex", "sex", [0])]
     assert 0.5 < summary["rows"][0]["metrics"]["utility"] <= 1.0
-    assert not [p for p in (tmp_path / "lb" / BOARD).iterdir() if p.name.startswith(".")]  # no staging folder left
+    assert not [p for p in (tmp_path / "lb" / BOARD).iterdir()
+                if p.name.startswith(".") and p != key_file]  # no staging folder left
     mask = os.umask(0)
     os.umask(mask)
     assert out.path.stat().st_mode & 0o777 == 0o777 & ~mask  # not mkdtemp's 0700
@@ -86,7 +92,7 @@ def test_same_revision_twice_is_refused_and_first_kept(bundle: Path, tmp_path: P
     again = submit_bundle(bundle, BOARD, root)
     assert not again.accepted and "already on this board" in again.reasons[0]
     assert read_submission(first.path) == before
-    assert [p.name for p in (root / BOARD).iterdir()] == ["submissions"]
+    assert sorted(p.name for p in (root / BOARD).iterdir()) == [".board-key", "submissions"]
 
 
 def test_tampered_metric(bundle: Path, tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ from fairmedbench.cli import main
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards import suites
 from fairmedbench.leaderboards.suites import SUITES, Entry, Suite, get_suite, register_suite
-from fairmedbench.leaderboards.tiers import TOLERANCE
 from fairmedbench.spec import RunSpec
 
 
@@ -100,7 +99,9 @@ def test_random_weight_bundle_verifies_and_forged_one_fails(lp_run: dict[str, An
     assert len(seed0["sample_ids"]) == 4 and seed0["n_compared"] == 4 + 3  # 4 sampled test items + 3 val rows
     # the run chose its precision (bf16 where this CPU runs it natively); the re-run is fp32
     run_precision = json.loads(next((genuine.path / "results").rglob("seed0.json")).read_text())["spec"]["precision"]
-    assert entry["tolerance"] == TOLERANCE[run_precision] and entry["max_abs_diff"] <= entry["tolerance"]
+    board_tolerance = get_suite("verify-lp").tolerance(run_precision)
+    assert entry["tolerance"] == entry["board_tolerance"] == board_tolerance
+    assert entry["max_abs_diff"] <= entry["tolerance"]
     bad = verify_bundle(forged.path, sample=4, seed=1, opts=opts)
     assert not bad.passed
     [entry] = bad.record["entries"].values()
@@ -116,8 +117,9 @@ def test_random_weight_bundle_verifies_and_forged_one_fails(lp_run: dict[str, An
     assert lp_run["plausible"].accepted
     assert {r["revision"]: r["rank"] for r in board["rows"]} == {"forged": None, "plausible": None, revision: 1}
     flags = {r["revision"]: {f["key"] for f in r["flags"]} for r in board["rows"]}
-    assert {"near-perfect", "verification-failed", "no-weights-hash"} <= flags["forged"]
-    assert flags[revision] == {"no-weights-hash"}
+    # a seeded random init names its weights: no 'weights not provided, can never be verified' beside 'verified'
+    assert {"near-perfect", "verification-failed"} <= flags["forged"] and "no-weights-hash" not in flags["forged"]
+    assert flags[revision] == set()
     html = (lp_run["boards"] / "verify-lp" / "index.html").read_text()
     assert 'data-flag="verification-failed"' in html and "tier-verified" in html
 
@@ -153,13 +155,11 @@ def test_cli_verify_exit_codes(lp_run: dict[str, Any], capsys: pytest.CaptureFix
     assert main(["verify", str(lp_run["forged"].path), "--sample", "2", "--device", "cpu"]) == 1
     err = capsys.readouterr().err
     assert "FAILED" in err and "not verified; recorded in" in err
-    # a changed submission loses its verification record (bound to submission.json's sha256)
-    from fairmedbench.leaderboards.tiers import read_verification
-
+    # a changed submission is refused by its seal, before anything is re-run
     summary = lp_run["forged"].path / "submission.json"
-    assert read_verification(summary.parent) is not None
     summary.write_text(summary.read_text().replace('"forged"', '"forged2"', 1))
-    assert read_verification(summary.parent) is None
+    assert main(["verify", str(lp_run["forged"].path), "--sample", "2", "--device", "cpu"]) == 2
+    assert "the stored files differ from the seal: submission.json changed" in capsys.readouterr().err
 
 
 def test_unregistered_model_cannot_be_verified(tmp_path: Path) -> None:
