@@ -114,6 +114,10 @@ class EvaluateOptions:
 OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "json")
 
 
+#: seconds the scoring of a file runs before progress lines start where stderr is not a terminal
+QUIET_FOR_S = 3.0
+
+
 @dataclass
 class EvaluateOutcome:
     """The saved result document, the engine's result (and the resampled test set's) and where files went."""
@@ -704,7 +708,8 @@ def evaluate_with(patterns: list[str], opts: EvaluateOptions) -> EvaluateOutcome
 
     sources = expand_sources(patterns)
     check_evaluate(opts, len(sources))
-    with StageProgress(quiet=opts.json or not sys.stderr.isatty()) as progress:  # the bar: on a terminal only
+    # a bar on a terminal; elsewhere (logs, pipes, --json) plain lines once the scoring has run QUIET_FOR_S seconds
+    with StageProgress(after_s=0.0 if sys.stderr.isatty() else QUIET_FOR_S) as progress:
         bar = progress.labelled("metrics + bootstrap")
         if len(sources) > 1:
             return run_evaluate_batch(sources, opts, progress=bar)
