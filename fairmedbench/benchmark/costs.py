@@ -209,10 +209,11 @@ def resampling_seconds(fits: int, pairs: int, rows: int, n_boot: int, n_perm: in
 
 def describe_resampling(fits: int, pairs: int, rows: int, n_boot: int, n_perm: int) -> tuple[float, str]:
     """`resampling_seconds` and the words for it."""
-    seconds = resampling_seconds(fits, pairs, rows, n_boot, n_perm)
+    rate = resample_rate()
+    seconds = resampling_seconds(fits, pairs, rows, n_boot, n_perm, rate)
     return seconds, (f"about {duration(seconds)} of bootstrap and permutation tests ({n_boot} resamples and "
                      f"{n_perm} permutations x {rows} test rows x {pairs} task-attribute pair(s) x {fits} fit(s), at "
-                     f"{resample_rate()['how']})")
+                     f"{rate['how']})")
 
 
 def task_attribute_pairs(checked: Checked) -> int:
@@ -243,7 +244,7 @@ def estimate(plan: Plan, device: str, precision: str,
 
     device = select_device(device)
     precision = resolve_precision(precision, device)
-    rate, head = encoder_rate(device, precision), head_rate(device)
+    rate, head, resample = encoder_rate(device, precision), head_rate(device), resample_rate()
     todo = [p for p in plan.cells if p.status == "planned" and (p.run_id is None or p.resolved is not None)]
     flops = {m: model_flops(m) for m in sorted({p.cell.fields["model"] for p in todo})}
     per_1000 = {m: (f["gflops"] * 1000 / rate["gflops_per_s"] if f["gflops"] else None) for m, f in flops.items()}
@@ -280,7 +281,7 @@ def estimate(plan: Plan, device: str, precision: str,
             cost = enc / 1000 * sizes[2] * seeds
         if cost is not None:  # every seed's test rows: bootstrap and permutation tests of each task-attribute pair
             boot = resampling_seconds(seeds, task_attribute_pairs(checked), sizes[2], p.cell.spec.n_boot,
-                                      p.cell.spec.n_perm)
+                                      p.cell.spec.n_perm, resample)
             resampling[kind] += boot
             cost += boot
         if cost is None:
@@ -293,4 +294,4 @@ def estimate(plan: Plan, device: str, precision: str,
         progress(f"estimate study {plan.study.name}: runs costed", len(todo), len(todo))
     return {"device": device, "precision": precision, "encoder_rate": rate, "head_rate": head, "models": flops,
             "s_per_1000_images": per_1000, "totals": totals, "counted": counted, "by_usage": by_usage,
-            "resampling": resampling, "resample_rate": resample_rate()}
+            "resampling": resampling, "resample_rate": resample}

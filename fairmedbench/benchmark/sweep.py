@@ -324,7 +324,8 @@ def sweep(study: Study, opts: RunOptions, *, launcher: str = "local", address: s
         check_address(address)  # before planning: an unreachable cluster is reported at once
     say = report or (lambda m: print(m, file=sys.stderr))
     plan = make_plan(study, opts, progress=progress)
-    check_cost_bounds(cost_values(study), opts.i_know, lambda: estimated_time(plan, opts, progress), say)
+    if plan.runs:  # finished runs are reused whatever their cost (as `benchmark run` does)
+        check_cost_bounds(cost_values(study), opts.i_know, lambda: estimated_time(plan, opts, progress), say)
     folder = study_dir(opts.out_root, study.name)
     state = folder / "state"
     store.write_json(folder / "plan.json", plan.to_dict())

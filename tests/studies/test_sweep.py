@@ -278,7 +278,8 @@ def test_a_study_above_the_cost_bounds_needs_i_know_and_its_estimate_counts_the_
     assert ran == [] and not (out / "studies").exists()
     # the dry run shows the bootstrap's share and the bound; --i-know sweeps, and every task gets it
     assert main(["sweep", str(study), "--out", str(out), "--device", "cpu", "--dry-run"]) == 0
-    text = capsys.readouterr().out
+    text, err = capsys.readouterr()
+    assert "plan study big: cells resolved: 1/1" in err and "estimate study big: runs costed: 1/1" in err
     assert "of which bootstrap and permutation tests (100000 resamples and 0 permutations x test rows x " \
            "task-attribute pairs x seeds, at fixed rates): 30 s" in text
     assert "above the documented bound: --seeds 25 (bound 20), --n-boot 100000 (bound 10,000)" in text
