@@ -389,8 +389,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     study = load_study(o.study)
     if o.status:
         return _lines([sweep.render_status(sweep.read_status(opts.out_root, study.name))])
-    if o.dry_run:
-        return _lines([sweep.render_plan(sweep.make_plan(study, opts), opts)])
+    if o.dry_run:  # planning and costing a big grid takes a while: progress on stderr
+        with StageProgress(quiet=False) as progress:
+            text = sweep.render_plan(sweep.make_plan(study, opts, progress=progress), opts, progress)
+        return _lines([text])
     with StageProgress(quiet=False) as progress:
         result = sweep.sweep(study, opts, launcher=o.launcher, address=o.address, max_parallel=o.max_parallel,
                              progress=progress)

@@ -224,7 +224,9 @@ class RunOptions:
         "accept --weights whose sha256 differs from the card's (your own fine-tuned checkpoint); the sha256 read is "
         "recorded and is part of the run's identity", flag="--no-verify-weights", dest="verify_weights"))
     i_know: bool = field(default=False, metadata=option(  # engine.hparams.COST_BOUNDS
-        "run with --seeds or --n-boot above their documented bounds (the estimated time is printed)"))
+        "run or sweep above the documented cost bounds (--seeds or --split-seeds 20, --n-boot or --n-perm 10,000; "
+        "seeds x split seeds 100, x --n-boot or --n-perm 200,000; a study's fields alike): the estimated time, "
+        "bootstrap included, is printed"))
     progress: Callable[[str, int, int], None] | None = None
     log: Callable[[str], None] | None = None
 

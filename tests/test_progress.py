@@ -74,6 +74,20 @@ def test_a_labelled_stage_takes_the_metric_engines_callback() -> None:
     assert plain.getvalue().splitlines() == ["metrics: 1/2"]
 
 
+def test_a_stage_shorter_than_after_s_prints_nothing_and_a_longer_one_starts_printing() -> None:
+    out, clock = io.StringIO(), Clock()
+    step = StageProgress(out, tty=False, clock=clock, after_s=3.0)
+    step("quick", 1, 2)
+    clock.now = 2.0
+    step("quick", 2, 2)  # done within 3 s: silent
+    step("slow", 1, 100)
+    clock.now = 5.0  # 3 s into "slow": lines start, then every 10% / 10 s as usual
+    step("slow", 2, 100)
+    step("slow", 5, 100)
+    step("slow", 10, 100)
+    assert out.getvalue().splitlines() == ["slow: 2/100 (0.7 it/s, eta 2m27s)", "slow: 10/100 (3.3 it/s, eta 27s)"]
+
+
 def test_the_module_does_not_import_torch() -> None:
     code = "import sys, fairmedbench.engine.progress; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -16,19 +16,28 @@ if TYPE_CHECKING:
     from fairmedbench.benchmark.evaluate import EvaluateOptions
 
 
-def parse_seeds(text: str | None) -> tuple[int, ...]:
-    """'0,1,2' or '0-4' (inclusive) or a mix: '0-2,7'; None: RunSpec's default seeds."""
+#: the most seeds a list may name at all (each is a training); the cost bounds (engine.hparams) come far earlier
+MAX_SEEDS = 1_000_000
+
+
+def parse_seeds(text: str | None, flag: str = "--seeds") -> tuple[int, ...]:
+    """'0,1,2' or '0-4' (inclusive) or a mix: '0-2,7'; None: RunSpec's default seeds. More than MAX_SEEDS is
+    refused before the list is built."""
     if text is None:
         return RunSpec.seeds
     seeds: list[int] = []
-    try:
-        for part in text.split(","):
-            lo, sep, hi = part.strip().partition("-")
-            seeds.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-    except ValueError:
-        raise InputError(f"--seeds {text!r}: expected numbers like 0,1,2 or a range like 0-4") from None
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            more = range(int(lo), int(hi) + 1) if sep else [int(lo)]
+        except ValueError:
+            raise InputError(f"{flag} {text!r}: expected numbers like 0,1,2 or a range like 0-4") from None
+        if len(seeds) + len(more) > MAX_SEEDS:
+            raise InputError(f"{flag} {text!r}: {len(seeds) + len(more):,} seeds, more than {MAX_SEEDS:,}: ask for "
+                             "fewer")
+        seeds.extend(more)
     if not seeds or len(set(seeds)) != len(seeds):
-        raise InputError(f"--seeds {text!r}: give distinct seeds")
+        raise InputError(f"{flag} {text!r}: give distinct seeds")
     return tuple(seeds)
 
 
@@ -63,11 +72,7 @@ def run_spec(*, seeds: str | None, split_seeds: str | None, hparams: Sequence[st
                                   dataset_options=parse_hparams(dataset_options),
                                   eval_datasets=tuple(t for v in eval_datasets or [] for t in split_eval_list(v)))
     if split_seeds:
-        try:
-            parsed["split_seeds"] = parse_seeds(split_seeds)
-        except InputError:
-            raise InputError(f"--split-seeds {split_seeds!r}: expected distinct numbers like 0,1,2 or a range like "
-                             "0-4") from None
+        parsed["split_seeds"] = parse_seeds(split_seeds, "--split-seeds")
     return RunSpec(**{k: v for k, v in fields.items() if v is not None}, **parsed)
 
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fairmedbench.benchmark.costs import describe_resampling
 from fairmedbench.engine import store
-from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
+from fairmedbench.engine.hparams import check_cost_bounds, cost_values
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics import FairnessResult
 from fairmedbench.metrics._validate import as_labels, as_scores
@@ -105,7 +106,7 @@ class EvaluateOptions:
         "global FPR-0.2 threshold, KS tests, resampled test set", metavar="FILE.html"))
     command: list[str] = field(default_factory=list)
     i_know: bool = field(default=False, metadata=option(  # engine.hparams.COST_BOUNDS
-        "evaluate with --n-boot above its documented bound (the estimated time is printed)"))
+        "evaluate with --n-boot or --n-perm above its documented bound (10,000; the estimated time is printed)"))
     evidence: str | None = field(default=None, metadata=option(  # an evidence pack folder (benchmark/evidence.py)
         "write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, command, environment, "
         "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new, empty or hold an earlier pack (--force)",
@@ -122,19 +123,8 @@ class EvaluateOptions:
 OUTPUT_ONLY = ("out", "out_table", "report", "command", "i_know", "evidence", "force", "sign_key", "json")
 
 
-def bootstrap_seconds(n_samples: int, n_boot: int, n_perm: int = 0) -> float:
-    """Seconds that `n_boot` resamples and `n_perm` permutations of one attribute's classification metrics take on
-    `n_samples` rows here: 100 of each timed on generated scores (less the same call without them), scaled."""
-    n = max(n_samples, 4)
-    table = PredictionTable({"label:t": np.arange(n) % 2, "score:t": np.random.default_rng(0).uniform(size=n),
-                             "attr:g": np.where(np.arange(n) % 4 < 2, "a", "b")}, ("t",), ("g",))
-    task = get_task("classification")
-    took = []
-    for b, p in ((0, 0), (100, 0), (0, 100 if n_perm else 0)):
-        t0 = time.perf_counter()
-        task.score(table, ScoreSettings(n_boot=b, n_perm=p, min_group_size=1))
-        took.append(time.perf_counter() - t0)
-    return (max(took[1] - took[0], 0.0) * n_boot + max(took[2] - took[0], 0.0) * n_perm) / 100
+#: seconds the scoring of a file runs before progress lines start where stderr is not a terminal
+QUIET_FOR_S = 3.0
 
 
 @dataclass
@@ -326,12 +316,9 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     _columns(df, opts.attributes, "attribute", source)
     _columns(df, list(opts.bins), "binned attribute", source)
     val, test = _split_rows(df, opts.split_column, notes)
-    if over_cost_bounds(cost_values(opts)):
-        n_test, per = int(test.sum()), len(opts.attributes) * max(len(opts.labels), 1)
-        seconds = bootstrap_seconds(n_test, opts.n_boot, opts.n_perm) * per
-        check_cost_bounds(cost_values(opts), opts.i_know,
-                          f"about {seconds:.0f} s ({opts.n_boot} resamples and {opts.n_perm} permutations x {n_test} "
-                          f"rows x {per} task-attribute pair(s), timed here)", lambda m: print(m, file=sys.stderr))
+    check_cost_bounds(cost_values(opts), opts.i_know,
+                      lambda: describe_resampling(1, len(opts.attributes) * max(len(opts.labels), 1), int(test.sum()),
+                                                  opts.n_boot, opts.n_perm)[1], lambda m: print(m, file=sys.stderr))
     patient = resolve_patient_column(df.columns, opts, source, notes)
     pids = None if patient is None else np.asarray(df[patient], dtype=object)[test]
     settings = score_settings(opts, patient)
@@ -749,7 +736,8 @@ def evaluate_with(patterns: list[str], opts: EvaluateOptions) -> EvaluateOutcome
 
     sources = expand_sources(patterns)
     check_evaluate(opts, len(sources))
-    with StageProgress(quiet=opts.json or not sys.stderr.isatty()) as progress:  # the bar: on a terminal only
+    # a bar on a terminal; elsewhere (logs, pipes, --json) plain lines once the scoring has run QUIET_FOR_S seconds
+    with StageProgress(after_s=0.0 if sys.stderr.isatty() else QUIET_FOR_S) as progress:
         bar = progress.labelled("metrics + bootstrap")
         if len(sources) > 1:
             return run_evaluate_batch(sources, opts, progress=bar)

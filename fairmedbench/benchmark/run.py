@@ -115,12 +115,25 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     several split seeds, one run per split seed and a summary across them (`run_split_seeds`)."""
     if len(spec.split_seeds) > 1:
         return run_split_seeds(spec, opts)
+    return _run_one(spec, opts, bounded=False)
+
+
+def _check_costs(resolved: Resolved, opts: RunOptions) -> None:
+    """The cost bounds of a run that is still to compute (a finished one is reused, whatever its cost)."""
+    config = resolved.config
+    if over_cost_bounds(cost_values(config)) and (opts.force or not is_complete(run_dir(config, opts.out_root),
+                                                                               config)):
+        check_cost_bounds(cost_values(config), opts.i_know, lambda: estimated_time(resolved, opts.out_root),
+                          opts.say)
+
+
+def _run_one(spec: RunSpec, opts: RunOptions, bounded: bool) -> RunOutcome:
+    """One split's run; `bounded`: its costs were already checked as part of a repeated-split run."""
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
     out_dir = run_dir(config, opts.out_root)
-    costs = cost_values(config)
-    if over_cost_bounds(costs) and (opts.force or not is_complete(out_dir, config)):
-        check_cost_bounds(costs, opts.i_know, estimated_time(resolved, opts.out_root), opts.say)
+    if not bounded:
+        _check_costs(resolved, opts)
     store.check_writable(opts.out_root, "--out")
     if opts.cache_dir is not None:
         store.check_writable(opts.cache_dir, "--cache-dir")
@@ -193,15 +206,17 @@ def _locked_run(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutco
 
 
 def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
-    """The run's time in words: its seeds x the seconds per seed of finished runs of the same model, dataset and
-    usage under `out_root` (when there is one), and its bootstrap timed here at the run's test size."""
+    """The run's time in words: its fits (seeds x split seeds) x the seconds per seed of finished runs of the same
+    model, dataset and usage under `out_root` (when there is one), plus its bootstrap and permutation tests
+    (`costs.describe_resampling`: a per-row rate measured here x the run's test rows)."""
     import statistics
 
-    from fairmedbench.benchmark.evaluate import bootstrap_seconds
+    from fairmedbench.benchmark.costs import describe_resampling, duration, task_attribute_pairs
 
     config = resolved.config
-    n_test, seeds, n_boot = len(resolved.split.test), len(config.seeds), config.n_boot
-    boot = bootstrap_seconds(n_test, n_boot, config.n_perm) * max(len(config.attributes), 1) * seeds
+    fits = len(config.seeds) * max(len(config.split_seeds), 1)
+    boot, boot_words = describe_resampling(fits, task_attribute_pairs(resolved.checked), len(resolved.split.test),
+                                           config.n_boot, config.n_perm)
     per_seed = []
     for path in (Path(out_root) / "runs" / config.model / config.dataset / config.usage).glob("*/summary.json"):
         try:
@@ -211,18 +226,11 @@ def estimated_time(resolved: Resolved, out_root: str | Path) -> str:
             continue
     where = f"{config.model}/{config.dataset}/{config.usage}"
     if not per_seed:
-        return (f"unknown for the training ({seeds} seed(s); no finished run of {where} under {out_root} to time a "
-                f"seed from: run one seed first) plus about {_duration(boot)} of bootstrap and permutation tests "
-                f"({n_boot} resamples and {config.n_perm} permutations x {n_test} test samples, timed here)")
-    total = seeds * statistics.median(per_seed) + boot
-    return (f"about {_duration(total)} ({seeds} seed(s) x {_duration(statistics.median(per_seed))} per seed, the "
-            f"median of {len(per_seed)} finished run(s) of {where}; bootstrap {n_boot} resamples and {config.n_perm} "
-            f"permutations x {n_test} test samples timed here: {_duration(boot)})")
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
-        f"{seconds / 3600:.1f} h"
+        return (f"unknown for the training ({fits} fit(s); no finished run of {where} under {out_root} to time a "
+                f"seed from: run one seed first) plus {boot_words}")
+    total = fits * statistics.median(per_seed) + boot
+    return (f"about {duration(total)} ({fits} fit(s) x {duration(statistics.median(per_seed))} per seed, the "
+            f"median of {len(per_seed)} finished run(s) of {where}; plus {boot_words})")
 
 
 def run_split_seeds(spec: RunSpec, opts: RunOptions) -> RunOutcome:
@@ -231,9 +239,11 @@ def run_split_seeds(spec: RunSpec, opts: RunOptions) -> RunOutcome:
     split's seed mean) is written beside each split's bootstrap intervals in this config's own folder."""
     from dataclasses import replace
 
-    config = resolve_run(spec, data_root=opts.data_root, device=opts.device,
-                         verify_weights=opts.verify_weights).config  # everything checked before any split runs
-    leaves = [run(replace(spec, split_seeds=(s,)), opts) for s in spec.split_seeds]
+    resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device,
+                           verify_weights=opts.verify_weights)  # everything checked before any split runs
+    config = resolved.config
+    _check_costs(resolved, opts)  # seeds x split seeds x resamples, before the first split is drawn
+    leaves = [_run_one(replace(spec, split_seeds=(s,)), opts, bounded=True) for s in spec.split_seeds]
     tests = {leaf.seeds[0].inputs["dataset"]["test_fingerprint"] for leaf in leaves}
     if len(tests) != 1:  # redraw_train_val keeps the test split: anything else is a bug, not a number to report
         raise RuntimeError(f"split seeds gave {len(tests)} different test sets")

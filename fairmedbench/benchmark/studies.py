@@ -254,10 +254,14 @@ class _Parser:
     def seeds(self, node: yaml.Node, what: str = "seeds") -> tuple[int, ...]:
         import yaml
 
+        from fairmedbench.benchmark.arguments import MAX_SEEDS
+
         if isinstance(node, yaml.ScalarNode) and isinstance(self.scalar(node, what), str):
             lo, sep, hi = node.value.partition("-")
             if not (sep and lo.strip().isdigit() and hi.strip().isdigit() and int(lo) <= int(hi)):
                 raise self.fail(node, f"{what}: expected a list of integers or a range like '0-4', got {node.value!r}")
+            if (count := int(hi) - int(lo) + 1) > MAX_SEEDS:
+                raise self.fail(node, f"{what}: {count:,} seeds, more than {MAX_SEEDS:,}: ask for fewer")
             return tuple(range(int(lo), int(hi) + 1))
         seeds = tuple(self.number(n, what, int, lambda v: v >= 0, "an integer >= 0")
                       for n in self.items(node, what))

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairmedbench.benchmark.studies import Cell, Study, group_reasons, runnable
 from fairmedbench.engine import store
+from fairmedbench.engine.hparams import check_cost_bounds, cost_values, over_cost_bounds
 from fairmedbench.errors import FMBError, InputError, MissingResourceError
 from fairmedbench.spec import RunOptions, option
 
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 LAUNCHERS = ("local", "ray")
 # RunOptions fields a task receives (plain values: they travel to process-pool and Ray workers)
 _OPTION_FIELDS = ("data_root", "out_root", "cache_dir", "device", "batch_size", "num_workers", "channels_last",
-                  "force", "verify_weights")
+                  "force", "verify_weights", "i_know")
 
 
 @dataclass(frozen=True)
@@ -161,9 +162,10 @@ def encode_key(config: RunConfig) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def make_plan(study: Study, opts: RunOptions, *, say: Callable[[str], None] | None = None) -> Plan:
+def make_plan(study: Study, opts: RunOptions, *, progress: Callable[[str, int, int], None] | None = None) -> Plan:
     """Expand `study`, resolve every runnable cell to its RunConfig (no weights loaded, no features extracted),
-    mark the runs whose complete result is in the store as done, and group the rest's encodes."""
+    mark the runs whose complete result is in the store as done, and group the rest's encodes; `progress`
+    reports the cells resolved."""
     from fairmedbench.adapters import USAGES
     from fairmedbench.benchmark.resolve import resolve_run
     from fairmedbench.benchmark.run import is_complete, run_dir
@@ -173,7 +175,9 @@ def make_plan(study: Study, opts: RunOptions, *, say: Callable[[str], None] | No
     runs: dict[str, PlannedCell] = {}
     encodes: dict[str, EncodeTask] = {}
     unresolvable: dict[tuple, str] = {}  # (model, weights, dataset, options, split): why it cannot resolve
-    for p in planned:
+    for i, p in enumerate(planned):
+        if progress is not None:
+            progress(f"plan study {study.name}: cells resolved", i, len(planned))
         if p.status == "skipped":
             continue
         spec = p.cell.spec
@@ -207,7 +211,23 @@ def make_plan(study: Study, opts: RunOptions, *, say: Callable[[str], None] | No
             p.encode = key
             task = encodes.setdefault(key, EncodeTask(key, p.cell.spec, resolved))
             task.runs.append(config.run_id)
+    if progress is not None:
+        progress(f"plan study {study.name}: cells resolved", len(planned), len(planned))
     return Plan(study, planned, runs, encodes)
+
+
+def estimated_time(plan: Plan, opts: RunOptions, progress: Callable[[str, int, int], None] | None = None) -> str:
+    """The plan's cost in words (`costs.estimate`: encodes, training, bootstrap and permutation tests)."""
+    from fairmedbench.benchmark.costs import duration, estimate
+
+    est = estimate(plan, opts.device, plan.study.precision, progress=progress)
+    t, r, c = est["totals"], est["resampling"], est["counted"]
+    assumed = f" ({c['assumed']} of them costed at an assumed size: their data is absent)" if c["assumed"] else ""
+    unknown = f"; {c['unknown']} more of unknown cost" if c["unknown"] else ""
+    return (f"about {duration(t['measured'] + t['assumed'])} for {c['measured'] + c['assumed']} runs{assumed}, of "
+            f"which {duration(r['measured'] + r['assumed'])} are bootstrap and permutation tests "
+            f"({plan.study.n_boot} resamples and {plan.study.n_perm} permutations per task-attribute pair and seed, "
+            f"at {est['resample_rate']['how']}){unknown}; --dry-run shows each rate")
 
 
 def _data_note(spec: RunSpec, opts: RunOptions, message: str) -> str:
@@ -303,7 +323,9 @@ def sweep(study: Study, opts: RunOptions, *, launcher: str = "local", address: s
     if address:
         check_address(address)  # before planning: an unreachable cluster is reported at once
     say = report or (lambda m: print(m, file=sys.stderr))
-    plan = make_plan(study, opts)
+    plan = make_plan(study, opts, progress=progress)
+    if plan.runs:  # finished runs are reused whatever their cost (as `benchmark run` does)
+        check_cost_bounds(cost_values(study), opts.i_know, lambda: estimated_time(plan, opts, progress), say)
     folder = study_dir(opts.out_root, study.name)
     state = folder / "state"
     store.write_json(folder / "plan.json", plan.to_dict())
@@ -532,9 +554,10 @@ def _cell_line(entry: dict[str, Any]) -> str:
     return f"{entry['run_id'] or '-':16}  {c['model']} / {c['dataset']} / {c['usage']} / {c['mitigation']}{extra}"
 
 
-def render_plan(plan: Plan, opts: RunOptions) -> str:
+def render_plan(plan: Plan, opts: RunOptions, progress: Callable[[str, int, int], None] | None = None) -> str:
     """The dry-run text: counts, every runnable cell with its run id and status, skipped cells grouped by
-    reason, and the cost estimate with how it was measured."""
+    reason, and the cost estimate with how it was measured (and, above the cost bounds, that the sweep needs
+    --i-know)."""
     from fairmedbench.benchmark.costs import ASSUMED, estimate
 
     doc = plan.to_dict()
@@ -553,7 +576,7 @@ def render_plan(plan: Plan, opts: RunOptions) -> str:
     if plan.skipped:
         lines += ["", f"skipped ({len(plan.skipped)} cells), by reason:"]
         lines += [f"  {n:5d} x {reason}" for reason, n in group_reasons([p.cell for p in plan.skipped]).items()]
-    est = estimate(plan, opts.device, plan.study.precision)
+    est = estimate(plan, opts.device, plan.study.precision, progress=progress)
     lines += ["", f"cost estimate on {est['device']} ({est['precision']}):",
               f"  encoder throughput: {est['encoder_rate']['gflops_per_s']:.1f} GFLOP/s, measured with "
               f"{est['encoder_rate']['how']}",
@@ -573,6 +596,13 @@ def render_plan(plan: Plan, opts: RunOptions) -> str:
                      "scale by each dataset's size in thousands of images")
     if c["unknown"]:
         lines.append(f"  {c['unknown']} runs of unknown cost (their model's FLOPs could not be counted)")
+    r, rate = est["resampling"], est["resample_rate"]
+    lines.append(f"  of which bootstrap and permutation tests ({plan.study.n_boot} resamples and {plan.study.n_perm} "
+                 f"permutations x test rows x task-attribute pairs x seeds, at {rate['how']}): "
+                 f"{_hours(r['measured'] + r['assumed'])}")
+    over = over_cost_bounds(cost_values(plan.study))
+    if over:
+        lines.append(f"  above the documented bound: {', '.join(over.values())}: benchmark sweep needs --i-know")
     if est["by_usage"]:
         lines.append("  by usage: " + ", ".join(f"{u} {_hours(v)}" for u, v in
                                                 sorted(est["by_usage"].items(), key=lambda kv: -kv[1])))

@@ -7,6 +7,7 @@ A default of None accepts any JSON value (e.g. a list of prompt templates)."""
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -73,33 +74,55 @@ def split_by_owner(given: Mapping[str, Any], owners: Mapping[str, Mapping[str, A
 
 #: Options whose cost grows in proportion to their value, with the documented bound above which a command
 #: needs --i-know; the estimated time is printed first. An option joins with one entry (e.g. the permutation
-#: count: "n_perm": ("--n-perm", N)): `cost_values` reads it from a RunConfig or EvaluateOptions by name.
+#: count: "n_perm": ("--n-perm", N)): `cost_values` reads it from a RunConfig, EvaluateOptions or Study by name.
 COST_BOUNDS: dict[str, tuple[str, int]] = {
     "seeds": ("--seeds", 20),  # number of seeds: each trains and evaluates once more
+    "split_seeds": ("--split-seeds", 20),  # repeated splits: each trains every seed once more
     "n_boot": ("--n-boot", 10_000),  # bootstrap resamples per metric
     "n_perm": ("--n-perm", 10_000),  # permutations per gap / difference test
 }
 
+#: Products of COST_BOUNDS values bounded as a whole (a factor a command does not have counts 1): the factors,
+#: what their product counts, and its bound (20 seeds x 10,000 resamples: the largest single-split run).
+PRODUCT_BOUNDS: tuple[tuple[tuple[str, ...], str, int], ...] = (
+    (("seeds", "split_seeds"), "trainings", 100),
+    (("seeds", "split_seeds", "n_boot"), "bootstrap resamples", 200_000),
+    (("seeds", "split_seeds", "n_perm"), "permutation sets", 200_000),
+)
+
 
 def cost_values(options: object) -> dict[str, int]:
-    """The COST_BOUNDS options `options` (a RunConfig, EvaluateOptions, ...) has, as numbers (seeds: how many)."""
+    """The COST_BOUNDS options `options` (a RunConfig, EvaluateOptions, Study, ...) has, as numbers (seed lists:
+    how many; a study's split seeds (None,), no repeated splits: left out)."""
     values = {k: getattr(options, k) for k in COST_BOUNDS if getattr(options, k, None) is not None}
+    values = {k: v for k, v in values.items() if not (isinstance(v, (list, tuple)) and None in v)}
     return {k: len(v) if isinstance(v, (list, tuple)) else int(v) for k, v in values.items()}
 
 
-def over_cost_bounds(values: Mapping[str, int]) -> dict[str, int]:
-    """The values above their COST_BOUNDS bound (option key -> value; keys without a bound are ignored)."""
-    return {k: int(v) for k, v in values.items() if k in COST_BOUNDS and v > COST_BOUNDS[k][1]}
+def over_cost_bounds(values: Mapping[str, int]) -> dict[str, str]:
+    """What is above its bound: an option key, or the factors of a product joined by " x ", -> the words
+    for it ("--n-boot 20000 (bound 10,000)"). Keys without a bound are ignored."""
+    over = {k: f"{COST_BOUNDS[k][0]} {int(v)} (bound {COST_BOUNDS[k][1]:,})"
+            for k, v in values.items() if k in COST_BOUNDS and v > COST_BOUNDS[k][1]}
+    for factors, what, bound in PRODUCT_BOUNDS:
+        given = [k for k in factors if k in values and values[k] > 1]
+        product = math.prod(int(values[k]) for k in given)
+        if len(given) >= 2 and product > bound:
+            over[" x ".join(given)] = (f"{' x '.join(COST_BOUNDS[k][0] for k in given)} = {product:,} {what} "
+                                       f"(bound {bound:,})")
+    return over
 
 
-def check_cost_bounds(values: Mapping[str, int], i_know: bool, estimate: str, say: Callable[[str], None]) -> None:
-    """When a value is above its bound: print `estimate` (the estimated time, in words), then go on with
-    `i_know`, else refuse (InputError) before any work."""
+def check_cost_bounds(values: Mapping[str, int], i_know: bool, estimate: Callable[[], str],
+                      say: Callable[[str], None]) -> None:
+    """The one cost bound of every command: when a COST_BOUNDS value or a PRODUCT_BOUNDS product is above its
+    bound, compute `estimate()` (the estimated time, in words), then go on with `i_know` (saying so), else
+    refuse (InputError) before any work."""
     over = over_cost_bounds(values)
     if not over:
         return
-    what = ", ".join(f"{COST_BOUNDS[k][0]} {v} (bound {COST_BOUNDS[k][1]:,})" for k, v in over.items())
+    what = ", ".join(over.values())
     if not i_know:
-        raise InputError(f"{what} is above the documented bound: estimated time {estimate}; add --i-know to "
+        raise InputError(f"{what} is above the documented bound: estimated time {estimate()}; add --i-know to "
                          "run it anyway, or ask for less")
-    say(f"{what} is above the documented bound (--i-know given): estimated time {estimate}")
+    say(f"{what} is above the documented bound (--i-know given): estimated time {estimate()}")

@@ -26,16 +26,18 @@ class StageProgress:
 
     On a terminal: one rich progress bar per stage. Otherwise: a line when a stage starts, then whenever it
     has advanced another `every_fraction` of its total or `every_s` seconds have passed, and when it ends:
-    "features litemedsam/synth-contrast train: 40/100 (12.3 it/s, eta 5s)". `quiet` shows nothing.
+    "features litemedsam/synth-contrast train: 40/100 (12.3 it/s, eta 5s)"; with `after_s`, a stage shorter than
+    that prints nothing (the lines start once it has run `after_s` seconds). `quiet` shows nothing.
     """
 
     def __init__(self, stream: TextIO | None = None, *, quiet: bool = False, tty: bool | None = None,
-                 every_s: float = 10.0, every_fraction: float = 0.1, unit: str = "it",
+                 every_s: float = 10.0, every_fraction: float = 0.1, unit: str = "it", after_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.quiet = quiet
         self.tty = self.stream.isatty() if tty is None else tty
         self.every_s, self.every_fraction, self.unit, self.clock = every_s, every_fraction, unit, clock
+        self.after_s = after_s
         self.stages: dict[str, _Stage] = {}
         self.bar: Progress | None = None
 
@@ -73,6 +75,9 @@ class StageProgress:
                 state.task = self.bar.add_task(stage, total=total)
         if self.bar is not None:
             self.bar.update(state.task, completed=done, total=total)
+            state.last_done = done
+            return
+        if now - state.start < self.after_s:  # a short stage stays silent
             state.last_done = done
             return
         step = max(1, int(total * self.every_fraction)) if total > 0 else 1

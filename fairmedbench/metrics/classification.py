@@ -328,8 +328,8 @@ def _between_groups(per: dict[str, dict[str, np.ndarray]], groups: list[str], de
 
 
 def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.ndarray, defined: dict[str, list[str]],
-                      names: _Names, profile: Profile, n_perm: int, rng: np.random.Generator
-                      ) -> dict[str, np.ndarray]:
+                      names: _Names, profile: Profile, n_perm: int, rng: np.random.Generator,
+                      tick: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
     """Between-group values under H0 (the group label is exchangeable): group labels of the units permuted within
     label strata (a unit's label stratum: the one label its rows carry, or 'mixed'), the threshold held fixed."""
     k = len(plan.groups)
@@ -345,6 +345,8 @@ def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.nda
                                 [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
         for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
             out.setdefault(m, []).append(v)
+        if tick is not None:
+            tick(stop - start)
     return {m: np.concatenate(v) for m, v in out.items()}
 
 
@@ -364,7 +366,10 @@ def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
 
 def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Threshold, binner: Binner,
              names: _Names, profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
-             patient_ids: np.ndarray | None = None, n_perm: int = 0) -> AttributeReport:
+             patient_ids: np.ndarray | None = None, n_perm: int = 0,
+             tick: Callable[[int], None] | None = None) -> AttributeReport:
+    """One task and attribute: point values, bootstrap intervals and permutation tests; `tick(k)` after each
+    chunk of k resamples or permutations."""
     keep = attr.codes >= 0
     y, s, codes = y[keep], s[keep], attr.codes[keep]
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
@@ -398,8 +403,10 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
                     boot.setdefault(m, {}).setdefault(g, []).append(v)
             for m, v in _between_groups(res, groups, defined, names, profile).items():
                 boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+            if tick is not None:
+                tick(stop - start)
     null = _permutation_null(plan, units, y, codes, defined, names, profile,
-                             n_perm, bs.stable_seed(seed, task, attr.name, "permutation")) if n_perm else {}
+                             n_perm, bs.stable_seed(seed, task, attr.name, "permutation"), tick) if n_perm else {}
 
     counts = {OVERALL: {"n": int(len(y)), "n_pos": int(y.sum()), "n_neg": int(len(y) - y.sum())}}
     report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
@@ -563,7 +570,8 @@ def evaluate_classification(
     `y_true`/`y_score` are (n,) or (n, K) for K tasks (multi-label: one binary task per column, never
     one-hot). The operating threshold comes from `threshold`, a policy ('val_*' policies use only the
     validation arrays; default val_youden when validation arrays are given, else fixed:0.5);
-    `on_step(done, total, label)` reports progress. `profile` names a registered metric profile
+    `on_step(done, total, label)` reports progress in resamples and permutations (each task-attribute pair
+    counts n_boot + n_perm, or 1 without either). `profile` names a registered metric profile
     (metrics/profiles.py), e.g. 'fairmedfm': best-F1 on the evaluated set, '>', ECE in 10 bins over the observed
     range, `eod`, one-class groups out of every gap; a `threshold` under a profile that fixes its own is an error.
     `patient_ids` (n,): resample and permute whole patients (cluster bootstrap) instead of rows; `n_perm`
@@ -605,6 +613,8 @@ def evaluate_classification(
     comparator = prof.comparator
     reports = []
     thresholds = {}
+    per_pair = max(n_boot + n_perm, 1)  # progress in resamples and permutations, over every task and attribute
+    total, done = len(names_t) * len(attrs) * per_pair, [0]
     for k, task in enumerate(names_t):
         if not prof.threshold_on_evaluated_set:
             thr = _threshold_for(f"task {task!r}", policy, None if vy is None else vy[:, k],
@@ -617,10 +627,19 @@ def evaluate_classification(
                 thr = _threshold_for(f"task {task!r}, attribute {a.name!r}", policy, y[keep, k], s[keep, k],
                                      comparator)
                 thresholds.setdefault(task, {})[a.name] = thr.to_dict()
+            label = f"{task} / {a.name}"
+
+            def tick(n: int, label: str = label) -> None:
+                done[0] += n
+                if on_step is not None:
+                    on_step(done[0], total, label)
+
             reports.append(_analyse(y[:, k], s[:, k], a, task, thr, binner, names, prof, n_boot, seed,
-                                    ci_level, min_group_size, pids, n_perm))
-            if on_step is not None:
-                on_step(len(reports), len(names_t) * len(attrs), f"{task} / {a.name}")
+                                    ci_level, min_group_size, pids, n_perm, tick))
+            if done[0] != len(reports) * per_pair:  # no resamples: one step per pair
+                done[0] = len(reports) * per_pair
+                if on_step is not None:
+                    on_step(done[0], total, label)
     meta = {"kind": "classification", "profile": prof.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
             "ci_method": "percentile bootstrap, stratified by label within each group (so prevalence has no "
                          "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",

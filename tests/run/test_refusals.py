@@ -105,15 +105,34 @@ def test_cost_bounds_are_one_table_that_a_new_option_joins_with_one_line(monkeyp
     said: list[str] = []
     assert hparams.over_cost_bounds({"seeds": 20, "n_boot": 10_000, "other": 10 ** 9}) == {}
     with pytest.raises(InputError, match=r"--n-boot 10001 \(bound 10,000\).*estimated time about 3 s.*--i-know"):
-        hparams.check_cost_bounds({"n_boot": 10_001}, False, "about 3 s", said.append)
-    hparams.check_cost_bounds({"seeds": 21}, True, "about 3 s", said.append)
+        hparams.check_cost_bounds({"n_boot": 10_001}, False, lambda: "about 3 s", said.append)
+    hparams.check_cost_bounds({"seeds": 21}, True, lambda: "about 3 s", said.append)
     assert said == ["--seeds 21 (bound 20) is above the documented bound (--i-know given): estimated time about 3 s"]
     monkeypatch.setitem(hparams.COST_BOUNDS, "n_perm", ("--n-perm", 100_000))  # how the permutation count joins
     from types import SimpleNamespace
 
     options = SimpleNamespace(seeds=(0, 1), n_boot=2000, n_perm=100_001)  # read by name, as from a RunConfig
     assert hparams.cost_values(options) == {"seeds": 2, "n_boot": 2000, "n_perm": 100_001}
-    assert hparams.over_cost_bounds(hparams.cost_values(options)) == {"n_perm": 100_001}
+    assert hparams.over_cost_bounds(hparams.cost_values(options)) == {
+        "n_perm": "--n-perm 100001 (bound 100,000)",
+        "seeds x n_perm": "--seeds x --n-perm = 200,002 permutation sets (bound 200,000)"}
+    # the estimate is computed only when something is above a bound
+    hparams.check_cost_bounds({"seeds": 3}, False, lambda: pytest.fail("estimated within the bounds"), said.append)
+
+
+def test_products_of_cost_options_are_bounded_too() -> None:
+    """Each value within its own bound, their product above its own: 20 seeds x 6 split seeds = 120 trainings
+    (bound 100); 20 x 5 x 2,001 = 200,100 resamples (bound 200,000); a study's (None,) split axis is left out."""
+    from types import SimpleNamespace
+
+    assert hparams.over_cost_bounds({"seeds": 20, "split_seeds": 5, "n_boot": 2000, "n_perm": 0}) == {}
+    over = hparams.over_cost_bounds({"seeds": 20, "split_seeds": 6, "n_boot": 10})
+    assert over == {"seeds x split_seeds": "--seeds x --split-seeds = 120 trainings (bound 100)"}
+    over = hparams.over_cost_bounds({"seeds": 20, "split_seeds": 5, "n_boot": 2001})
+    assert list(over) == ["seeds x split_seeds x n_boot"] and "200,100 bootstrap resamples" in over[
+        "seeds x split_seeds x n_boot"]
+    study = SimpleNamespace(seeds=(0, 1, 2), split_seeds=(None,), n_boot=500, n_perm=200)
+    assert hparams.cost_values(study) == {"seeds": 3, "n_boot": 500, "n_perm": 200}
 
 
 def test_too_many_seeds_or_resamples_need_i_know_and_print_the_estimate(tmp_path: Path,
@@ -130,8 +149,35 @@ def test_too_many_seeds_or_resamples_need_i_know_and_print_the_estimate(tmp_path
                  str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--n-boot 20000 (bound 10,000)" in err[0]
-    assert "1 seed(s) x 6 s per seed, the median of 1 finished run(s) of litemedsam/synth-contrast/lp" in err[0]
+    assert "1 fit(s) x 6 s per seed, the median of 1 finished run(s) of litemedsam/synth-contrast/lp" in err[0]
     assert sorted(p.name for p in done.parent.iterdir()) == ["0123456789abcdef"] and not (tmp_path / "c").exists()
+
+
+def test_split_seeds_are_bounded_with_the_bootstrap_in_the_estimate(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--split-seeds 0-100000 is refused before any split is drawn (one line: what is above its bound, the
+    estimate with its bootstrap part, --i-know); the estimate is the hand-computed one at a pinned rate."""
+    from fairmedbench.benchmark import costs
+    from fairmedbench.benchmark import run as run_mod
+
+    monkeypatch.setattr(costs, "resample_rate", lambda: {"boot_s_per_row": 1e-6, "perm_s_per_row": 2e-6,
+                                                         "how": "a pinned rate"})
+    monkeypatch.setattr(run_mod, "_run_one", lambda *a, **k: pytest.fail("a split ran before the refusal"))
+    base = ["--model", "litemedsam", "--dataset", "synth-contrast", "--usage", "lp", *SYN, "--attribute", "sex"]
+    line = _refused([*base, "--seeds", "0-2", "--split-seeds", "0-100000", "--n-boot", "100", "--n-perm", "50"],
+                    tmp_path, capsys)
+    assert "--split-seeds 100001 (bound 20)" in line and "--i-know" in line
+    assert "--seeds x --split-seeds = 300,003 trainings (bound 100)" in line
+    # 300,003 fits x 1 pair x 7 test rows (n=24, test fraction 0.3) x (100 x 1e-6 + 50 x 2e-6) s = 420 s = 7 min
+    assert "about 7 min of bootstrap and permutation tests (100 resamples and 50 permutations x 7 test rows x 1 " \
+           "task-attribute pair(s) x 300003 fit(s), at a pinned rate)" in line
+
+
+def test_seed_lists_beyond_any_use_are_refused_before_they_are_built(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    line = _refused(["--model", "litemedsam", "--dataset", "synth-contrast", *SYN, "--seeds", "0-1000000000000"],
+                    tmp_path, capsys)
+    assert "--seeds '0-1000000000000': 1,000,000,000,001 seeds, more than 1,000,000: ask for fewer" in line
 
 
 def _deny_writes_under(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:

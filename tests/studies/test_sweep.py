@@ -212,13 +212,80 @@ def test_cost_estimate_of_the_smoke_plan_by_hand(tmp_path: Path, monkeypatch) ->
     monkeypatch.setattr(costs, "model_flops", lambda name: {"gflops": 2.0, "how": "counted", "params": 1})
     monkeypatch.setattr(costs, "encoder_rate", lambda d, p: {"gflops_per_s": 4.0, "how": "fixed"})
     monkeypatch.setattr(costs, "head_rate", lambda d: {"s_per_unit": 1e-6, "how": "fixed"})
+    monkeypatch.setattr(costs, "resample_rate", lambda: {"boot_s_per_row": 1e-6, "perm_s_per_row": 2e-6,
+                                                         "how": "fixed"})
     plan = sweep.make_plan(load_study("smoke"), _opts(tmp_path, tmp_path))
     est = costs.estimate(plan, "cpu", "fp32")
     # 4 encodes of 40 images at 0.5 s; 8 heads: 1 seed x 5 epochs x 20 train x features x 1e-6 s, with 512
-    # features (moco-cxr, ResNet-18) for 4 and 2048 (ResNet-50) for the other 4
+    # features (moco-cxr, ResNet-18) for 4 and 2048 (ResNet-50) for the other 4; and the bootstrap and permutation
+    # tests of 8 runs: 1 seed x 1 attribute x 12 test rows x (20 resamples x 1e-6 + 1000 permutations x 2e-6) s
     assert est["counted"] == {"measured": 8, "assumed": 0, "unknown": 0}
-    assert est["totals"]["measured"] == pytest.approx(4 * 40 * 0.5 + 4 * 5 * 20 * (512 + 2048) * 1e-6)
+    resampling = 8 * 1 * 1 * 12 * (20 * 1e-6 + 1000 * 2e-6)
+    assert est["resampling"]["measured"] == pytest.approx(resampling) == pytest.approx(0.19392)
+    assert est["totals"]["measured"] == pytest.approx(4 * 40 * 0.5 + 4 * 5 * 20 * (512 + 2048) * 1e-6 + resampling)
     assert est["by_usage"] == {"lp": pytest.approx(est["totals"]["measured"])}
+
+
+def test_resampling_cost_is_rows_times_resamples_at_the_measured_rates() -> None:
+    rate = {"boot_s_per_row": 3e-7, "perm_s_per_row": 5e-7}
+    # 3 fits x 2 pairs x 1000 rows x (100 x 3e-7 + 50 x 5e-7) s = 6000 x 5.5e-5 s = 0.33 s
+    assert costs.resampling_seconds(3, 2, 1000, 100, 50, rate) == pytest.approx(0.33)
+    assert costs.resampling_seconds(3, 2, 1000, 0, 0, rate) == 0.0
+
+
+BIG_STUDY = """models: [moco-cxr]
+datasets: [synth-control]
+attributes: [sex]
+usages: [lp]
+seeds: "0-24"
+hparams: {epochs: 5}
+n_boot: 100000
+n_perm: 0
+weights: random
+precision: fp32
+dataset_options:
+  n: 40
+  config: {size: 64, split_fractions: [0.5, 0.2, 0.3]}
+"""
+
+
+def _fixed_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(costs, "model_flops", lambda name: {"gflops": 2.0, "how": "counted", "params": 1})
+    monkeypatch.setattr(costs, "encoder_rate", lambda d, p: {"gflops_per_s": 4.0, "how": "fixed"})
+    monkeypatch.setattr(costs, "head_rate", lambda d: {"s_per_unit": 1e-6, "how": "fixed"})
+    monkeypatch.setattr(costs, "resample_rate", lambda: {"boot_s_per_row": 1e-6, "perm_s_per_row": 2e-6,
+                                                         "how": "fixed rates"})
+
+
+def test_a_study_above_the_cost_bounds_needs_i_know_and_its_estimate_counts_the_bootstrap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """25 seeds and n_boot 100000 in a study YAML: refused like --seeds/--n-boot on the command line, with the
+    estimate: an encode of 40 images x 0.5 s = 20 s, 25 seeds x 5 epochs x 20 train x 512 features x 1e-6 s =
+    1.28 s of training, and 25 seeds x 1 pair x 12 test rows x 100000 resamples x 1e-6 s = 30 s of bootstrap."""
+    _fixed_rates(monkeypatch)
+    study = tmp_path / "big.yaml"
+    study.write_text(BIG_STUDY)
+    ran: list[dict] = []
+    monkeypatch.setattr(sweep, "_run_local", lambda enc, runs, options, *a, **k: ran.append(options) or {})
+    out = tmp_path / "o"
+    assert main(["sweep", str(study), "--out", str(out), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("benchmark: error: --seeds 25 (bound 20), --n-boot 100000 (bound 10,000), --seeds x "
+                              "--n-boot = 2,500,000 bootstrap resamples (bound 200,000) is above the documented bound")
+    assert "estimated time about 51 s for 1 runs, of which 30 s are bootstrap and permutation tests" in err[-1]
+    assert err[-1].endswith("add --i-know to run it anyway, or ask for less")
+    assert all(line.startswith(("plan study", "estimate study")) for line in err[:-1])  # progress only
+    assert ran == [] and not (out / "studies").exists()
+    # the dry run shows the bootstrap's share and the bound; --i-know sweeps, and every task gets it
+    assert main(["sweep", str(study), "--out", str(out), "--device", "cpu", "--dry-run"]) == 0
+    text, err = capsys.readouterr()
+    assert "plan study big: cells resolved: 1/1" in err and "estimate study big: runs costed: 1/1" in err
+    assert "of which bootstrap and permutation tests (100000 resamples and 0 permutations x test rows x " \
+           "task-attribute pairs x seeds, at fixed rates): 30 s" in text
+    assert "above the documented bound: --seeds 25 (bound 20), --n-boot 100000 (bound 10,000)" in text
+    main(["sweep", str(study), "--out", str(out), "--device", "cpu", "--i-know"])
+    assert "is above the documented bound (--i-know given): estimated time about 51 s" in capsys.readouterr().err
+    assert len(ran) == 1 and ran[0]["i_know"] is True
 
 
 def test_encoder_flops_are_counted_on_the_meta_device(tmp_path: Path, monkeypatch) -> None:
