@@ -22,7 +22,6 @@ share one call); tied scores are pooled first, as sklearn.isotonic.IsotonicRegre
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 NAMES = ("calibration_loss", "refinement", "balanced_calibration_loss", "balanced_refinement")
 
@@ -30,6 +29,8 @@ NAMES = ("calibration_loss", "refinement", "balanced_calibration_loss", "balance
 def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """Per row, the weighted squared error Σ_u (W_u f_u² - 2 f_u Y_u + Y_u) of the PAV fit f to the pooled means
     Y_u / W_u (W_u: the weight at unique score u, Y_u: its positive weight; labels are 0/1, so y² = y)."""
+    from scipy.optimize import isotonic_regression  # imported here: scipy.optimize is most of a cold start
+
     out = np.empty(W.shape[0])
     for b in range(W.shape[0]):
         keep = W[b] > 0  # scipy needs strictly positive weights; zero-weight scores do not enter the Brier
