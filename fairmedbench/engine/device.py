@@ -321,6 +321,16 @@ def head_threads(active: bool = True) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
+#: environment variables that choose the numeric kernels (oneMKL's code branch, oneDNN's and ATen's instruction set)
+KERNEL_VARIABLES = ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def kernel_environment() -> dict[str, str]:
+    """The KERNEL_VARIABLES set in this process: a launcher's workers get them (a remote Ray cluster's workers do
+    not inherit the driver's environment)."""
+    return {v: os.environ[v] for v in KERNEL_VARIABLES if v in os.environ}
+
+
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
 
 
@@ -334,8 +344,8 @@ def compute_settings(heads_pinned: bool) -> dict[str, object]:
     return {"intra_op_threads": torch.get_num_threads(),
             "head_threads": HEAD_THREADS if heads_pinned else torch.get_num_threads(),
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "env": {v: os.environ[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR",
-                                                "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if v in os.environ},
+            "env": {v: os.environ[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNEL_VARIABLES)
+                    if v in os.environ},
             "cpu": _cpu_identity().split("|")[0], "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 

@@ -93,3 +93,20 @@ def test_head_threads_restores_the_count_and_is_a_no_op_when_inactive() -> None:
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_ray_workers_get_the_drivers_kernel_choices_and_results_record_them(monkeypatch) -> None:
+    """A remote Ray cluster's workers do not inherit the driver's environment: the kernel variables travel in the
+    runtime environment, and a result's environment.compute names them."""
+    from fairmedbench.benchmark.sweep import worker_environment
+
+    for v in device.KERNEL_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert worker_environment("/repo") == {"PYTHONPATH": "/repo", "HF_HUB_OFFLINE": "1"}
+    monkeypatch.setenv("MKL_CBWR", "AUTO,STRICT")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert worker_environment("/repo")["MKL_CBWR"] == "AUTO,STRICT"
+    computed = device.compute_settings(heads_pinned=True)
+    assert computed["env"] == {"OMP_NUM_THREADS": "3", "MKL_CBWR": "AUTO,STRICT"}
+    assert computed["head_threads"] == device.HEAD_THREADS
