@@ -29,7 +29,9 @@ VOLATILE = {"timings", "timing", "elapsed_s", "seconds", "created", "created_at"
             "score_s", "total_s", "source", "file_path", "root", "bundle", "stored_at", "submitted_at",
             # provenance: the checkout's commit, when a submission was accepted, and submission.json's sha256 of each
             # bundle file (whose bytes hold the run's created_at; the stored files are digested one by one)
-            "git_commit", "accepted_at", "files"}
+            "git_commit", "accepted_at", "files",
+            # environment.compute: the threads, kernel variables and CPU flags a run computed with
+            "compute"}
 
 REAL = Path(os.environ.get("FMB_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "real"))
 NIH_FILE = Path(tempfile.gettempdir()) / "fmb-digest-nih.csv"  # the NIH predictions joined to their labels

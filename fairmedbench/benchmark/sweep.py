@@ -450,6 +450,15 @@ def _ray_resources(kind: str, spec: RunSpec, has_gpu: bool) -> dict[str, float]:
     return {"num_cpus": 1, "num_gpus": 0.25 if light else 1.0}
 
 
+def worker_environment(pythonpath: str) -> dict[str, str]:
+    """A Ray worker's environment variables: this checkout on its path, the driver's offline switch and kernel
+    choices (engine.device.KERNEL_VARIABLES); its threads are Ray's (one per declared CPU), and a head trains on
+    engine.device.HEAD_THREADS whatever they are."""
+    from fairmedbench.engine.device import kernel_environment
+
+    return {"PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0"), **kernel_environment()}
+
+
 def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], state: str,
              finished: Callable[[dict], None], *, max_parallel: int | None, address: str | None) -> dict[str, dict]:
     """Ray tasks: each run depends on its encode (passed as an argument); results come back as they finish."""
@@ -458,7 +467,7 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
     # workers import this very checkout (an installed copy elsewhere on the cluster's path would differ)
     package_root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    env = {"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0")}}
+    env = {"env_vars": worker_environment(path)}
     started_here = not ray.is_initialized()
     if started_here:
         if address:

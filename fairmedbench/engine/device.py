@@ -119,8 +119,8 @@ def cached_probe(name: str, key: str, measure: Callable[[], dict[str, float]],
     return values, path, False
 
 
-def _cpu_identity() -> str:
-    """CPU model name and a hash of its feature flags (from /proc/cpuinfo; the platform string elsewhere)."""
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries of /proc/cpuinfo (empty where there is none)."""
     info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -128,6 +128,12 @@ def _cpu_identity() -> str:
             info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    return info
+
+
+def _cpu_identity() -> str:
+    """CPU model name and a hash of its feature flags (from /proc/cpuinfo; the platform string elsewhere)."""
+    info = _cpuinfo()
     name = info.get("model name") or platform.processor() or platform.machine()
     flags = " ".join(sorted((info.get("flags") or info.get("Features") or "").split()))
     return f"{name}|flags {hashlib.sha256(flags.encode()).hexdigest()[:12]}"
@@ -288,6 +294,60 @@ def autocast(device: str, precision: str) -> Iterator[None]:
                 yield
         else:
             yield
+
+
+#: torch intra-op threads for training and predicting a head on cached features (linear probe, CLIP adapters, the
+#: anomaly scorer). A float reduction's result depends on how it is split across threads: oneMKL's sgemm follows
+#: the thread count on Intel AVX-512 (its documented reproducibility holds only for a fixed count), ATen sums of
+#: over 32k elements too (measured here: a 300k-element sum differs by 1.2e-4 between 1 and 2 threads), so a Ray
+#: worker (1 thread) and a local run (every core) trained different heads on an Intel Xeon. One fixed count makes
+#: the head independent of the launcher and the machine's cores; a head on 512-d features is cheap on one.
+HEAD_THREADS = 1
+
+
+@contextlib.contextmanager
+def head_threads(active: bool = True) -> Iterator[None]:
+    """Run the block on HEAD_THREADS torch intra-op threads (restored after); a no-op unless `active` (a head
+    that runs an encoder itself, LoRA or a segmentation decoder, keeps the process's threads)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if active and before != HEAD_THREADS:
+        torch.set_num_threads(HEAD_THREADS)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+#: environment variables that choose the numeric kernels (oneMKL's code branch, oneDNN's and ATen's instruction set)
+KERNEL_VARIABLES = ("MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def kernel_environment() -> dict[str, str]:
+    """The KERNEL_VARIABLES set in this process: a launcher's workers get them (a remote Ray cluster's workers do
+    not inherit the driver's environment)."""
+    return {v: os.environ[v] for v in KERNEL_VARIABLES if v in os.environ}
+
+
+_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
+
+
+def compute_settings(heads_pinned: bool) -> dict[str, object]:
+    """What a run computed with, for its environment block (provenance, not identity): torch's intra-op threads
+    (the encoder's), the head's threads, the thread and kernel settings of the environment, and the CPU."""
+    import torch
+
+    info = _cpuinfo()
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    return {"intra_op_threads": torch.get_num_threads(),
+            "head_threads": HEAD_THREADS if heads_pinned else torch.get_num_threads(),
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "env": {v: os.environ[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNEL_VARIABLES)
+                    if v in os.environ},
+            "cpu": _cpu_identity().split("|")[0], "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def prepare_module(module: torch.nn.Module, device: str, channels_last: bool = False) -> torch.nn.Module:

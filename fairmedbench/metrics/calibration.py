@@ -33,7 +33,6 @@ sequential), by two exact reductions written here:
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 _TINY = 1e-300
 NAMES = ("calibration_loss", "refinement", "balanced_calibration_loss", "balanced_refinement")
@@ -66,6 +65,8 @@ def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
     scipy needs strictly positive weights: a point of weight 0 gets _TINY and the value 0. Adding _TINY to a block
     weight of at least 1e-280 leaves it unchanged in float64 (a class-balanced weight is >= 1 / 2n), so such a
     point moves no block mean and contributes exactly 0, as if it were left out (no masking pass is needed)."""
+    from scipy.optimize import isotonic_regression  # imported here: scipy.optimize is most of a cold start
+
     B, m = W.shape
     if not m:
         return np.zeros(B)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fairmedbench.engine import store
+from fairmedbench.engine.device import head_threads
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.auc import auc
 from fairmedbench.metrics.thresholds import choose_threshold
@@ -328,9 +329,10 @@ def run(inputs: RunInputs) -> RunnerOutput:
 
         extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds))
                    for k, e in enumerate(externals)}
-        [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
-                                  [seed], cfg, spec.threshold, test_groups=arrays["test"].groups, mc_samples=mc_t,
-                                  extra=extra_x)
+        with head_threads(adapter.caches_features):  # the same head on any launcher or core count
+            [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
+                                      [seed], cfg, spec.threshold, test_groups=arrays["test"].groups,
+                                      mc_samples=mc_t, extra=extra_x)
         # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
@@ -374,7 +376,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
                                                      (y[ps["val"]], sr.val_scores), seed)
         doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, label_cols, extra,
                             {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device)
+                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device,
+                            heads_pinned=adapter.caches_features)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)

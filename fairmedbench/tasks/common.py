@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fairmedbench.engine import store
-from fairmedbench.engine.device import describe_device
+from fairmedbench.engine.device import compute_settings, describe_device
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig, ScoreSettings
 from fairmedbench.tasks.base import get_task
@@ -203,12 +203,14 @@ def reuse_seed(path: Path, opts: RunFlags, docs: list[dict[str, Any]], reused: l
 
 def seed_document(kind: str, spec: RunConfig, seed: int, result: FairnessResult, info: dict[str, Any], pred_name: str,
                   tasks: list[str], extra: dict[str, Any], timings: dict[str, float], device: str,
-                  classes: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+                  classes: list[str] | tuple[str, ...] = (), heads_pinned: bool = False) -> dict[str, Any]:
     """One seed's result document: the spec with its seed, the metrics, the run's inputs and timings, the task's
     description of the predictions file (with the card's `classes` for a multi-class task), then the runner's
-    `extra` blocks; the environment names the `device` (provenance, not identity)."""
+    `extra` blocks; the environment names the `device` and the threads and kernels the run computed with
+    (`heads_pinned`: the head trained on engine.device.head_threads; provenance, not identity)."""
     doc = store.result_document(kind, {**spec.identity(), "seed": seed}, result.to_dict(), info, timings)
     doc["environment"]["device"] = describe_device(device)
+    doc["environment"]["compute"] = compute_settings(heads_pinned)
     doc["predictions"] = get_task(spec.task).predictions_block(pred_name, tasks, list(spec.attributes), classes)
     doc.update(extra)
     return doc

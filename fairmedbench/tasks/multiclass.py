@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fairmedbench.engine import store
+from fairmedbench.engine.device import head_threads
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
@@ -215,26 +216,27 @@ def run(inputs: RunInputs) -> RunnerOutput:
         if reuse_seed(path, inputs.opts, docs, reused, seed):
             continue
         t1 = time.perf_counter()
-        mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
-        torch.manual_seed(seed)  # the head's initial weights depend on the seed only
-        head = prepared.make_head(prepared.inputs["train"], len(classes))
-        g = {k: None if codes is None else codes[p] for k, p in pos.items()}
-        model_fit, fit = fit_softmax_head(head, prepared.inputs, {k: y[p] for k, p in pos.items()}, g, n_groups,
-                                          len(classes), cfg, mitigation, seed)
-        at_inference = mitigation.needs_attribute_at_inference
-        names = ("val", "test", *(f"external{k}" for k in range(len(externals))))
-        g.update({f"external{k}": e.codes(spec, ds) for k, e in enumerate(externals)})
-        mc = None
-        if mc_t:  # MC dropout: each pass post-processed as a single prediction would be; probs = their means
-            mc = {k: mc_predict(model_fit, prepared.inputs[k], mc_t, seed, softmax=True) for k in names}
-            mitigation.fit_postprocess(mc["val"].mean(axis=0), y[split.val], g["val"])
-            mc = {k: np.stack([mitigation.adjust_scores(p, g[k] if at_inference else None) for p in v])
-                  for k, v in mc.items()}
-            probs = {k: v.mean(axis=0) for k, v in mc.items()}
-        else:
-            probs = {k: predict_proba(model_fit, prepared.inputs[k]) for k in names}
-            mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
-            probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
+        with head_threads(adapter.caches_features):  # the same head on any launcher or core count
+            mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
+            torch.manual_seed(seed)  # the head's initial weights depend on the seed only
+            head = prepared.make_head(prepared.inputs["train"], len(classes))
+            g = {k: None if codes is None else codes[p] for k, p in pos.items()}
+            model_fit, fit = fit_softmax_head(head, prepared.inputs, {k: y[p] for k, p in pos.items()}, g, n_groups,
+                                              len(classes), cfg, mitigation, seed)
+            at_inference = mitigation.needs_attribute_at_inference
+            names = ("val", "test", *(f"external{k}" for k in range(len(externals))))
+            g.update({f"external{k}": e.codes(spec, ds) for k, e in enumerate(externals)})
+            mc = None
+            if mc_t:  # MC dropout: each pass post-processed as a single prediction would be; probs = their means
+                mc = {k: mc_predict(model_fit, prepared.inputs[k], mc_t, seed, softmax=True) for k in names}
+                mitigation.fit_postprocess(mc["val"].mean(axis=0), y[split.val], g["val"])
+                mc = {k: np.stack([mitigation.adjust_scores(p, g[k] if at_inference else None) for p in v])
+                      for k, v in mc.items()}
+                probs = {k: v.mean(axis=0) for k, v in mc.items()}
+            else:
+                probs = {k: predict_proba(model_fit, prepared.inputs[k]) for k in names}
+                mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
+                probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
         res = score(spec, seed, label_col, classes, y[split.test], probs["test"],
                     attr_columns(ds, spec, split.test), patient_ids(ds, split.test))
@@ -268,7 +270,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
                 patient_ids=patient_ids(ds, split.test))}
         doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, [label_col], extra,
                             {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device, classes)
+                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device, classes,
+                            heads_pinned=adapter.caches_features)
         store.write_json(path, doc)
         docs.append(doc)
         results.append(res)

@@ -23,6 +23,7 @@ from fairmedbench.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 VOLATILE = {"timings_s", "created_at", "git_commit", "seconds"}  # differ between any two computations
+# environment.compute records the threads a run computed with: a Ray worker has one, a local run every core
 
 
 def _opts(out: Path, cache: Path, **kw: Any) -> RunOptions:
@@ -31,7 +32,7 @@ def _opts(out: Path, cache: Path, **kw: Any) -> RunOptions:
 
 def _stable(doc: Any) -> Any:
     if isinstance(doc, dict):
-        return {k: _stable(v) for k, v in doc.items() if k not in VOLATILE and k != "seconds"}
+        return {k: _stable(v) for k, v in doc.items() if k not in VOLATILE and k != "compute"}
     if isinstance(doc, list):
         return [_stable(v) for v in doc]
     return doc
