@@ -121,3 +121,5 @@ def test_margin_verdicts_equivalent_inconclusive_and_bad_margins() -> None:
     assert v.key == "no-evidence"
     assert f"no evidence either way: this test could only detect differences ≥ {test['mde']:.3f}" in v.sentence
     assert f"not shown equivalent within ±{narrow:g}" in v.sentence
+    assert f"not shown equivalent: AUC difference b − a within ±{narrow:g}" in pair_answer(
+        res.to_dict()["reports"][0]).sentence

@@ -232,6 +232,10 @@ def pair_answer(rep: dict[str, Any]) -> PairAnswer:
         if could:
             parts[-1] += (f"; no evidence either way: {'this test' if len(could) == 1 else 'these tests'} could only "
                           f"detect {', '.join(could)}")
+        unshown = [f"{gap_name(rep, m)} within ±{tests[m]['margin']:g}" for m, _ in rest
+                   if _finite(tests.get(m, {}).get("margin"))]
+        if unshown:
+            parts[-1] += f"; not shown equivalent: {', '.join(unshown)}"
     return PairAnswer(answer.task, answer.attribute, tested, f"{where}: " + "; ".join(parts) + ".")
 
 
