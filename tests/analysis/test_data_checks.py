@@ -1,0 +1,166 @@
+"""The patient and sample-id rules (analysis.data_checks) on hand-made tables, counts checked exactly, and through
+every path that scores a table: Task.score (runs, submit), `evaluate` (terminal, result, page)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairmedbench.analysis.data_checks import MIN_PATIENTS, check, enforce, sentences
+from fairmedbench.cli import main
+from fairmedbench.engine import store
+from fairmedbench.errors import InputError
+from fairmedbench.metrics.groups import make_attribute
+from fairmedbench.spec import ScoreSettings
+from fairmedbench.tasks.base import PredictionTable, get_task
+
+
+def _sex(values: list[str]) -> list:
+    return [make_attribute("sex", np.array(values, dtype=object))]
+
+
+def test_rows_as_patients_pass_even_when_tiny() -> None:
+    # every row its own patient is row resampling: never "coinciding", even with one row per group and label
+    for n in (1, 2, 3):
+        sex = ["F", "M", "F"][:n]
+        c = check(np.array([f"p{i}" for i in range(n)], dtype=object), _sex(sex), {"y": np.arange(n) % 2}, 30)
+        assert c.problems == [] and c.n_patients == n and c.several_groups == {}
+
+
+def test_patient_column_equal_to_the_attribute_or_the_label_is_refused() -> None:
+    sex = ["F", "F", "M", "M"]
+    y = np.array([0, 1, 0, 1])
+    c = check(np.array(sex, dtype=object), _sex(sex), {"y": y}, 30)
+    assert len(c.problems) == 1 and "coincide with attribute 'sex'" in c.problems[0]
+    # the same partition under other names (patient 'a' = all F rows) coincides too
+    c = check(np.array(["a", "a", "b", "b"], dtype=object), _sex(sex), {}, 30)
+    assert "coincide with attribute 'sex'" in c.problems[0]
+    c = check(y.astype(str).astype(object), _sex(sex), {"y": y}, 30)
+    assert len(c.problems) == 1 and "coincide with label 'y'" in c.problems[0]
+    # a patient that spans both groups: not the attribute's partition
+    assert check(np.array(["a", "a", "a", "b"], dtype=object), _sex(sex), {}, 30).problems == []
+
+
+def test_one_patient_for_every_row_is_refused() -> None:
+    c = check(np.array(["p"] * 5, dtype=object), _sex(["F", "M", "F", "M", "F"]), {}, 30)
+    assert c.n_patients == 1 and "every one of the 5 rows names the same patient" in c.problems[0]
+
+
+def test_too_few_patients_only_in_groups_large_enough_for_an_interval() -> None:
+    # F: 40 rows of 9 patients (refused), M: 40 rows of 10 patients (passes), U: 20 rows of 2 (too small for an
+    # interval, so no rule applies)
+    sex = ["F"] * 40 + ["M"] * 40 + ["U"] * 20
+    pid = [f"f{i % 9}" for i in range(40)] + [f"m{i % 10}" for i in range(40)] + [f"u{i % 2}" for i in range(20)]
+    c = check(np.array(pid, dtype=object), _sex(sex), {}, 30)
+    assert MIN_PATIENTS == 10
+    assert c.problems == [f"sex group(s) F (9 patients, 40 rows) hold fewer than {MIN_PATIENTS} patients, too few "
+                          "for an interval or a test"]
+    assert check(np.array(pid, dtype=object), _sex(sex), {}, 41).problems == []
+
+
+def test_defects_are_counted_exactly() -> None:
+    # 12 rows: p1 is recorded as F and M (2 rows), 3 rows have no patient id, s2 and s3 appear twice each (one of
+    # them three times): 3 repeated rows over 2 ids
+    sex = ["F", "M", "F", "F", "M", "M", "F", "M", "F", "M", "F", "M"]
+    pid = ["p1", "p1", "p2", "", None, np.nan, "p3", "p4", "p5", "p6", "p7", "p8"]
+    sid = ["s1", "s2", "s2", "s3", "s3", "s3", "s4", "s5", "s6", "s7", "s8", "s9"]
+    c = check(np.array(pid, dtype=object), _sex(sex), {}, 30, np.array(sid, dtype=object))
+    assert (c.n_rows, c.n_patients, c.missing_patient_ids) == (12, 11, 3)
+    assert c.several_groups == {"sex": {"patients": 1, "rows": 2, "example": "p1"}}
+    assert (c.duplicated_rows, c.duplicated_ids, c.duplicate_example) == (3, 2, "s2")
+    assert len(c.problems) == 1 and c.problems[0].startswith("3 row(s) repeat the sample id")
+    with pytest.raises(InputError, match="--i-know"):
+        enforce(c, "refuse")
+    block = enforce(c, "override").to_dict()
+    assert block["decision"] == "overridden"
+    said = sentences(block)
+    assert said == ["3 row(s) repeat the sample id of an earlier row (2 id(s), e.g. 's2'): each copy is counted as "
+                    "a sample, n 9 -> 12 (kept by --i-know)",
+                    "3 row(s) without a patient id: each is its own resampling unit",
+                    "1 patient(s) recorded in two or more sex groups (2 rows, e.g. 'p1'): each (patient, group) pair "
+                    "is one resampling unit"]
+    assert enforce(c, "record").decision == "recorded"
+
+
+def _table(pids: np.ndarray, n: int = 80) -> PredictionTable:
+    rng = np.random.default_rng(0)
+    sex = np.where(np.arange(n) % 2 == 0, "F", "M").astype(object)
+    return PredictionTable({"label:t": np.arange(n) % 3 == 0, "score:t": rng.uniform(size=n), "attr:sex": sex,
+                            "patient_id": pids}, ("t",), ("sex",))
+
+
+def test_task_score_refuses_before_scoring_and_records_the_block() -> None:
+    task = get_task("classification")
+    n = 80
+    sex_pids = np.where(np.arange(n) % 2 == 0, "F", "M").astype(object)
+    settings = ScoreSettings(n_boot=0, n_perm=0)
+    with pytest.raises(InputError, match="coincide with attribute 'sex'"):
+        task.score(_table(sex_pids), settings)
+    res = task.score(_table(sex_pids), ScoreSettings(n_boot=0, n_perm=0, data_checks="override"))
+    assert res.meta["data_checks"]["decision"] == "overridden"
+    fine = task.score(_table(np.array([f"p{i // 2}" for i in range(n)], dtype=object)), settings)
+    assert fine.meta["data_checks"]["decision"] == "passed" and fine.meta["data_checks"]["n_patients"] == 40
+    # rows as the unit: the patient ids are not read, so nothing is refused
+    rows = task.score(_table(sex_pids), ScoreSettings(n_boot=0, n_perm=0, resampling_unit="row"))
+    assert rows.meta["data_checks"]["unit"] == "row"
+
+
+def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_evaluate_demo_refuses_sex_or_label_as_the_patient_column(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    for col, what in (("sex", "attribute 'sex'"), ("label", "label 'label'")):
+        rc, _, err = _run(capsys, "evaluate", "--demo", "--patient-column", col, "--n-boot", "0", "--n-perm", "0",
+                          "--out", str(tmp_path / f"{col}.json"))
+        assert rc == 2 and f"coincide with {what}" in err and "--i-know" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / f"{col}.json").exists()
+    out = tmp_path / "forced.json"
+    rc, text, _ = _run(capsys, "evaluate", "--demo", "--patient-column", "sex", "--n-boot", "0", "--n-perm", "0",
+                       "--i-know", "--out", str(out), "--report", str(tmp_path / "forced.html"))
+    assert rc == 0 and "check overridden (--i-know): the patient ids coincide with attribute 'sex'" in text
+    assert store.read_json(out)["result"]["meta"]["data_checks"]["decision"] == "overridden"
+    assert "check overridden (--i-know)" in (tmp_path / "forced.html").read_text()
+
+
+def _defective_demo(path: Path) -> None:
+    """The demo with two test rows per patient, one patient recorded F and M, 50 test rows without a patient id
+    and 100 test rows copied (ids kept)."""
+    from fairmedbench.benchmark.demo import demo_predictions
+
+    df = demo_predictions(n=2000)
+    df["patient_id"] = df["sex"] + "-P" + df.groupby("sex").cumcount().floordiv(2).astype(str)
+    test = df.index[df["split"] == "test"]
+    f, m = (df.index[(df["split"] == "test") & (df["sex"] == s)][0] for s in ("F", "M"))
+    df.loc[m, "patient_id"] = df.loc[f, "patient_id"]
+    df.loc[test[100:150], "patient_id"] = ""
+    pd.concat([df, df.loc[test[200:300]]], ignore_index=True).to_csv(path, index=False)
+
+
+def test_evaluate_reports_duplicates_two_sex_patients_and_empty_ids(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    src = tmp_path / "defects.csv"
+    _defective_demo(src)
+    common = ["evaluate", "--predictions", str(src), "--label", "label", "--score", "score", "--attribute", "sex",
+              "--n-boot", "0", "--n-perm", "0"]
+    rc, _, err = _run(capsys, *common, "--out", str(tmp_path / "a.json"))
+    assert rc == 2 and "100 row(s) repeat the sample id of an earlier row" in err
+    rc, text, _ = _run(capsys, *common, "--i-know", "--out", str(tmp_path / "b.json"),
+                       "--report", str(tmp_path / "b.html"))
+    assert rc == 0
+    block = store.read_json(tmp_path / "b.json")["result"]["meta"]["data_checks"]
+    n_test = int((pd.read_csv(src)["split"] == "test").sum())
+    assert block["n_rows"] == n_test and block["duplicated_sample_ids"]["rows"] == 100
+    assert block["missing_patient_ids"] == 50
+    # the copied rows 200-299 were never emptied, so exactly one patient holds both sexes (its two rows + copies
+    # of neither)
+    assert block["patients_in_several_groups"]["sex"]["patients"] == 1
+    assert f"n {n_test - 100} -> {n_test}" in text.replace("\n", " ")
+    page = (tmp_path / "b.html").read_text()
+    assert "50 row(s) without a patient id" in page and "recorded in two or more sex groups" in page
