@@ -36,6 +36,8 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import missing_id
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from fairmedbench.metrics.groups import Attribute
     from fairmedbench.spec import ScoreSettings
     from fairmedbench.tasks.base import PredictionTable
@@ -168,9 +170,9 @@ def check(patient_ids: np.ndarray | None, attributes: Sequence[Attribute], label
             few_patients.append(f"{a.name} group(s) {', '.join(few)} hold fewer than {MIN_PATIENTS} patients, too few "
                             "for an interval or a test")
     for name, y in labels.items():
-        values = np.asarray(y, dtype=np.float64)
-        has = np.isfinite(values)
-        if has.any() and _coincides(pid[has], np.unique(values[has], return_inverse=True)[1].ravel()):
+        values, missing_label = _codes(y)
+        has = ~missing_label
+        if has.any() and _coincides(pid[has], values[has]):
             refusals.append(f"the patient ids coincide with label {name!r} (each label value is one patient), so "
                             "intervals and tests cannot see a gap")
     out.problems += refusals + few_patients
@@ -210,3 +212,18 @@ def enforce(checks: DataChecks, mode: str) -> DataChecks:
                          + "; give each row its own patient's id and each sample once (evaluate: --patient-column "
                            "COL, or 'none' to resample rows), or pass --i-know to score anyway (the result says so)")
     return replace(checks, decision="overridden" if mode == "override" else "recorded")
+
+
+def check_split(samples: pd.DataFrame, positions: np.ndarray, attributes: Sequence[str],
+                labels: Sequence[str]) -> DataChecks:
+    """The checks of a dataset's split (sample_id, patient_id, attr:<name> and label columns of the rows at
+    `positions`), as Task.score will check the table scored on it: what `run` checks before training."""
+    from fairmedbench.spec import ScoreSettings
+    from fairmedbench.tasks.base import PredictionTable
+
+    test = {f"attr:{a}": samples[f"attr:{a}"].to_numpy()[positions] for a in attributes}
+    test.update({f"label:{c}": samples[c].to_numpy()[positions] for c in labels})
+    test.update({"patient_id": samples["patient_id"].to_numpy()[positions],
+                 SAMPLE_ID_COLUMN: samples["sample_id"].to_numpy()[positions]})
+    return check_table(PredictionTable(test, tuple(labels), tuple(attributes)), ScoreSettings(),
+                       {c: f"label:{c}" for c in labels})

@@ -112,6 +112,7 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
         return run_split_seeds(spec, opts)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
+    check_test_split(resolved)
     out_dir = run_dir(config, opts.out_root)
     costs = cost_values(config)
     if over_cost_bounds(costs) and (opts.force or not is_complete(out_dir, config)):
@@ -160,6 +161,22 @@ def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:
             parent.rmdir()
         except OSError:
             break
+
+
+def check_test_split(resolved: Resolved) -> None:
+    """Refuse, before any training, a test split whose patient or sample ids the data checks would refuse when the
+    run's predictions are scored (analysis.data_checks); the ids come from the dataset card's reader."""
+    from fairmedbench.analysis.data_checks import check_split
+    from fairmedbench.errors import InputError
+
+    card, ds = resolved.checked.dataset_card, resolved.dataset
+    labels = ([card.label_column, *card.extra_label_columns]
+              if card.label_column and resolved.checked.task.sample_labels else [])
+    checks = check_split(ds.samples, resolved.split.test, list(resolved.config.attributes),
+                         [c for c in labels if c in ds.samples.columns])
+    if checks.problems:
+        raise InputError(f"dataset {card.name!r}, test split: {checks.problems[0]}; the patient ids come from the "
+                         "dataset card's reader (patient_id), which must be fixed: a run has no override")
 
 
 def _locked_run(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:

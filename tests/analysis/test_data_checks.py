@@ -164,3 +164,26 @@ def test_evaluate_reports_duplicates_two_sex_patients_and_empty_ids(tmp_path: Pa
     assert f"n {n_test - 100} -> {n_test}" in text.replace("\n", " ")
     page = (tmp_path / "b.html").read_text()
     assert "50 row(s) without a patient id" in page and "recorded in two or more sex groups" in page
+
+
+def test_run_refuses_a_test_split_before_training() -> None:
+    # a card whose reader gave every test sample its sex as the patient: refused by `run` before any training
+    from types import SimpleNamespace
+
+    from fairmedbench.analysis.data_checks import check_split
+    from fairmedbench.benchmark.run import check_test_split
+
+    n = 60
+    sex = np.where(np.arange(n) % 2 == 0, "F", "M")
+    samples = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "patient_id": sex, "attr:sex": sex,
+                            "label": np.arange(n) % 3 == 0})
+    checks = check_split(samples, np.arange(n), ["sex"], ["label"])
+    assert "coincide with attribute 'sex'" in checks.problems[0]
+    card = SimpleNamespace(name="fake", label_column="label", extra_label_columns=())
+    resolved = SimpleNamespace(checked=SimpleNamespace(dataset_card=card, task=get_task("classification")),
+                               dataset=SimpleNamespace(samples=samples), split=SimpleNamespace(test=np.arange(n)),
+                               config=SimpleNamespace(attributes=("sex",)))
+    with pytest.raises(InputError, match="dataset 'fake', test split: the patient ids coincide"):
+        check_test_split(resolved)
+    resolved.dataset.samples = samples.assign(patient_id=[f"p{i}" for i in range(n)])
+    check_test_split(resolved)
