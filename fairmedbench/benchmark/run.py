@@ -112,7 +112,8 @@ def run(spec: RunSpec, opts: RunOptions) -> RunOutcome:
         return run_split_seeds(spec, opts)
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
-    check_test_split(resolved)
+    for line in check_test_split(resolved):
+        opts.say(f"data check: {line}")
     out_dir = run_dir(config, opts.out_root)
     costs = cost_values(config)
     if over_cost_bounds(costs) and (opts.force or not is_complete(out_dir, config)):
@@ -163,10 +164,11 @@ def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:
             break
 
 
-def check_test_split(resolved: Resolved) -> None:
+def check_test_split(resolved: Resolved) -> list[str]:
     """Refuse, before any training, a test split whose patient or sample ids the data checks would refuse when the
-    run's predictions are scored (analysis.data_checks); the ids come from the dataset card's reader."""
-    from fairmedbench.analysis.data_checks import check_split
+    run's predictions are scored (analysis.data_checks; the ids come from the dataset card's reader); else what
+    they count (patients in two groups, missing patient ids), one sentence each."""
+    from fairmedbench.analysis.data_checks import check_split, sentences
     from fairmedbench.errors import InputError
 
     card, ds = resolved.checked.dataset_card, resolved.dataset
@@ -177,6 +179,7 @@ def check_test_split(resolved: Resolved) -> None:
     if checks.problems:
         raise InputError(f"dataset {card.name!r}, test split: {checks.problems[0]}; the patient ids come from the "
                          "dataset card's reader (patient_id), which must be fixed: a run has no override")
+    return sentences(checks.to_dict())
 
 
 def _locked_run(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:

@@ -194,7 +194,12 @@ def test_run_refuses_a_test_split_before_training() -> None:
     with pytest.raises(InputError, match="dataset 'fake', test split: the patient ids coincide"):
         check_test_split(resolved)
     resolved.dataset.samples = samples.assign(patient_id=[f"p{i}" for i in range(n)])
-    check_test_split(resolved)
+    assert check_test_split(resolved) == []
+    resolved.dataset.samples = samples.assign(patient_id=[f"p{i // 2}" if i else "" for i in range(n)])
+    assert check_test_split(resolved) == [
+        "1 row(s) without a patient id: each is its own resampling unit",
+        "29 patient(s) recorded in two or more sex groups (58 rows, e.g. 'p1'): each (patient, group) pair is one "
+        "resampling unit"]
 
 
 def _coverage(k: int, reps: int) -> float:
