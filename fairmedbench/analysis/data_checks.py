@@ -210,8 +210,9 @@ def enforce(checks: DataChecks, mode: str) -> DataChecks:
     if mode == "refuse":
         raise InputError(f"{checks.problems[0]}" + (f" (and {len(checks.problems) - 1} more problem(s))"
                                                      if len(checks.problems) > 1 else "")
-                         + "; give each row its own patient's id and each sample once (evaluate: --patient-column "
-                           "COL, or 'none' to resample rows), or pass --i-know to score anyway (the result says so)")
+                         + "; give each row its own patient's id and each sample once (with evaluate: name the "
+                           "patient column with --patient-column COL, or 'none' to resample rows, or pass --i-know to "
+                           "score anyway, which the result then says)")
     return replace(checks, decision="overridden" if mode == "override" else "recorded")
 
 

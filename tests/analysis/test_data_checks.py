@@ -111,6 +111,16 @@ def test_task_score_refuses_before_scoring_and_records_the_block() -> None:
     assert res.meta["data_checks"]["decision"] == "overridden"
     fine = task.score(_table(np.array([f"p{i // 2}" for i in range(n)], dtype=object)), settings)
     assert fine.meta["data_checks"]["decision"] == "passed" and fine.meta["data_checks"]["n_patients"] == 40
+    # the segmentation and multi-class tasks go through the same checks
+    seg = PredictionTable({"dsc": np.linspace(0, 1, n), "attr:sex": _table(sex_pids).test["attr:sex"],
+                           "patient_id": sex_pids}, ("segmentation",), ("sex",))
+    with pytest.raises(InputError, match="coincide with attribute 'sex'"):
+        get_task("segmentation").score(seg, settings)
+    mc = PredictionTable({"label": np.arange(n) % 3, **{f"score:{c}": np.full(n, 1 / 3) for c in "abc"},
+                          "attr:sex": _table(sex_pids).test["attr:sex"], "patient_id": np.arange(n) % 3},
+                         ("grade",), ("sex",), classes=("a", "b", "c"))
+    with pytest.raises(InputError, match="coincide with label 'grade'"):
+        get_task("multiclass").score(mc, settings)
     # rows as the unit: the patient ids are not read, so nothing is refused
     rows = task.score(_table(sex_pids), ScoreSettings(n_boot=0, n_perm=0, resampling_unit="row"))
     assert rows.meta["data_checks"]["unit"] == "row"
