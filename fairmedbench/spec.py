@@ -197,10 +197,14 @@ class ScoreSettings:
     fpr_at_tpr: float = 0.95
     rates_at_fpr: float = 0.2
     ece_bins: int = 15
+    data_checks: str = "refuse"  # a table the patient/sample-id rules refuse (analysis.data_checks.MODES): refuse
+    # it, score it and say so ('override', --i-know), or only record the counts ('record': the caller enforced them)
 
     def __post_init__(self) -> None:
         if self.resampling_unit not in RESAMPLING_UNITS:
             raise InputError(f"resampling unit {self.resampling_unit!r}: choose one of {', '.join(RESAMPLING_UNITS)}")
+        if self.data_checks not in ("refuse", "override", "record"):
+            raise InputError(f"data_checks {self.data_checks!r}: choose refuse, override or record")
 
 
 @dataclass

@@ -106,7 +106,9 @@ class EvaluateOptions:
         "global FPR-0.2 threshold, KS tests, resampled test set", metavar="FILE.html"))
     command: list[str] = field(default_factory=list)
     i_know: bool = field(default=False, metadata=option(  # engine.hparams.COST_BOUNDS
-        "evaluate with --n-boot or --n-perm above its documented bound (10,000; the estimated time is printed)"))
+        "evaluate with --n-boot or --n-perm above its documented bound (10,000; the estimated time is printed), or a "
+        "table the data checks refuse (a degenerate patient column, duplicated sample ids; the result and the page "
+        "say so)"))
     evidence: str | None = field(default=None, metadata=option(  # an evidence pack folder (benchmark/evidence.py)
         "write an evidence pack: audit page, result JSON, tidy table, per-sample predictions, command, environment, "
         "summary.md and MANIFEST.sha256 (sha256sum -c); DIR must be new, empty or hold an earlier pack (--force)",
@@ -250,6 +252,8 @@ def _split_rows(df: Columns, col: str, notes: list[str]) -> tuple[np.ndarray, np
 
 #: patient columns found by name when --patient-column is not given (the package's own, NIH's)
 PATIENT_COLUMNS = ("patient_id", "Patient ID")
+#: sample id columns found by name when --id-column is not given (the package's own, NIH's): checked for duplicates
+ID_COLUMNS = ("sample_id", "Image Index")
 
 
 def resolve_patient_column(columns: list[str], opts: EvaluateOptions, source: str, notes: list[str]) -> str | None:
@@ -321,6 +325,10 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                                                   opts.n_boot, opts.n_perm)[1], lambda m: print(m, file=sys.stderr))
     patient = resolve_patient_column(df.columns, opts, source, notes)
     pids = None if patient is None else np.asarray(df[patient], dtype=object)[test]
+    id_col = opts.id_column or next((c for c in ID_COLUMNS if c in df.columns), None)
+    if opts.id_column:
+        _columns(df, [opts.id_column], "sample id (--id-column)", source)
+    sids = None if id_col is None else np.asarray(df[id_col], dtype=object)[test]
     settings = score_settings(opts, patient)
     t_read = time.perf_counter() - t0
     resampled: Resampling | None = None
@@ -332,22 +340,25 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on classification predictions, not on --masks")
         get_task("segmentation").check(settings)  # before any mask is read
-        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, settings, patient)
+        result, per_sample = _segmentation(df.to_pandas(), test, opts, source, settings, patient, id_col)
         kind = "evaluate-segmentation"
     elif multiclass_scores(df, opts, source):
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on binary classification predictions, not on "
                              "multi-class ones")
-        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, settings, pids)
+        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, settings, (pids, sids))
         kind = "evaluate-multiclass"
     else:
         if pack is not None and not opts.report:  # the audit page (binary classification only)
             opts = replace(opts, report=str(pack / "audit.html"))
         result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress,
-                                                               settings, pids)
+                                                               settings, (pids, sids))
         kind = "evaluate-classification"
     apply_margins(result.reports, margins)
     t_metrics = time.perf_counter() - t0 - t_read
+    from fairmedbench.analysis.data_checks import sentences
+
+    notes += [f"data check: {s}" for s in sentences(result.meta["data_checks"])]
     spec = {"command": "evaluate", **{k: v for k, v in asdict(opts).items() if k not in OUTPUT_ONLY}}
     doc = store.result_document(kind, spec, result.to_dict(), inputs, {"read": t_read, "metrics": t_metrics})
     doc["notes"] = notes
@@ -402,11 +413,21 @@ def score_settings(opts: EvaluateOptions, patient: str | None) -> ScoreSettings:
                          else "patient", n_boot=opts.n_boot, n_perm=opts.n_perm, seed=opts.seed,
                          min_group_size=opts.min_group_size, bins={k: Bins(v, opts.bins_closed)
                                                                   for k, v in opts.bins.items()},
-                         intersect=opts.intersect, logits=opts.logits)
+                         intersect=opts.intersect, logits=opts.logits,
+                         data_checks="override" if opts.i_know else "refuse")
 
 
-def _with_patients(columns: dict[str, np.ndarray], pids: np.ndarray | None) -> dict[str, np.ndarray]:
-    return columns if pids is None else {**columns, PATIENT_COLUMN: pids}
+#: ids of each row's patient and sample (None: not known), as the data checks and the resampling read them
+Ids = tuple[np.ndarray | None, np.ndarray | None]
+
+
+def _with_patients(columns: dict[str, np.ndarray], ids: Ids) -> dict[str, np.ndarray]:
+    """The table's columns with the patient and sample ids that are known."""
+    from fairmedbench.analysis.data_checks import SAMPLE_ID_COLUMN
+
+    pids, sids = ids
+    return {**columns, **({} if pids is None else {PATIENT_COLUMN: pids}),
+            **({} if sids is None else {SAMPLE_ID_COLUMN: sids})}
 
 
 def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[str, Any]) -> Any:
@@ -430,7 +451,7 @@ class Resampling:
 
 def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                     notes: list[str], progress: Callable[[int, int, str], None] | None,
-                    settings: ScoreSettings, pids: np.ndarray | None = None
+                    settings: ScoreSettings, ids: Ids = (None, None)
                     ) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, AuditData | None]:
     spec = None
     if opts.test_resample:
@@ -468,7 +489,7 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
             out[f"label:{t}"], out[f"score:{t}"] = y[rows, k], s[rows, k]
         return out
 
-    table = PredictionTable(_with_patients({**columns(test), **{f"attr:{a}": v for a, v in attrs.items()}}, pids),
+    table = PredictionTable(_with_patients({**columns(test), **{f"attr:{a}": v for a, v in attrs.items()}}, ids),
                             tuple(task_names), tuple(opts.attributes), columns(val) if val.any() else {})
     # the scores are probabilities already (as_scores applied the sigmoid to logits)
     settings = replace(settings, threshold=policy, logits=False)
@@ -584,7 +605,7 @@ def _class_index(values: np.ndarray, classes: list[str], what: str) -> np.ndarra
 
 def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOptions, source: str,
                 notes: list[str], progress: Callable[[int, int, str], None] | None,
-                settings: ScoreSettings, pids: np.ndarray | None = None
+                settings: ScoreSettings, ids: Ids = (None, None)
                 ) -> tuple[FairnessResult, dict[str, np.ndarray]]:
     """One label column (class index or name) and the class probabilities: per-group multi-class metrics."""
     _columns(df, opts.labels + opts.scores, "label/score", source)
@@ -608,7 +629,7 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
     st = s[test]
     table = {task.label_column: y[test], **{task.score_column.format(task=c): st[:, k] for k, c in enumerate(classes)},
              **{f"attr:{a}": df[a][test] for a in opts.attributes}}
-    result = task.score(PredictionTable(_with_patients(table, pids), (opts.labels[0],), tuple(opts.attributes),
+    result = task.score(PredictionTable(_with_patients(table, ids), (opts.labels[0],), tuple(opts.attributes),
                                         classes=tuple(classes)), settings, progress)
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
                                       *opts.labels, *opts.attributes]) if c and c in df.columns]
@@ -619,7 +640,8 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
 
 
 def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, source: str,
-                  settings: ScoreSettings, patient: str | None = None) -> tuple[FairnessResult, pd.DataFrame]:
+                  settings: ScoreSettings, patient: str | None = None, id_col: str | None = None
+                  ) -> tuple[FairnessResult, pd.DataFrame]:
     """Predicted and ground-truth masks per row: DSC (IoU, HD95) per sample, or per volume with --volume, scored
     by the segmentation task."""
     from fairmedbench.engine.masks import read_mask_pairs
@@ -647,8 +669,8 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
                              "a volume must belong to one group")
         attrs = {a: first.loc[list(vol.volume_ids), a].to_numpy() for a in opts.attributes}
         table = {"dsc": vol.dsc, "empty_gt": vol.empty_gt, **{f"attr:{a}": v for a, v in attrs.items()}}
-        result = task.score(PredictionTable(_with_patients(table, None if patient is None else first.loc[
-            list(vol.volume_ids), patient].to_numpy()), ("segmentation",), tuple(opts.attributes)), settings)
+        result = task.score(PredictionTable(_with_patients(table, (None if patient is None else first.loc[
+            list(vol.volume_ids), patient].to_numpy(), None)), ("segmentation",), tuple(opts.attributes)), settings)
         import pandas as pd
 
         per = pd.DataFrame({opts.volume: list(vol.volume_ids), "dsc": vol.dsc, "n_slices": vol.n_slices,
@@ -656,7 +678,8 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
         return result, per
     table = {"dsc": batch.dsc, "iou": batch.iou, **({"hd95": hd} if hd is not None else {}),
              "empty_gt": batch.empty_gt, **{f"attr:{a}": rows[a].to_numpy() for a in opts.attributes}}
-    result = task.score(PredictionTable(_with_patients(table, None if patient is None else rows[patient].to_numpy()),
+    ids = (None if patient is None else rows[patient].to_numpy(), None if id_col is None else rows[id_col].to_numpy())
+    result = task.score(PredictionTable(_with_patients(table, ids),
                                         ("segmentation",), tuple(opts.attributes)), settings)
     return result, per
 

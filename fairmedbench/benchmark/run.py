@@ -131,6 +131,8 @@ def _run_one(spec: RunSpec, opts: RunOptions, bounded: bool) -> RunOutcome:
     """One split's run; `bounded`: its costs were already checked as part of a repeated-split run."""
     resolved = resolve_run(spec, data_root=opts.data_root, device=opts.device, verify_weights=opts.verify_weights)
     config = resolved.config
+    for line in check_test_split(resolved):
+        opts.say(f"data check: {line}")
     out_dir = run_dir(config, opts.out_root)
     if not bounded:
         _check_costs(resolved, opts)
@@ -185,6 +187,24 @@ def _remove_empty_run_dir(out_dir: Path, out_root: Path) -> None:
             parent.rmdir()
         except OSError:
             break
+
+
+def check_test_split(resolved: Resolved) -> list[str]:
+    """Refuse, before any training, a test split whose patient or sample ids the data checks would refuse when the
+    run's predictions are scored (analysis.data_checks; the ids come from the dataset card's reader); else what
+    they count (patients in two groups, missing patient ids), one sentence each."""
+    from fairmedbench.analysis.data_checks import check_split, sentences
+    from fairmedbench.errors import InputError
+
+    card, ds = resolved.checked.dataset_card, resolved.dataset
+    labels = ([card.label_column, *card.extra_label_columns]
+              if card.label_column and resolved.checked.task.sample_labels else [])
+    checks = check_split(ds.samples, resolved.split.test, list(resolved.config.attributes),
+                         [c for c in labels if c in ds.samples.columns])
+    if checks.problems:
+        raise InputError(f"dataset {card.name!r}, test split: {checks.problems[0]}; the patient ids come from the "
+                         "dataset card's reader (patient_id), which must be fixed: a run has no override")
+    return sentences(checks.to_dict())
 
 
 def _locked_run(resolved: Resolved, opts: RunOptions, out_dir: Path) -> RunOutcome:

@@ -454,9 +454,10 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     val = cols.val if len(cols.val[block["columns"]["id"]]) else {}
     table = PredictionTable(test, tuple(block["tasks"]), tuple(block["attributes"]), val, tuple(entry.classes))
     try:
-        out = task.score(table, settings)
+        out = task.score(table, settings)  # refuses a table the data checks refuse (analysis.data_checks)
     except (InputError, TypeError, ValueError) as err:
         raise _Stop([f"{rel}: recomputation failed: {err}"]) from None
+    out.meta.pop("data_checks", None)  # what the data hides, not a number a bundle reports (older ones lack it)
     return json.loads(json.dumps(out.to_dict()))
 
 

@@ -150,13 +150,14 @@ def make_units(codes: np.ndarray, patient_ids: np.ndarray | None) -> Units:
     pid = np.asarray(patient_ids, dtype=object)
     if len(pid) != n:
         raise InputError(f"patient ids: {len(pid)} values for {n} rows; give one patient id per row")
-    keys = np.array([f"\x00row{i}" if _missing_id(v) else str(v) for i, v in enumerate(pid.tolist())], dtype=object)
+    keys = np.array([f"\x00row{i}" if missing_id(v) else str(v) for i, v in enumerate(pid.tolist())], dtype=object)
     keyed = np.char.add(np.char.add(keys.astype(str), "\x1f"), np.asarray(codes).astype(str))
     _, inv = np.unique(keyed, return_inverse=True)
     return Units(inv.astype(np.int64).ravel(), UNIT_PATIENT)
 
 
-def _missing_id(v: object) -> bool:
+def missing_id(v: object) -> bool:
+    """Whether a patient or sample id is missing: None, NaN, or empty text (also 'nan')."""
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and v.strip() in ("", "nan"))
 
 

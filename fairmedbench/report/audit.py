@@ -155,7 +155,10 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
             "minus the Brier of the PAV-recalibrated scores (Mosquera et al.)"),
             "rates": rates, "diffs": signed_difference_table(rep), "figures": figures})
     tests, ks_skipped = score_ks(data, correction)
-    notes = [n for rep in reports for n in result_notes(rep, meta.get("min_group_size"))] + list(doc.get("notes", []))
+    from fairmedbench.analysis.data_checks import sentences
+
+    notes = [n for rep in reports for n in result_notes(rep, meta.get("min_group_size"))] + [
+        n for n in doc.get("notes", []) if not n.startswith("data check: ")]  # those have their own box
     inputs = doc.get("inputs", {})
     first: dict[str, Any] = next(iter(inputs.values()), {})
     source = first.get("path", "demo predictions") if inputs else "predictions"
@@ -165,6 +168,7 @@ def write_audit_report(path: Path, doc: dict[str, Any], data: AuditData, command
             "versions": _versions(), "environment": doc.get("environment"), "metric settings": meta}
     text = TEMPLATES.get_template("report/audit.html.j2").render(
         title=f"fairness audit: {source}", source=source, meta=meta, n=meta.get("n_samples"),
+        data_checks=sentences(meta.get("data_checks") or {}),
         headline=headline_table(reports, "classification", [f"{m}_gap" for m in RATE_METRICS[:2]]),
         answer=answer_section(reports),
         notes=notes, sections=sections, ks=_ks_table(tests, correction) if tests else None, ks_skipped=ks_skipped,

@@ -147,9 +147,15 @@ class Task:
 
     def score(self, table: PredictionTable, settings: ScoreSettings,
               on_step: Callable[[int, int, str], None] | None = None) -> FairnessResult:
-        """The result of a predictions table under `settings`, by the task's scorer (imported on first use)."""
+        """The result of a predictions table under `settings`, by the task's scorer (imported on first use), after
+        the patient and sample-id checks (analysis.data_checks; refused tables raise InputError before any work)."""
+        from fairmedbench.analysis import data_checks
+
         self.check(settings)
+        labels = {t: self.label_column.format(task=t) for t in table.tasks} if self.label_column else {}
+        checks = data_checks.enforce(data_checks.check_table(table, settings, labels), settings.data_checks)
         result: FairnessResult = _load(self.scorer)(table, settings, on_step)
+        result.meta["data_checks"] = checks.to_dict()
         return result
 
     def config_defaults(self) -> dict[str, Any]:
