@@ -34,6 +34,7 @@ class Check:
     order: tuple[str, ...]
     passed: bool
     p_value: float | None = None
+    mde: float | None = None  # the smallest |difference| its test detects with 80% power (metrics/result.py)
 
 
 @dataclass
@@ -127,8 +128,10 @@ def run_controls(model: str, datasets: tuple[str, ...], usages: tuple[str, ...],
                 diff = tuple(None if math.isnan(v) else v for v in first.cell(f"{metric}_diff", e["attribute"]))
                 rep = first.fairness().report(None, e["attribute"])
                 order = tuple(rep.groups)
-                p = rep.tests.get(f"{metric}_diff", {}).get("p_value")
+                test = rep.tests.get(f"{metric}_diff", {})
+                p, mde = test.get("p_value"), test.get("mde")
                 expected, ok = _verdict(e, diff, order, p)
-                out.checks.append(Check(dataset, usage, e["attribute"], metric, expected, diff, order, ok, p))
+                out.checks.append(Check(dataset, usage, e["attribute"], metric, expected, diff, order, ok, p,
+                                        None if mde is None or math.isnan(mde) else float(mde)))
     out.seconds = time.perf_counter() - t0
     return out

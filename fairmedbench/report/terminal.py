@@ -238,16 +238,21 @@ def render_controls(outcome: ControlsOutcome, console: Console) -> None:
                           + ("  (reused)" if r.reused else ""))
     table = Table(title="controls: signed difference (second group − first) with 95% CI; the verdict reads its "
                         "permutation test (p < 0.05: larger than chance)", title_justify="left")
-    for h in ("dataset", "usage", "attribute", "difference", "value [95% CI]", "p", "declared", "verdict"):
+    for h in ("dataset", "usage", "attribute", "difference", "value [95% CI]", "p", "detectable", "declared",
+              "verdict"):
         table.add_column(h)
     for c in outcome.checks:
         table.add_row(c.dataset, c.usage, c.attribute, f"{c.metric}: {c.order[1]} − {c.order[0]}", fmt(*_triple(
-            {"value": c.diff[0], "ci_low": c.diff[1], "ci_high": c.diff[2]})), fmt_p(c.p_value), c.expected,
+            {"value": c.diff[0], "ci_low": c.diff[1], "ci_high": c.diff[2]})), fmt_p(c.p_value),
+            "—" if c.mde is None else f"≥ {c.mde:.3f}", c.expected,
             "[green]as declared[/]" if c.passed else "[red]NOT as declared[/]")
     console.print(table)
     verdict = ("[green]all controls behave as declared[/]: the injected disparity is found and the control "
                "shows none" if outcome.passed else "[red]some controls do not behave as declared[/]")
     console.print(f"{verdict} ({outcome.seconds:.0f} s)")
+    if any(c.expected == "no disparity" and c.passed and c.mde is not None for c in outcome.checks):
+        console.print("'detectable': the smallest difference each test finds with 80% power; a control within "
+                      "chance shows no disparity of at least that size, not that none exists")
 
 
 def _triple(cell: dict[str, Any]) -> tuple[float, float, float]:

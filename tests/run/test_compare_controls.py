@@ -132,3 +132,13 @@ def test_controls_run_every_dataset_and_usage(tmp_path: Path) -> None:
     assert [(c.dataset, c.usage, c.metric) for c in out.checks] == [("synth-contrast", "lp", "auc"),
                                                                     ("synth-control", "lp", "auc")]
     assert all(c.order == ("female", "male") for c in out.checks)
+    # each check carries what its test could have found (the control's "no disparity" is bounded by it)
+    assert all(c.mde is not None and c.mde > 0 for c in out.checks)
+    from rich.console import Console
+
+    from fairmedbench.report.terminal import render_controls
+
+    console = Console(record=True, width=200)
+    render_controls(out, console)
+    text = console.export_text()
+    assert "detectable" in text and f"≥ {out.checks[1].mde:.3f}" in text
