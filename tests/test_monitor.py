@@ -19,7 +19,7 @@ from fairmedbench.benchmark.monitor import Baseline, Window, baseline_from, moni
 from fairmedbench.cli import main
 from fairmedbench.metrics import evaluate_classification
 from fairmedbench.metrics.groups import Attribute
-from fairmedbench.metrics.sequential import clustered_auc_variance, cusum, cusum_threshold
+from fairmedbench.metrics.sequential import auc_look, clustered_auc_variance, cusum, cusum_threshold
 
 # --------------------------------------------------------------------------------------------- statistics by hand
 
@@ -55,6 +55,16 @@ def test_clustered_auc_variance_matches_simulation_where_rows_repeat_patients() 
     rows = np.mean([clustered_auc_variance(y, s) for y, s, _ in draws])
     assert 0.8 < clustered / spread < 1.25
     assert rows / spread < 0.7
+
+
+def test_auc_look_by_hand() -> None:
+    # audited 0.8 (var 0.0004), window 0.7 (var 0.0012): z = 0.1 / 0.04 = 2.5, the audit's share 0.25,
+    # k = half the MDE 0.05 in that SD = 0.025 / 0.04 = 0.625
+    look = auc_look(0.8, 0.0004, 0.7, 0.0012, 0.05)
+    assert look is not None
+    assert (look.z, look.ratio, look.k) == pytest.approx((2.5, 0.25, 0.625))
+    assert auc_look(0.8, 0.0004, 0.7, math.nan, 0.05) is None
+    assert auc_look(0.8, 0.0004, 0.7, 0.0012, None).k == 0.5  # type: ignore[union-attr]
 
 
 def test_cusum_by_hand() -> None:
@@ -108,10 +118,11 @@ def _audit(seed: int, n: int, n_boot: int = 0, n_perm: int = 0) -> tuple[dict[st
     return res, baseline_from(res, "y", "p", y, s, {"sex": sex}, None, {})
 
 
-def _simulate(n_streams: int, n: int, seed0: int) -> dict[str, Any]:
+def _simulate(n_streams: int, seed0: int, n: int = 1000, n_window: int = 2000) -> dict[str, Any]:
     """n_streams 12-window streams with no change and as many with group F's AUC lowered by the audit's MDE from
-    window 6; audit and windows hold `n` patients per group (one row each). Each stream draws its own audit (so
-    the audited AUC carries its error); the MDE is that of an audit of this design (its ΔAUC permutation test)."""
+    window 6; the audit holds `n` patients per group, each window `n_window` (one row each). Each stream draws its own
+    audit (so the audited AUC carries its error); the MDE is that of an audit of this design (its ΔAUC permutation
+    test)."""
     mde = _audit(10_000 + seed0, n, n_boot=300, n_perm=300)[0]["reports"][0]["tests"]["auc_gap"]["mde"]
     out: dict[str, Any] = {"mde": mde, "null": 0, "null_drift": 0, "detected": 0, "delays": []}
     for i in range(n_streams):
@@ -122,7 +133,7 @@ def _simulate(n_streams: int, n: int, seed0: int) -> dict[str, Any]:
             rng = np.random.default_rng(seed + 500_000)
             wins = []
             for w in range(1, 13):
-                y, s, c = _table(rng, n, [AUC - (mde if drop and w >= 6 else 0.0), AUC])
+                y, s, c = _table(rng, n_window, [AUC - (mde if drop and w >= 6 else 0.0), AUC])
                 wins.append(Window(str(w), y.astype(float), s, {"sex": c}))
             alerts = monitor_windows(base, wins, n_boot=0)["alerts"]
             if not drop:
@@ -139,17 +150,17 @@ def _simulate(n_streams: int, n: int, seed0: int) -> dict[str, Any]:
 
 def test_monitor_on_simulated_streams_cheap() -> None:
     """The cheap sibling of the 200-stream check (12 streams each way, wider bounds)."""
-    r = _simulate(12, 1000, 0)
+    r = _simulate(10, 0)
     assert 0.04 < r["mde"] < 0.08
     assert r["null"] <= 2
-    assert r["detected"] >= 8 and np.median(r["delays"]) <= 3
+    assert r["detected"] >= 7 and np.median(r["delays"]) <= 3
 
 
 @pytest.mark.slow
 def test_monitor_on_200_simulated_streams() -> None:
     """Acceptance: no change: an alert (AUC or drift) in <= 5% of 200 streams; a drop of the audit's MDE in one group
     from window 6: detected (an AUC alert on that group from window 6) in >= 80%, median delay <= 2 windows."""
-    r = _simulate(200, 1000, 0)
+    r = _simulate(200, 0)
     print(f"MDE {r['mde']:.4f}; no change: {r['null']}/200 streams alerted ({r['null_drift']} by drift); drop: "
           f"{r['detected']}/200 detected, delay after window 6 median {np.median(r['delays']):g}, 90th percentile "
           f"{np.percentile(r['delays'], 90):g}")

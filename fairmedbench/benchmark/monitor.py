@@ -21,17 +21,17 @@ from fairmedbench.metrics.groups import Attribute, Bins, make_attribute
 from fairmedbench.metrics.sequential import (
     CUSUM_K,
     N_SIM,
+    auc_look,
     clustered_auc_variance,
     cusum,
     cusum_threshold,
-    reference_value,
 )
 from fairmedbench.spec import option
 
 #: the audit kind monitor reads (binary classification: an AUC and an operating threshold per task)
 BASELINE_KIND = "evaluate-classification"
 #: the share of --alpha spent on the AUC rule; the rest on the score-drift tests
-PERFORMANCE_SHARE = 0.8
+PERFORMANCE_SHARE = 0.7
 
 
 @dataclass
@@ -279,10 +279,11 @@ def monitor_windows(b: Baseline, windows: list[Window], alpha: float = 0.05, hor
                     row["reason"] = "the audit has no AUC for this group: no look"
                 else:
                     v_w = clustered_auc_variance(w.y[lab], w.s[lab], None if w.patients is None else w.patients[lab])
-                    if math.isfinite(v_w) and v_w + v_b > 0:
-                        z = (base["value"] - value) / math.sqrt(v_w + v_b)
-                        ratios.append(v_b / (v_w + v_b))
-                        ks.append(reference_value(target, v_w + v_b))
+                    look = auc_look(base["value"], v_b, value, v_w, target)
+                    if look is not None:
+                        z = look.z
+                        ratios.append(look.ratio)
+                        ks.append(look.k)
                     else:
                         row["reason"] = "AUC variance undefined (fewer than two patients): no look"
                 drops.append(z)
@@ -325,7 +326,7 @@ def monitor_windows(b: Baseline, windows: list[Window], alpha: float = 0.05, hor
             rows += looks
     order = {w.name: i for i, w in enumerate(windows)}
     alerts.sort(key=lambda a: (order[a["window"]], a["metric"] != "auc", a["attribute"], a["group"]))
-    rule = {"kind": "one-sided CUSUM of standardised AUC drops per group", "k": CUSUM_K, "alpha": alpha,
+    rule = {"kind": "one-sided CUSUM of standardised AUC drops per group", "k_default": CUSUM_K, "alpha": alpha,
             "alpha_auc_per_group": a_auc, "alpha_drift_per_test": a_drift, "horizon": horizon,
             "n_groups": n_groups, "text": rule_text(alpha, horizon, n_groups)}
     return {"rule": rule, "windows": [w.name for w in windows], "rows": rows, "alerts": alerts}
@@ -333,7 +334,7 @@ def monitor_windows(b: Baseline, windows: list[Window], alpha: float = 0.05, hor
 
 def rule_text(alpha: float, horizon: int, n_groups: int) -> str:
     """The alert rule and its error rate, in words."""
-    return (f"Each group's look at a window is z = (audited AUC - window AUC) / sqrt(v_audit + v_window), both "
+    return ("Each group's look at a window is z = (audited AUC - window AUC) / sqrt(v_audit + v_window), both "
             "variances patient-clustered DeLong (Obuchowski 1997); a one-sided CUSUM S = max(0, S + z - k) alerts "
             "when S > h and then restarts, with k half the audit's ΔAUC MDE in that look's standard deviations "
             f"(the drop the audit could detect; {CUSUM_K} without one). h is calibrated by simulation ({N_SIM:,} "

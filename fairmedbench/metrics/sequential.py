@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -47,6 +48,27 @@ def clustered_auc_variance(y: np.ndarray, s: np.ndarray, clusters: np.ndarray | 
     return float(s10 / m + s01 / n + 2.0 * s11 / (m * n))
 
 
+@dataclass(frozen=True)
+class Look:
+    """One look of the rule: the standardised drop z, the share of its variance that the audit contributes (shared
+    by every look), and the CUSUM reference k."""
+
+    z: float
+    ratio: float
+    k: float
+
+
+def auc_look(audited: float, v_audit: float, value: float, v_value: float, target: float | None) -> Look | None:
+    """The look of a window AUC `value` (variance `v_value`) against the `audited` one (variance `v_audit`):
+    z = (audited - value) / sqrt(v_audit + v_value); k is half the `target` drop (the audit's MDE) in that standard
+    deviation (CUSUM_K without a target). None when the variances are undefined."""
+    if not (math.isfinite(v_audit) and math.isfinite(v_value)) or v_audit + v_value <= 0:
+        return None
+    sd = math.sqrt(v_audit + v_value)
+    k = target / (2.0 * sd) if target is not None and math.isfinite(target) and target > 0 else CUSUM_K
+    return Look((audited - value) / sd, v_audit / (v_audit + v_value), k)
+
+
 def cusum(drops: Sequence[float], k: float | Sequence[float], h: float | Sequence[float]
           ) -> tuple[list[float], list[bool]]:
     """One-sided CUSUM S_w = max(0, S_{w-1} + z_w - k_w) of standardised drops z_w (NaN: no look, S unchanged),
@@ -67,20 +89,12 @@ def _per_look(v: float | Sequence[float], n: int) -> list[float]:
     return [float(v)] * n if isinstance(v, (int, float)) else [float(x) for x in v]
 
 
-def reference_value(target: float | None, variance: float) -> float:
-    """The CUSUM reference k of a look: half the target drop in that look's standard deviations (the optimal k
-    for a shift of that size), CUSUM_K without a target."""
-    if target is None or not math.isfinite(target) or target <= 0 or not variance > 0:
-        return CUSUM_K
-    return target / (2.0 * math.sqrt(variance))
-
-
 def cusum_threshold(ratios: Sequence[float], ks: Sequence[float], horizon: int, alpha: float, n_sim: int = N_SIM,
                     seed: int = 0) -> float:
-    """The threshold h that a CUSUM (reference `ks[w]` per look) of standardised drops
-    z_w = (A_audit - A_w) / sqrt(v_audit + v_w) exceeds within `horizon` looks with probability <= `alpha` when
-    nothing changed. The audit's error is shared by every look, so the z_w are correlated: `ratios[w]` =
-    v_audit / (v_audit + v_w). Given for the looks seen so far; the later ones repeat their medians."""
+    """The threshold h that a CUSUM (reference `ks[w]` per look) of standardised drops z_w = (A_audit - A_w) /
+    sqrt(v_audit + v_w) exceeds within `horizon` looks with probability <= `alpha` when nothing
+    changed. The audit's error is shared by every look, so the z_w are correlated: `ratios[w]` = v_audit /
+    (v_audit + v_w). Given for the looks seen so far; the later ones repeat their medians."""
     if not 0.0 < alpha < 1.0:
         raise InputError(f"the false-alarm rate must be between 0 and 1, got {alpha}")
     if horizon < 1 or not ratios or len(ratios) != len(ks) or len(ratios) > horizon:
