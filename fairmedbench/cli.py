@@ -198,8 +198,9 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     outcome = run_monitor(_fill(MonitorOptions, args), args.command_line)
     if args.json:
         return _json(outcome.document)
-    return _lines([*outcome.document["headline"], *[f"alert: {a['window']}: {a['reason']}"
-                                                    for a in outcome.document["alerts"]],
+    alerts = outcome.document["alerts"]
+    return _lines([*outcome.document["headline"], *[f"alert: {a['window']}: {a['reason']}" for a in alerts
+                                                    if a["metric"] == "auc"],
                    *[f"{what}: {path}" for what, path in outcome.paths.items()]])
 
 

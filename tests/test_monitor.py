@@ -149,11 +149,11 @@ def _simulate(n_streams: int, seed0: int, n: int = 1000, n_window: int = 2000) -
 
 
 def test_monitor_on_simulated_streams_cheap() -> None:
-    """The cheap sibling of the 200-stream check (12 streams each way, wider bounds)."""
-    r = _simulate(10, 0)
+    """The cheap sibling of the 200-stream check: 6 streams each way (other seeds), wider bounds."""
+    r = _simulate(6, 7_000)
     assert 0.04 < r["mde"] < 0.08
-    assert r["null"] <= 2
-    assert r["detected"] >= 7 and np.median(r["delays"]) <= 3
+    assert r["null"] <= 1
+    assert r["detected"] >= 4 and np.median(r["delays"]) <= 3
 
 
 @pytest.mark.slow
