@@ -483,7 +483,10 @@ def headline(doc: dict[str, Any]) -> list[str]:
         below = [r for r in rows if r["auc"]["value"] is not None
                  and (c := audited.get(f"{r['attribute']}={r['group']}", {})).get("ci_low") is not None
                  and r["auc"]["value"] < c["ci_low"]]
-        first = (f"No group's AUC has fallen below its audited interval in {len(looked)} labelled windows."
+        intervals = all(c.get("ci_low") is not None for c in audited.values())
+        first = (f"No AUC alert in {len(looked)} labelled windows (the audit has no intervals to compare with)."
+                 if not intervals else
+                 f"No group's AUC has fallen below its audited interval in {len(looked)} labelled windows."
                  if not below else
                  f"No AUC alert in {len(looked)} labelled windows: {len(below)} window value(s) fell below the "
                  "audited interval without a sustained drop (the CUSUM stayed under its threshold).")
