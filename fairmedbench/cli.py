@@ -23,6 +23,7 @@ from fairmedbench.benchmark.datasets import SplitExportOptions, SplitImportOptio
 from fairmedbench.benchmark.evaluate import BatchOutcome, EvaluateOptions, evaluate_with
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.leaderboard import BoardOptions, SubmitOptions, build_board, submit_bundle
+from fairmedbench.benchmark.monitor import MonitorOptions, run_monitor
 from fairmedbench.benchmark.run import RunOutputs, run_with_outputs
 from fairmedbench.benchmark.signing import EvidenceVerifyOptions, verify_pack
 from fairmedbench.benchmark.studies import load_study
@@ -182,6 +183,25 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         return _json(outcome.document)
     terminal.render_inspect(outcome.document, _console())
     return _lines([f"{what}: {path}" for what, path in outcome.paths.items()])
+
+
+def _add_monitor(sub: Subparsers) -> None:
+    _command(sub, "monitor", _cmd_monitor, "post-market monitoring per group: later windows against the audit",
+             "Compare later prediction files, window by window, with an evaluate result (the audit): per group the "
+             "AUC, TPR and FPR at the audit's threshold with patient-level bootstrap intervals, score drift against "
+             "the audit's scores (KS), and alerts from a one-sided CUSUM on each group's standardised AUC drop whose "
+             "threshold is calibrated by simulation to --alpha false alarms over --horizon windows. Writes "
+             "monitor.json, alerts.json and, with --report, monitor.html.", options=MonitorOptions)
+
+
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    outcome = run_monitor(_fill(MonitorOptions, args), args.command_line)
+    if args.json:
+        return _json(outcome.document)
+    alerts = outcome.document["alerts"]
+    return _lines([*outcome.document["headline"], *[f"alert: {a['window']}: {a['reason']}" for a in alerts
+                                                    if a["metric"] == "auc"],
+                   *[f"{what}: {path}" for what, path in outcome.paths.items()]])
 
 
 def _compute_parent() -> argparse.ArgumentParser:
@@ -412,8 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls_and_compare, _add_evaluate, _add_inspect, _add_boards, _add_evidence,
-                _add_catalog, _add_studies):
+    for add in (_add_run, _add_controls_and_compare, _add_evaluate, _add_inspect, _add_monitor, _add_boards,
+                _add_evidence, _add_catalog, _add_studies):
         add(sub)
     return parser
 

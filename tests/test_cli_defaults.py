@@ -11,6 +11,7 @@ import pytest
 
 from fairmedbench.benchmark.evaluate import EvaluateOptions
 from fairmedbench.benchmark.inspect import InspectOptions
+from fairmedbench.benchmark.monitor import MonitorOptions
 from fairmedbench.cli import build_parser
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.spec import RunOptions, RunSpec
@@ -26,7 +27,7 @@ def _scalar_defaults(cls: type) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("command, types", [("run", (RunSpec, RunOptions)), ("evaluate", (EvaluateOptions,)),
-                                             ("inspect", (InspectOptions,))])
+                                             ("inspect", (InspectOptions,)), ("monitor", (MonitorOptions,))])
 def test_options_default_to_their_spec_type(command: str, types: tuple[type, ...]) -> None:
     defaults = {k: v for cls in types for k, v in _scalar_defaults(cls).items()}
     defaults["out"] = RunOptions.out_root if command == "run" else None
@@ -39,6 +40,6 @@ def test_options_default_to_their_spec_type(command: str, types: tuple[type, ...
 
 
 def test_n_boot_is_written_once() -> None:
-    for command in ("run", "evaluate", "inspect", "controls", "run-suite"):
+    for command in ("run", "evaluate", "inspect", "monitor", "controls", "run-suite"):
         (n_boot,) = [a.default for a in _parser(command)._actions if a.dest == "n_boot"]
         assert n_boot == N_BOOT == RunSpec.n_boot
