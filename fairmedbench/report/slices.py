@@ -65,11 +65,16 @@ def enrichment_table(i: int, sl: dict[str, Any], alpha: float) -> Table:
     rows = [[Cell(e["attribute"]), Cell(e["group"]), Cell(str(e["n_in_slice"]), "num"),
              Cell(f"{100 * e['share_slice']:.1f}%", "num"), Cell(f"{100 * e['share_rest']:.1f}%", "num"),
              Cell(f"{100 * e['share_all']:.1f}%", "num"), Cell(_p(e["p_value"]), "num"),
-             Cell(_p(e["p_adjusted"]), "num"),
-             Cell("yes" if (e["p_adjusted"] is not None and e["p_adjusted"] < alpha) else "no")]
+             Cell(_p(e["p_adjusted"]), "num"), Cell(_direction(e, alpha))]
             for e in sl["enrichment"]]
     return Table(["attribute", "group", "n in slice", "share in slice", "share in rest", "share overall", "p",
-                  "p adjusted", "enriched"], rows, f"slice {i}: recorded groups (held-out half)")
+                  "p adjusted", "in the slice"], rows, f"slice {i}: recorded groups (held-out half)")
+
+
+def _direction(e: dict[str, Any], alpha: float) -> str:
+    if e["p_adjusted"] is None or e["p_adjusted"] >= alpha:
+        return "as in the rest"
+    return "over-represented" if e["share_slice"] > e["share_rest"] else "under-represented"
 
 
 def prompt_table(i: int, sl: dict[str, Any]) -> Table:
