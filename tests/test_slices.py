@@ -160,3 +160,21 @@ def test_bad_discovery_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     rc, _, err = _run(capsys, "inspect", "--embeddings", str(path), "--attribute", "sex", "--no-tsne",
                       "--out", str(tmp_path / "o"), *extra)
     assert rc == 2 and needle in err and "Traceback" not in err
+
+
+def test_answer_sentences() -> None:
+    from fairmedbench.report.slices import discovery_answer
+
+    settings = {"n_discovery": 100, "n_holdout": 100, "correction": "by", "alpha": 0.05, "min_size": 20,
+                "split": "by row"}
+    assert discovery_answer({"settings": settings, "slices": []}) == [
+        "No mixture component with >= 20 rows did worse than the rest on the 100 discovery rows: nothing to test, "
+        "no hidden subgroup found."]
+    sl = {"n": 30, "share": 0.3, "auc_slice": 0.6, "auc_rest": 0.9, "gap": 0.3, "p_value": 0.001,
+          "p_adjusted": 0.002, "significant": True, "prompts": [],
+          "enrichment": [{"attribute": "sex", "group": "F", "share_slice": 0.8, "share_rest": 0.4,
+                          "p_adjusted": 0.01}]}
+    head, line = discovery_answer({"settings": settings, "slices": [sl]})
+    assert "held-out rows (split by row: no patient column)" in head and head.startswith("1 of 1 candidate")
+    assert line == ("Slice 1: 30 held-out rows (30%), AUC 0.600 against 0.900 for the rest (gap 0.300, adjusted p "
+                    "0.002); sex = F 80% vs 40%.")

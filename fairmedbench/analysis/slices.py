@@ -263,7 +263,8 @@ def discover_slices(x: np.ndarray, y: np.ndarray, score: np.ndarray | None, *, a
     settings: dict[str, float | int | str] = {
         "method": "domino-gmm", "n_components": n_components, "n_pca": k_pca, "error_weight": error_weight,
         "n_perm": n_perm, "correction": correction, "alpha": alpha, "min_size": min_size, "seed": seed,
-        "n_discovery": int(fit.sum()), "n_holdout": int(held.sum())}
+        "n_discovery": int(fit.sum()), "n_holdout": int(held.sum()),
+        "split": "by patient" if patients is not None else "by row"}
     return Discovery(slices, held, component, settings, notes)
 
 

@@ -23,9 +23,13 @@ def discovery_answer(d: dict[str, Any]) -> list[str]:
     s = d["settings"]
     sig = [(i, sl) for i, sl in enumerate(d["slices"], 1) if sl["significant"]]
     tested = sum(sl["p_value"] is not None for sl in d["slices"])
-    head = (f"{tested} candidate slice(s) where the model did worse on the {s['n_discovery']} discovery rows were "
-            f"tested on {s['n_holdout']} held-out rows of other patients ({s['correction'].upper()}-adjusted, "
-            f"alpha {s['alpha']}).")
+    others = " of other patients" if s.get("split") == "by patient" else " (split by row: no patient column)"
+    if not d["slices"]:
+        return [f"No mixture component with >= {s['min_size']} rows did worse than the rest on the {s['n_discovery']} "
+                "discovery rows: nothing to test, no hidden subgroup found."]
+    head = (f"{tested} of {len(d['slices'])} candidate slice(s) where the model did worse on the {s['n_discovery']} "
+            f"discovery rows were tested on {s['n_holdout']} held-out rows{others} "
+            f"({s['correction'].upper()}-adjusted, alpha {s['alpha']}).")
     if not sig:
         return [head, "No slice's held-out AUC gap is significant: no hidden subgroup found at this sample size."]
     return [head] + [f"Slice {i}: {sl['n']} held-out rows ({100 * sl['share']:.0f}%), AUC {_num(sl['auc_slice'])} "
@@ -57,7 +61,7 @@ def slice_table(d: dict[str, Any]) -> Table:
     return Table(["slice", "n (held-out)", "share", "n+", "AUC slice", "AUC rest", "gap (rest - slice)",
                   "gap on discovery half", "p", "p adjusted", "significant"], rows,
                  "candidate slices on the held-out half (gap: AUC of the rest minus AUC of the slice; one-sided "
-                 "permutation p of slice membership within each label class)")
+                 "permutation p of slice membership within label strata, a patient's rows moving together)")
 
 
 def enrichment_table(i: int, sl: dict[str, Any], alpha: float) -> Table:

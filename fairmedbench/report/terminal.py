@@ -382,7 +382,8 @@ def render_discovery(d: dict, console: Console) -> None:
         table.add_row(f"slice {i}", str(sl["n"]), f"{100 * sl['share']:.1f}%", f"{_num(sl['auc_slice']):.3f}",
                       f"{_num(sl['auc_rest']):.3f}", f"{_num(sl['gap']):+.3f}", fmt_p(sl["p_value"]),
                       fmt_p(sl["p_adjusted"]), over or "—")
-    console.print(table)
+    if d["slices"]:
+        console.print(table)
     for line in discovery_answer(d):
         console.print(line)
     for note in d["notes"]:
