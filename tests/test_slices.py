@@ -152,11 +152,14 @@ def test_command_writes_discovery_section_page_and_table(tmp_path: Path, capsys:
     (["--discover", "--discover-positive", "7"], "is not a class of 'label'"),
     (["--discover", "--label", "site"], "needs a binary label"),
     (["--discover", "--slices", "1"], "--slices must be >= 2"),
+    (["--discover", "--score", "gap"], "have no finite score (first at row 5)"),
 ])
 def test_bad_discovery_inputs_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, extra: list[str],
                                      needle: str) -> None:
     path = tmp_path / "emb.csv"
-    _frame().drop(columns=["hidden"]).to_csv(path, index=False)
+    df = _frame().drop(columns=["hidden"])
+    df["gap"] = df["score"].where(df.index != 5)
+    df.to_csv(path, index=False)
     rc, _, err = _run(capsys, "inspect", "--embeddings", str(path), "--attribute", "sex", "--no-tsne",
                       "--out", str(tmp_path / "o"), *extra)
     assert rc == 2 and needle in err and "Traceback" not in err

@@ -351,6 +351,10 @@ def load_embeddings(opts: InspectOptions) -> Inputs:
             score = meta[opts.score].to_numpy(dtype=np.float64)
         except (TypeError, ValueError):
             raise InputError(f"--score {opts.score!r}: the scores must be numbers") from None
+        bad = np.flatnonzero(~np.isfinite(score) & (label.codes >= 0))
+        if bad.size:
+            raise InputError(f"--score {opts.score!r}: {bad.size} labelled row(s) have no finite score (first at row "
+                             f"{int(bad[0])}); drop them or fill them in")
     return Inputs(x, names, label, attributes, ~held, held, projected, tsne, {}, provenance, notes,
                   None if patient is None else meta[patient].to_numpy(), score)
 
