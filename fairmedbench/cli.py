@@ -172,6 +172,8 @@ def _add_inspect(sub: Subparsers) -> None:
     _options(p, InspectOptions, "label", "label_pairs", "attributes", "patient_column", "correction", "correct_per",
              "alpha", "holdout", "n_modes", "tsne", "n_boot", "seed", "figure_format", "device", "precision",
              "cache_dir", "batch_size", "out", "out_table", "json")
+    _options(p.add_argument_group("hidden-subgroup discovery (--discover)"), InspectOptions, "discover", "score",
+             "discover_positive", "slices", "n_perm", "text_embeddings")
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

@@ -97,6 +97,20 @@ class InspectOptions:
     out_table: str | None = field(default=None, metadata=option(
         "also write the tidy table here (.csv or .parquet)", metavar="FILE"))
     json: bool = field(default=False, metadata=option("print the result JSON instead of tables"))
+    discover: bool = field(default=False, metadata=option(
+        "find hidden subgroups (slices) where the model errs more: Domino-style error-aware mixture, fitted on one "
+        "half of the patients, tested on the other; writes discover.html"))
+    score: str | None = field(default=None, metadata=option(
+        "with --discover: the model's score column (default: a logistic probe fitted on the discovery half)",
+        metavar="COL"))
+    discover_positive: str | None = field(default=None, metadata=option(
+        "with --discover: the label class scored as positive (default: the second of two classes)",
+        metavar="CLASS"))
+    slices: int = field(default=6, metadata=option("with --discover: mixture components (candidate slices)"))
+    n_perm: int = field(default=1000, metadata=option("with --discover: permutations per held-out slice test"))
+    text_embeddings: str | None = field(default=None, metadata=option(
+        "with --discover: text prompts' embeddings (a 'prompt' column and the image embeddings' columns) to name "
+        "each slice by its closest prompts", metavar="FILE"))
 
 
 @dataclass
@@ -114,6 +128,8 @@ class Inputs:
     baselines: dict[str, np.ndarray]
     provenance: dict[str, Any]
     notes: list[str]
+    patients: np.ndarray | None = None
+    score: np.ndarray | None = None
 
 
 @dataclass
@@ -277,6 +293,22 @@ def _check_variables(label: Target, attributes: list[Target], opts: InspectOptio
             notes.append(f"{missing} row(s) have no {t.name!r} value: left out of its probe and KS tests")
 
 
+def discover_label(label: Target, opts: InspectOptions) -> tuple[np.ndarray, np.ndarray, str]:
+    """Rows with a label, their 0/1 label for --discover and the positive class (checked before any heavy work)."""
+    classes = list(label.classes)
+    positive = opts.discover_positive
+    if positive is None:
+        if len(classes) != 2:
+            raise InputError(f"--discover needs a binary label: {label.name!r} has {len(classes)} classes "
+                             f"({', '.join(classes)}); give --discover-positive CLASS (that class against the rest)")
+        positive = classes[1]
+    if positive not in classes:
+        raise InputError(f"--discover-positive {positive!r} is not a class of {label.name!r}; its classes are "
+                         f"{', '.join(classes)}")
+    rows = label.codes >= 0
+    return rows, (label.codes[rows] == classes.index(positive)).astype(np.int64), positive
+
+
 def load_embeddings(opts: InspectOptions) -> Inputs:
     """Features, label and attributes from an embeddings file (and an optional metadata file, row by row)."""
     from fairmedbench.analysis.encoding import check_rows, holdout_split
@@ -295,6 +327,8 @@ def load_embeddings(opts: InspectOptions) -> Inputs:
     x, names, projected = _feature_columns(df, opts, str(path), notes)
     label, attributes = _variables(meta, opts, source, notes)
     _check_variables(label, attributes, opts, notes)
+    if opts.discover:
+        discover_label(label, opts)
     check_rows(len(x), **{label.name: label.codes}, **{a.name: a.codes for a in attributes})
     patient = opts.patient_column or ("patient_id" if "patient_id" in meta.columns else None)
     if patient and patient not in meta.columns:
@@ -309,7 +343,25 @@ def load_embeddings(opts: InspectOptions) -> Inputs:
         tsne = meta[list(TSNE_COLUMNS)].to_numpy(dtype=np.float64)
         notes.append("t-SNE: the file's own t-SNE columns (the published embedding), not recomputed")
     notes.append("baselines: none (an embeddings file has no model to re-run with random or ImageNet weights)")
-    return Inputs(x, names, label, attributes, ~held, held, projected, tsne, {}, provenance, notes)
+    score = None
+    if opts.score:
+        if opts.score not in meta.columns:
+            raise InputError(f"--score {opts.score!r} not in {source}; its columns are: {', '.join(cols_of(meta))}")
+        try:
+            score = meta[opts.score].to_numpy(dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"--score {opts.score!r}: the scores must be numbers") from None
+        bad = np.flatnonzero(~np.isfinite(score) & (label.codes >= 0))
+        if bad.size:
+            raise InputError(f"--score {opts.score!r}: {bad.size} labelled row(s) have no finite score (first at row "
+                             f"{int(bad[0])}); drop them or fill them in")
+    return Inputs(x, names, label, attributes, ~held, held, projected, tsne, {}, provenance, notes,
+                  None if patient is None else meta[patient].to_numpy(), score)
+
+
+def cols_of(df: pd.DataFrame) -> list[str]:
+    """The first 40 column names, for messages."""
+    return [str(c) for c in df.columns[:40]]
 
 
 def _lp_features(model_name: str, weights: str | None, ds: Dataset, split: Split, opts: InspectOptions,
@@ -354,6 +406,8 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
         card.attribute(a)
     attributes = [make_target(a, samples[f"attr:{a}"].to_numpy()) for a in names]
     _check_variables(label, attributes, opts, notes)
+    if opts.discover:
+        discover_label(label, opts)
     x, prov = _lp_features(opts.model, opts.weights, ds, split, opts, progress)
     x = check_features(x, None, f"features of {opts.model}")
     held = np.arange(len(order)) >= n_fit
@@ -419,6 +473,14 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
         raise InputError(f"--figure-format {opts.figure_format!r}: choose one of {', '.join(figures.FORMATS)}")
     if opts.n_boot < 0 or opts.n_modes < 1:
         raise InputError("--n-boot must be >= 0 and --modes >= 1")
+    if not opts.discover and (opts.score or opts.discover_positive or opts.text_embeddings):
+        raise InputError("--score, --discover-positive and --text-embeddings go with --discover")
+    if opts.score and not opts.embeddings:
+        raise InputError("--score reads a column of --embeddings/--metadata; with --model the discovery uses a "
+                         "logistic probe fitted on the discovery half")
+    if opts.slices < 2 or opts.n_perm < 1:
+        raise InputError("--slices must be >= 2 and --n-perm >= 1")
+    text = _text_embeddings(opts.text_embeddings) if opts.text_embeddings else None
     unknown = [b for b in opts.baselines if b not in BASELINES]
     if unknown:  # before any feature extraction
         raise InputError(f"--baselines {','.join(unknown)}: choose from {', '.join(BASELINES)} (comma-separated), "
@@ -462,6 +524,9 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
                      "group": t.group_a, "group_b": t.group_b, "n": t.n_a, "n_b": t.n_b, "value": t.statistic,
                      "p_value": t.p_value, "p_adjusted": t.p_adjusted, "reject": t.reject,
                      "correction": f"{ks.correction} per {ks.per}"})
+    discovery = _discover(inp, opts, text) if opts.discover else None
+    if discovery is not None:
+        rows += discovery_rows(discovery)
     t_analysis = time.perf_counter() - t0 - t_load
     tsne = inp.tsne
     if tsne is None and opts.tsne:
@@ -499,12 +564,80 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
                     "n_b": r.n_b, "statistic": r.statistic, "p_value": r.p_value, "p_adjusted": r.p_adjusted,
                     "reject": r.reject} for r in ks.rows]},
         "figures": [str(p.relative_to(out_dir)) for p in fig_paths],
+        **({"discovery": discovery} if discovery is not None else {}),
         "notes": notes,
         "timings": {"load": t_load, "analysis": t_analysis, "total": time.perf_counter() - t0},
     }
     store.write_json(out_dir / "inspect.json", doc)
     paths["figures"] = str(out_dir / "figures")
+    if discovery is not None:
+        from fairmedbench.report.slices import write_discovery_page
+
+        paths["page"] = str(write_discovery_page(out_dir / "discover.html", doc))
     return InspectOutcome(doc, table, paths, notes)
+
+
+def _text_embeddings(path_text: str) -> tuple[np.ndarray, list[str]]:
+    """Prompt embeddings: a 'prompt' column and numeric embedding columns, one row per prompt."""
+    from fairmedbench.analysis.encoding import check_features
+
+    df = read_table(Path(path_text), "text embeddings")
+    if "prompt" not in df.columns:
+        raise InputError(f"--text-embeddings {path_text}: needs a 'prompt' column and the embedding columns")
+    values = df.drop(columns=["prompt"])
+    try:
+        t = values.to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"--text-embeddings {path_text}: every column but 'prompt' must be numeric") from None
+    return check_features(t, [str(c) for c in values.columns], f"text embeddings in {path_text}"), \
+        [str(v) for v in df["prompt"]]
+
+
+def _discover(inp: Inputs, opts: InspectOptions, text: tuple[np.ndarray, list[str]] | None) -> dict[str, Any]:
+    """Slice discovery on the rows with a label; the document's `discovery` section."""
+    from fairmedbench.analysis.encoding import Target
+    from fairmedbench.analysis.slices import discover_slices
+
+    rows, y, positive = discover_label(inp.label, opts)
+    if text is not None and text[0].shape[1] != inp.x.shape[1]:
+        raise InputError(f"--text-embeddings: {text[0].shape[1]} dimensions, the image embeddings have "
+                         f"{inp.x.shape[1]}; both must come from the same model's shared space")
+    attrs = [Target(a.name, a.codes[rows], a.classes) for a in inp.attributes]
+    found = discover_slices(inp.x[rows], y, None if inp.score is None else inp.score[rows], attributes=attrs,
+                            patients=None if inp.patients is None else inp.patients[rows],
+                            n_components=opts.slices, n_perm=opts.n_perm, correction=opts.correction,
+                            alpha=opts.alpha, seed=opts.seed, text=None if text is None else text[0],
+                            prompts=() if text is None else text[1])
+    return {"label": inp.label.name, "positive": positive, "score": opts.score or "logistic probe (discovery half)",
+            "n_rows": int(rows.sum()), "settings": found.settings, "notes": found.notes,
+            "slices": [_clean(asdict(sl)) for sl in found.slices]}
+
+
+def _clean(v: Any) -> Any:
+    """NaN and infinities to None, through lists and dicts (JSON has no NaN)."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return _jsonable(v)
+
+
+def discovery_rows(discovery: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tidy-table rows: each slice's held-out gap and each attribute group's share in it."""
+    out: list[dict[str, Any]] = []
+    alpha = float(discovery["settings"]["alpha"])
+    for i, sl in enumerate(discovery["slices"], 1):
+        out.append({"analysis": "slice_auc_gap", "features": "embeddings", "variable": discovery["label"],
+                    "group": f"slice {i}", "n": sl["n"], "n_pos": sl["n_pos"], "value": sl["gap"],
+                    "p_value": sl["p_value"], "p_adjusted": sl["p_adjusted"], "reject": sl["significant"],
+                    "correction": discovery["settings"]["correction"]})
+        for e in sl["enrichment"]:
+            out.append({"analysis": "slice_enrichment", "features": f"slice {i}", "variable": e["attribute"],
+                        "group": e["group"], "n": e["n_in_slice"], "value": e["share_slice"],
+                        "p_value": e["p_value"], "p_adjusted": e["p_adjusted"],
+                        "reject": bool(e["p_adjusted"] is not None and e["p_adjusted"] < alpha),
+                        "correction": discovery["settings"]["correction"]})
+    return out
 
 
 def _figures(folder: Path, fmt: str, modes: Modes, tsne: np.ndarray | None, inp: Inputs,

@@ -364,7 +364,34 @@ def render_inspect(doc: dict, console: Console) -> None:
     for var, groups in ks["skipped"].items():
         for g, why in groups.items():
             console.print(f"[yellow]skipped[/] {var} = {g}: {why}")
+    if "discovery" in doc:
+        render_discovery(doc["discovery"], console)
     for note in doc["notes"]:
+        console.print(f"[cyan]note[/] {note}")
+
+
+def render_discovery(d: dict, console: Console) -> None:
+    """`inspect --discover`: the opening sentences, then one line per candidate slice (held-out half)."""
+    from rich.table import Table
+
+    from fairmedbench.report.slices import discovery_answer
+
+    table = Table(title="hidden subgroups: candidate slices on the held-out half", title_justify="left")
+    for h in ("slice", "n", "share", "AUC slice", "AUC rest", "gap", "p", "p adjusted", "over-represented"):
+        table.add_column(h, justify="left" if h in ("slice", "over-represented") else "right")
+    alpha = float(d["settings"]["alpha"])
+    for i, sl in enumerate(d["slices"], 1):
+        over = ", ".join(f"{e['attribute']}={e['group']}" for e in sl["enrichment"]
+                         if e["p_adjusted"] is not None and e["p_adjusted"] < alpha
+                         and e["share_slice"] > e["share_rest"])
+        table.add_row(f"slice {i}", str(sl["n"]), f"{100 * sl['share']:.1f}%", f"{_num(sl['auc_slice']):.3f}",
+                      f"{_num(sl['auc_rest']):.3f}", f"{_num(sl['gap']):+.3f}", fmt_p(sl["p_value"]),
+                      fmt_p(sl["p_adjusted"]), over or "—")
+    if d["slices"]:
+        console.print(table)
+    for line in discovery_answer(d):
+        console.print(line)
+    for note in d["notes"]:
         console.print(f"[cyan]note[/] {note}")
 
 
