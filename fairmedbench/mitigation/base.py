@@ -78,6 +78,7 @@ class Mitigation:
     n_classes: int = 0  # 0: sigmoid outputs with 0/1 labels per column; K >= 2: one softmax head, y = class index
     needs: ClassVar[Mapping[str, object]] = {}  # Task traits (fields of tasks.base.Task) and the values it needs
     other_tasks: ClassVar[str] = ""  # why a task without them is refused (default: names the tasks it serves)
+    needs_trainable_representation: ClassVar[str] = ""  # why frozen cached features are refused ("": they are not)
     restarts: ClassVar[bool] = False  # end_epoch may ask the classifier loop for one restart (no early stop before)
 
     def label_need(self) -> str | None:
