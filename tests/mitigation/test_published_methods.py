@@ -255,3 +255,16 @@ def test_representation_methods_refuse_frozen_features_and_train_a_representatio
     runs = run_classification(train, val, test.x, _mlp_head, lambda: make_mitigation(name), [0],
                               TrainConfig(epochs=3, patience=3, batch_size=64))
     assert np.isfinite(runs[0].test_scores).all()
+
+
+@pytest.mark.parametrize("name", ["lnl", "end"])
+def test_frozen_features_refused_before_any_work(name: str, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a linear probe of cached features the run exits 2 with the reason, before a folder or cache is made."""
+    from fairmedbench.cli import main
+
+    rc = main(["run", "--model", "c2l", "--weights", "random", "--dataset", "synth-underrep", "--attribute", "sex",
+               "--usage", "lp", "--mitigation", name, "--out", str(tmp_path / "out"),
+               "--cache-dir", str(tmp_path / "cache")])
+    assert rc == 2
+    assert f"mitigation {name!r} does not apply to usage 'lp'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
