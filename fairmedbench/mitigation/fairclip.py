@@ -33,12 +33,11 @@ def fairclip_penalty(sim: torch.Tensor, groups: torch.Tensor, blur: float, norma
     `normalise=False` leaves the batch's unnormalised, as the official code does."""
     import torch
 
-    loss_fn = sinkhorn(blur)
     batch = sim / sim.sum() if normalise else sim
     total = sim.sum() * 0.0
     for a in torch.unique(groups).tolist():
         g = sim[groups == a].detach()
-        total = total + loss_fn(batch[:, None], (g / g.sum())[:, None])
+        total = total + sinkhorn(batch, g / g.sum(), blur)
     return total
 
 

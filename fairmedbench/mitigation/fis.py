@@ -24,11 +24,16 @@ if TYPE_CHECKING:
     import torch
 
 
-def sinkhorn(blur: float) -> Any:
-    """geomloss's debiased Sinkhorn divergence between 1-D samples (p = 2: cost |x - y|^2 / 2, eps = blur^2)."""
+def sinkhorn(x: torch.Tensor, y: torch.Tensor, blur: float) -> torch.Tensor:
+    """geomloss's debiased Sinkhorn divergence between 1-D samples x (n,) and y (m,) (p = 2: cost |x - y|^2 / 2,
+    eps = blur^2); 0 when every point coincides (geomloss cannot size its blur schedule for a zero diameter)."""
+    import torch
     from geomloss import SamplesLoss
 
-    return SamplesLoss(loss="sinkhorn", p=2, blur=blur)
+    both = torch.cat([x.detach(), y.detach()])
+    if float(both.max() - both.min()) == 0.0:
+        return (x.sum() + y.sum()) * 0.0
+    return SamplesLoss(loss="sinkhorn", p=2, blur=blur)(x[:, None], y[:, None])
 
 
 @register_mitigation
@@ -54,12 +59,11 @@ class FairIdentityScaling(Mitigation):
         """Per sample, the Sinkhorn divergence between its group's losses and the batch's (no gradient)."""
         import torch
 
-        loss_fn = sinkhorn(float(self.hparams["blur"]))
-        flat = per_sample.detach().reshape(-1, 1).to(torch.float64)
+        flat = per_sample.detach().reshape(-1).to(torch.float64)
         d = torch.zeros(len(flat), dtype=flat.dtype, device=flat.device)
         for a in torch.unique(groups).tolist():
             sel = groups == a
-            d[sel] = loss_fn(flat[sel], flat)
+            d[sel] = sinkhorn(flat[sel], flat, float(self.hparams["blur"]))
         return d.to(per_sample.dtype)
 
     def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:

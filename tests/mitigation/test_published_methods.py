@@ -268,3 +268,14 @@ def test_frozen_features_refused_before_any_work(name: str, tmp_path, capsys: py
     assert rc == 2
     assert f"mitigation {name!r} does not apply to usage 'lp'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def test_sinkhorn_of_coinciding_points_is_zero() -> None:
+    """Equal losses everywhere (a zero-diameter cloud, which geomloss cannot schedule) give divergence 0, and FIS
+    then weighs the batch uniformly: the objective is the mean loss times the asymptote r / b."""
+    from fairmedbench.mitigation.fis import sinkhorn
+
+    x = torch.ones(3, dtype=torch.float64)
+    assert float(sinkhorn(x, x[:1], 0.1)) == 0.0
+    m = make_mitigation("fis")
+    assert float(m.loss(x, _batch([[0.0]] * 3, [[0]] * 3, [0, 0, 1]))) == pytest.approx(1 / 3)
