@@ -76,8 +76,7 @@ class JTT(Mitigation):
         return True
 
     def describe(self) -> dict[str, Any]:
-        """Base description plus the reference and the error set's size (after training)."""
+        """Base description plus the reference and the procedure."""
         return {**super().describe(), "reference": self.REFERENCE,
-                "error_set_size": None if self.error_set is None else int(len(self.error_set)),
                 "notes": "needs no sensitive attribute at training; identification model = the same head after "
                          "T ERM epochs; retrained from the same initial weights"}
