@@ -164,6 +164,9 @@ def check_spec(spec: RunSpec) -> Checked:
                          f"{', '.join(task.select_rules)}")
     plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
     plugin.check_task(task)
+    if plugin.needs_trainable_representation and usage.caches_features:
+        raise InputError(f"mitigation {plugin.name!r} does not apply to usage {usage.name!r}: "
+                         f"{plugin.needs_trainable_representation}")
     if plugin.threshold_policy and (spec.threshold is not None or profile.threshold_policy):
         raise InputError(f"mitigation {plugin.name!r} sets the operating point itself (per-group thresholds chosen by "
                          f"its policy={plugin.hparams.get('policy')!r}), so "

@@ -8,13 +8,24 @@ from typing import Any
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation import (  # noqa: F401 (they register)
     adversarial,
+    cfair,
+    cvar_dro,
     domainind,
+    end,
+    fair_dice,
+    fairclip,
     fairness_loss,
     febs,
+    fis,
     group_thresholds,
     groupdro,
     ind,
+    jtt,
+    laftr,
+    lnl,
     resampling,
+    reweighting,
+    sam,
 )
 from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation, register_mitigation
 

@@ -68,3 +68,21 @@ def balance_units(method: str, by: str, y: np.ndarray, groups: np.ndarray | None
                          "give --attribute, or use by=class")
     g = check_group_codes(method, groups)
     return g if by == "group" else max(n_classes, 2) * g + label_column(method, y, column, n_classes)
+
+
+def group_table(method: str, groups: np.ndarray | None) -> np.ndarray:
+    """Training-set group sizes (index = group code), refusing a run without the attribute."""
+    if groups is None:
+        raise InputError(f"mitigation {method!r} needs the sensitive attribute at training; give --attribute")
+    return np.bincount(check_group_codes(method, groups))
+
+
+def true_label_probability(logits: Any, y: Any, n_classes: int) -> Any:
+    """Per sample, the probability the head gives the true label: softmax[y] for a softmax head (y class
+    indices), else the mean over label columns of sigmoid(z) where y = 1 and 1 - sigmoid(z) where y = 0."""
+    import torch
+
+    if n_classes:
+        return torch.softmax(logits, dim=1).gather(1, y.long().view(-1, 1))[:, 0]
+    p = torch.sigmoid(logits)
+    return torch.where(y > 0.5, p, 1 - p).mean(dim=1)

@@ -7,6 +7,10 @@ Hooks, in the order a runner calls them:
   `loss(per_sample, batch)`          the training objective from per-sample losses and the batch;
   `fit_postprocess(scores, y, groups)` then `adjust_scores(scores, groups)`: post-processing learnt on
                                      validation and applied to validation and test scores;
+  `step(opt, closure)`               one optimiser update from closure() (zero grads, loss, backward; returns
+                                     the loss); default one call and opt.step() (SAM evaluates it twice);
+  `end_epoch(epoch, model, train)`   after each epoch of a classifier loop; True asks the loop to retrain
+                                     once from the initial weights (JTT), allowed only when `restarts`;
   `threshold_policy`                 set by a plugin that fixes the operating point itself (per-group
                                      thresholds mapped to 0.5): it replaces the runner's policy.
 
@@ -30,7 +34,7 @@ cross-entropy in `loss`, and softmax probabilities (n, K) in `fit_postprocess` /
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -74,6 +78,8 @@ class Mitigation:
     n_classes: int = 0  # 0: sigmoid outputs with 0/1 labels per column; K >= 2: one softmax head, y = class index
     needs: ClassVar[Mapping[str, object]] = {}  # Task traits (fields of tasks.base.Task) and the values it needs
     other_tasks: ClassVar[str] = ""  # why a task without them is refused (default: names the tasks it serves)
+    needs_trainable_representation: ClassVar[str] = ""  # why frozen cached features are refused ("": they are not)
+    restarts: ClassVar[bool] = False  # end_epoch may ask the classifier loop for one restart (no early stop before)
 
     def label_need(self) -> str | None:
         """Why this method, with its hyperparameters, needs a class label per sample; None when it does not."""
@@ -132,6 +138,17 @@ class Mitigation:
     def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
         """Reduce per-sample losses (a torch tensor) to the training objective."""
         return per_sample.mean()
+
+    def step(self, opt: torch.optim.Optimizer, closure: Callable[[], torch.Tensor]) -> None:
+        """One optimiser update: `closure()` zeroes the gradients, computes the loss and back-propagates it."""
+        closure()
+        opt.step()
+
+    def end_epoch(self, epoch: int, model: nn.Module,
+                  train: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]) -> bool:
+        """After epoch `epoch` of a classifier loop (model in eval mode, training inputs, labels, groups): True asks
+        the loop to restart from the initial weights (only when `restarts`; default False)."""
+        return False
 
     def fit_postprocess(self, scores: np.ndarray, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Learn post-processing from validation scores (default: nothing)."""

@@ -221,6 +221,22 @@ def finite(v: float) -> float | None:
     return float(v) if np.isfinite(v) else None
 
 
+def _batch_closure(model: Any, mitigation: Mitigation, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor,
+                   gb: torch.Tensor | None, per_sample_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                   ) -> Callable[[], torch.Tensor]:
+    """The minibatch's closure for `Mitigation.step`: zero the gradients, forward, the mitigation's loss, backward."""
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        rep = model.representation(xb)
+        logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
+        loss = mitigation.loss(per_sample_loss(logits, yb), Batch(logits, yb, gb, rep))
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        return loss
+
+    return closure
+
+
 @dataclass
 class EpochsFit:
     """What the epoch loop kept: the best epoch (-1: none ran), its selection score and validation loss, the
@@ -240,32 +256,38 @@ def fit_epochs(model: Any, mitigation: Mitigation, opt: torch.optim.Optimizer,
     """The head training loop every classifier task shares: per epoch, the mitigation's sample order (from the
     `sampler` labels and groups), minibatches through its loss hook, then `validate(model)` -> (selection score,
     lower is better; validation loss) under no_grad; early stop after `patience` epochs without improvement;
-    the best epoch's weights are loaded back."""
+    the best epoch's weights are loaded back. A mitigation that `restarts` runs a first phase (no early stop, no
+    selection) until its `end_epoch` asks for the restart, then `epochs` epochs from the initial weights."""
     import torch
 
     x, y, groups = train
-    best, best_state, best_epoch, bad, curve, best_loss = np.inf, copy.deepcopy(model.state_dict()), -1, 0, [], np.nan
-    for epoch in range(epochs):
+    initial = copy.deepcopy(model.state_dict())
+    best, best_state, best_epoch, bad, curve, best_loss = np.inf, initial, -1, 0, [], np.nan
+    epoch, restarted = 0, False
+    while epoch < epochs or (epochs > 0 and mitigation.restarts and not restarted):  # a restarter's phase 1 ends
         model.train()
         order = mitigation.epoch_indices(sampler[0], sampler[1], rng)
         for start in range(0, len(order), batch_size):
             b = torch.as_tensor(order[start:start + batch_size])
-            gb = None if groups is None else groups[b]
-            rep = model.representation(x[b])
-            logits = model.classify(rep, gb) if hasattr(model, "classify") else model.linear(rep)
-            loss = mitigation.loss(per_sample_loss(logits, y[b]), Batch(logits, y[b], gb, rep))
-            opt.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
-            opt.step()
+            mitigation.step(opt, _batch_closure(model, mitigation, opt, x[b], y[b],
+                                                None if groups is None else groups[b], per_sample_loss))
         model.eval()
         with torch.no_grad():
             score, loss_v = validate(model)
         curve.append(loss_v)
+        if mitigation.restarts and not restarted and mitigation.end_epoch(epoch, model, train):
+            # retrain once from the initial weights: the first phase's epochs are no candidates for selection
+            model.load_state_dict(initial)
+            opt.state.clear()
+            best, best_state, best_epoch, bad, curve, best_loss = np.inf, initial, -1, 0, [], np.nan
+            epoch, restarted = 0, True
+            continue
         if score < best - 1e-7:
             best, best_state, best_epoch, bad, best_loss = score, copy.deepcopy(model.state_dict()), epoch, 0, loss_v
         else:
             bad += 1
-            if bad >= patience:
+            if bad >= patience and (restarted or not mitigation.restarts):
                 break
+        epoch += 1
     model.load_state_dict(best_state)
     return EpochsFit(best_epoch, float(best), float(best_loss), curve)

@@ -238,3 +238,11 @@ def test_volumes_train_on_their_non_empty_slices_and_validate_per_volume() -> No
                              DecoderConfig(lr=0.05, epochs=3, patience=3, batch_size=4), make_mitigation("erm"), 0)
     assert outcome.curve[0]["val_dsc"] == 1.0  # the exact slices, pooled per volume (unprompted slices empty)
     assert len(outcome.curve) == 4 and np.isfinite(outcome.curve[-1]["train_loss"])
+
+
+@pytest.mark.parametrize("name", ["reweighting", "cvar_dro", "fis", "fair_dice"])
+def test_published_segmentation_methods_train(name: str) -> None:
+    """Each published method that serves segmentation trains the decoder (their losses are pinned by hand in
+    test_published_methods.py)."""
+    _, outcome, _, _ = fit(name)
+    assert np.isfinite([r["train_loss"] for r in outcome.curve[1:]]).all()
