@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
 from fairmedbench.spec import BASELINE_MITIGATION
@@ -74,6 +75,9 @@ class Mitigation:
     n_classes: int = 0  # 0: sigmoid outputs with 0/1 labels per column; K >= 2: one softmax head, y = class index
     needs: ClassVar[Mapping[str, object]] = {}  # Task traits (fields of tasks.base.Task) and the values it needs
     other_tasks: ClassVar[str] = ""  # why a task without them is refused (default: names the tasks it serves)
+    # the declared hyperparameter search (--hparam-search): key -> LogUniform or a tuple of choices; a class that does
+    # not declare its own in its body has none (benchmark/search.py reads the class body, not the base's)
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = TRAINING_SPACE
 
     def label_need(self) -> str | None:
         """Why this method, with its hyperparameters, needs a class label per sample; None when it does not."""
