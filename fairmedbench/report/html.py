@@ -527,6 +527,8 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
 def write_claims_report(path: Path, doc: dict[str, Any]) -> Path:
     """The claims page (benchmark claims --report): one sentence per claim first, then a table of each claim's
     paper, table, setting, claimed and measured difference and answer."""
+    from fairmedbench.benchmark.claims import cite
+
     css = {"holds": "no", "contradicted": "yes", "not-supported": "na", "undefined": "na"}
     rows = []
     for c in doc["claims"]:
@@ -537,7 +539,7 @@ def write_claims_report(path: Path, doc: dict[str, Any]) -> Path:
         known = ([Cell(c["known_answer"]), Cell("yes" if c["gave_known_answer"] else "NO",
                                                 "no" if c["gave_known_answer"] else "yes")]
                  if doc.get("stand_in") else [])
-        rows.append([Cell(c["id"], title=c["statement"]), Cell(c["paper"]), Cell(c["table"]),
+        rows.append([Cell(c["id"], title=c["statement"]), Cell(cite(c["paper"]), title=c["paper"]), Cell(c["table"]),
                      Cell(f"{', '.join(c['methods'])} · {c['metric']}"),
                      Cell(f"{c['direction']} {c['size']:.3f}", "num"),
                      Cell(measured, "num", f"over {ev.get('n_units')} {ev.get('unit')}s"), Cell(boot, "num"),
