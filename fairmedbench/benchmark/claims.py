@@ -158,7 +158,8 @@ def judge(claim: Claim, diffs: np.ndarray, unit: str, boot: dict[str, Any] | Non
     mde = paired_mde(diffs)
     evidence.update(mean_diff=s.mean, ci_low=s.ci_low, ci_high=s.ci_high, paired_p=p, mde=mde,
                     verdict=verdict.to_dict())
-    size = (f"{s.mean:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] over {len(diffs)} {unit}s (p = {fmt_p(p)})"
+    ptext = f"p {fmt_p(p)}" if fmt_p(p).startswith("<") else f"p = {fmt_p(p)}"
+    size = (f"{s.mean:+.3f} [{s.ci_low:+.3f}, {s.ci_high:+.3f}] over {len(diffs)} {unit}s ({ptext})"
             + (f", {boot['value']:+.3f} [{boot['ci_low']:+.3f}, {boot['ci_high']:+.3f}] with the test set's "
                "sampling error" if boot else ""))
     claimed = f"claimed: {claim.direction} of {claim.size:.3f}"

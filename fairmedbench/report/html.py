@@ -515,8 +515,11 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
                                f"paired test-set bootstrap ({boot.get('n_boot')} resamples of whole "
                                f"{boot.get('unit', 'row')}s, {boot.get('n_clusters', '?')} of them; seed means, "
                                f"groups {', '.join(map(str, boot.get('groups', [])))})")
+        by_method: dict[str, list[str]] = {}
+        for v, judged in paired:  # one sentence per method: its verdicts, each with both intervals where both ran
+            by_method.setdefault(v["method"], []).append(judged.sentence.rstrip("."))
         datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
-                         "figures": figures})
+                         "figures": figures, "sentences": [f"{'; '.join(x)}." for x in by_method.values()]})
     text = TEMPLATES.get_template("report/compare.html.j2").render(
         attribute=doc["attribute"], datasets=datasets, answer=compare_headline(doc), notes=doc.get("notes", []),
         provenance=doc,

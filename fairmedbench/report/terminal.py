@@ -596,12 +596,14 @@ def study_report_text(rep: StudyReport) -> str:
 
 def render_claims(doc: dict, path: Path, page: Path | None, console: Console) -> None:
     """One sentence per claim (its answer coloured), whether each stand-in gave its known answer, where it is saved."""
+    from rich.markup import escape
+
     colour = {"holds": "green", "contradicted": "red", "not-supported": "yellow"}
     for c in doc["claims"]:
         a = c["answer"]
         known = ""
         if doc.get("stand_in"):
             known = f" [known answer {c['known_answer']}: {'given' if c['gave_known_answer'] else 'NOT given'}]"
-        console.print(f"[bold {colour.get(a['key'], 'white')}]{a['key']}[/] {a['sentence']}{known}",
+        console.print(f"[bold {colour.get(a['key'], 'white')}]{a['key']}[/] {escape(a['sentence'] + known)}",
                       highlight=False)
     console.print(f"saved: {path}" + (f"\nreport: {page}" if page else ""), highlight=False)

@@ -388,7 +388,7 @@ def versus_erm(row: dict[str, Any], n_seeds: int, boot: dict[str, Any] | None = 
             boot_hit, boot_text = False, "; the test-set bootstrap interval is undefined"
     ptext = f"p = {fmt_p(float(p))}" if p is not None else "paired t interval"
     if not (seed_hit and boot_hit):
-        why = ptext if not seed_hit else f"{ptext} over seeds, but not beyond the test set's sampling error"
+        why = ptext if not seed_hit else f"{ptext} over {unit}s, but not beyond the test set's sampling error"
         return Verdict("no-difference", f"{method} did not change {head} beyond chance against ERM ({size}; "
                                         f"{why}{boot_text}).", evidence, None if p is None else float(p))
     up = float(diff) > 0

@@ -52,6 +52,11 @@ def test_split_seeds_pair_per_split_and_pool_the_test_bootstrap(tmp_path: Path) 
     assert gap_vs["value"] == pytest.approx(np.mean(gaps["groupdro"]) - np.mean(gaps["erm"]))
     assert gap_vs["ci_low"] <= gap_vs["value"] <= gap_vs["ci_high"]
     json.dumps(out.to_dict(), allow_nan=False)
+    from fairmedbench.report.html import write_compare_report
+
+    html = write_compare_report(tmp_path / "page.html", out.to_dict()).read_text()
+    assert "against ERM, per method" in html and "t 95% CI over splits" in html
+    assert "across splits 0, 1, 2" in html
 
 
 @pytest.mark.parametrize("kw, needle", [
