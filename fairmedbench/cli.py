@@ -25,10 +25,12 @@ from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.leaderboard import BoardOptions, SubmitOptions, build_board, submit_bundle
 from fairmedbench.benchmark.monitor import MonitorOptions, run_monitor
 from fairmedbench.benchmark.run import RunOutputs, run_with_outputs
+from fairmedbench.benchmark.search import SearchOptions, run_searched
 from fairmedbench.benchmark.signing import EvidenceVerifyOptions, verify_pack
 from fairmedbench.benchmark.studies import load_study
 from fairmedbench.benchmark.suite import SuiteOptions
 from fairmedbench.benchmark.verify import VerifyOptions, verify_bundle
+from fairmedbench.engine import store
 from fairmedbench.engine.device import PRECISIONS
 from fairmedbench.engine.progress import StageProgress
 from fairmedbench.errors import FMBError, os_error_line
@@ -236,6 +238,7 @@ def _add_run(sub: Subparsers) -> None:
                                   "identity)"), RunSpec, "train_group_share", "share_group", "train_size", "prevalence",
              "prevalence_on", "test_resample")
     _options(p, RunOutputs)
+    _options(p, SearchOptions)
     _options(p, arguments.HparamShortcuts)
 
 
@@ -253,7 +256,11 @@ def run_spec(args: argparse.Namespace) -> RunSpec:
 def _cmd_run(args: argparse.Namespace) -> int:
     spec, outputs = run_spec(args), _fill(RunOutputs, args)
     with StageProgress(quiet=outputs.json) as progress:
+        spec, searched = run_searched(spec, run_options(args, progress), _fill(SearchOptions, args).hparam_search)
         outcome, report = run_with_outputs(spec, run_options(args, progress), outputs, args.command_line)
+    if searched is not None:  # the search's record beside the chosen run's summary
+        outcome.summary["hparam_search"] = searched
+        store.write_json((outcome.summary_dir or outcome.out_dir) / "summary.json", outcome.summary)
     if outputs.json:
         return _json(outcome.summary)
     terminal.render_run_outcome(outcome, report, _console())
@@ -286,6 +293,29 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if o.json:
         return _json(doc)
     terminal.render_compare_saved(doc, path, report, _console())
+    return 0
+
+
+def _add_claims(sub: Subparsers) -> None:
+    from fairmedbench.benchmark.claims import ClaimsOptions
+
+    _command(sub, "claims", _cmd_claims, "do published fairness claims hold? one sentence per claim",
+             "For each claim YAML (paper, table, statement, dataset, model, methods, metric, claimed direction and "
+             "size): compare the method with its baseline on one harness (same splits, features, seeds; repeated "
+             "splits) and say whether the claim holds, is not supported at this size (with the paired minimum "
+             "detectable effect) or is contradicted. --stand-in runs each claim's synthetic stand-in with a known "
+             "answer.", [_compute_parent()], ClaimsOptions)
+
+
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from fairmedbench.benchmark.claims import ClaimsOptions, run_claims
+
+    o = _fill(ClaimsOptions, args)
+    with StageProgress(quiet=o.json) as progress:
+        doc, path, page = run_claims(o, run_options(args, progress), args.out_root)
+    if o.json:
+        return _json(doc)
+    terminal.render_claims(doc, path, page, _console())
     return 0
 
 
@@ -434,8 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls_and_compare, _add_evaluate, _add_inspect, _add_monitor, _add_boards,
-                _add_evidence, _add_catalog, _add_studies):
+    for add in (_add_run, _add_controls_and_compare, _add_claims, _add_evaluate, _add_inspect, _add_monitor,
+                _add_boards, _add_evidence, _add_catalog, _add_studies):
         add(sub)
     return parser
 

@@ -75,11 +75,20 @@ def _mitigations() -> list[Row]:
 
 
 def _studies() -> list[Row]:
+    from fairmedbench.benchmark.claims import load_claim, shipped_claims
     from fairmedbench.benchmark.studies import load_study, shipped_studies
 
-    return [{"name": s.name, "models": len(s.models), "datasets": len(s.datasets), "usages": list(s.usages),
-             "mitigations": list(s.mitigations), "seeds": len(s.seeds), "about": s.description}
-            for s in map(load_study, shipped_studies())]
+    rows: list[Row] = [{"name": s.name, "models": len(s.models), "datasets": len(s.datasets), "usages": list(s.usages),
+                        "mitigations": list(s.mitigations), "seeds": len(s.seeds), "about": s.description}
+                       for s in map(load_study, shipped_studies())]
+    claims = [load_claim(p) for p in shipped_claims()]
+    if claims:  # the claims study: one YAML per published claim (benchmark claims)
+        rows.append({"name": "claims", "models": len({c.model for c in claims}),
+                     "datasets": len({c.dataset for c in claims}), "usages": sorted({c.usage for c in claims}),
+                     "mitigations": sorted({m for c in claims for m in (c.baseline, c.method)}),
+                     "seeds": 5, "about": f"{len(claims)} published fairness claims, one YAML each "
+                                          f"({', '.join(c.id for c in claims)}): benchmark claims [--stand-in]"})
+    return rows
 
 
 LISTERS: dict[str, Callable[[], list[Row]]] = {

@@ -13,6 +13,12 @@ Classification (usage lp or lora) compares AUC-based metrics; segmentation (usag
 DSC-based metrics of the segmentation engine; multi-class (lp or lora on a card with classes) the macro-AUC
 metrics of the multi-class engine, whose paired test-set bootstrap resamples group macro AUCs (stratified by
 group x class). The bootstrap resamples AUCs only; a segmentation comparison says so in its notes.
+
+Repeated splits (`--split-seeds`): every method runs on each split seed (the test split kept, train/val re-drawn);
+the paired test against ERM takes the split as its unit (each split's seed-mean difference, t interval and paired
+t-test over splits), and the paired test-set bootstrap pools every split x seed run on the one test set.
+Other sites (`--eval-dataset`): each external test set is compared as a dataset of its own, `<dataset>@<site>`,
+from the same trained heads (paired over seeds or splits, with its own paired test-set bootstrap).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 
 from fairmedbench.benchmark.run import RunOutcome, run
 from fairmedbench.engine import store
+from fairmedbench.engine.results import RunResult
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
@@ -36,6 +43,8 @@ from fairmedbench.spec import RunOptions, RunSpec, option
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from fairmedbench.tasks.base import Task
 
 BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
                   "intervals of {headline} are across seeds on one test set and leave out its sampling error")
@@ -50,7 +59,7 @@ class CompareOutcome:
 
     attribute: str
     methods: list[str]
-    datasets: list[str]
+    datasets: list[str]  # compared: each trained dataset, then each of its sites as <dataset>@<site>
     task: str = "classification"
     metrics: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
@@ -61,11 +70,15 @@ class CompareOutcome:
     test_bootstrap: dict[str, Any] = field(default_factory=dict)
     ranks: dict[str, Any] | None = None
     seconds: float = 0.0
+    split_seeds: list[int] = field(default_factory=list)  # repeated splits: the unit of the paired test
+    sites: dict[str, str] = field(default_factory=dict)  # <dataset>@<site> -> the dataset trained on
+    hparam_search: dict[str, Any] = field(default_factory=dict)  # (dataset|method) -> the search record
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (values per seed included)."""
         return store.jsonable({"attribute": self.attribute, "methods": self.methods, "datasets": self.datasets,
                 "task": self.task, "metrics": list(self.metrics), "notes": self.notes, "table": self.table,
+                "split_seeds": self.split_seeds, "sites": self.sites, "hparam_search": self.hparam_search,
                 "versus_erm": self.versus_erm,
                 "test_bootstrap": self.test_bootstrap, "ranks": self.ranks, "seconds": self.seconds,
                 "per_seed": {"|".join(k): v for k, v in self.values.items()},
@@ -88,6 +101,17 @@ class CompareOptions:
     seeds: str = field(default="0-4", metadata=option())
     split_file: str | None = field(default=None, metadata=option(
         "an exported split (benchmark splits export) to run every method on"))
+    split_seeds: str | None = field(default=None, metadata=option(
+        "repeated splits, e.g. 0-2: every method runs on each split seed (the test split kept, train/val re-drawn); "
+        "the paired test against ERM takes the split as its unit", metavar="SEEDS"))
+    eval_datasets: tuple[str, ...] = field(default=(), metadata=option(
+        "other sites: apply every method's trained heads to these datasets' test splits (as benchmark run "
+        "--eval-dataset) and compare each as <dataset>@<site>", flag="--eval-dataset", action="append", default=None,
+        metavar="NAME[:KEY=VALUE...]"))
+    hparam_search: int = field(default=0, metadata=option(
+        "search N hyperparameter candidates per method (its paper defaults plus N-1 seeded draws from its declared "
+        "space) and keep the best on the validation split (worst-group utility); test data is never read", type=int,
+        metavar="N"))
     select: str | None = field(default=None, metadata=option(
         "checkpoint selection on validation (default: the task's first rule: val_loss for classification, val_dsc "
         "for segmentation)"))
@@ -103,30 +127,40 @@ class CompareOptions:
 
 def compare_with(o: CompareOptions, opts: RunOptions) -> CompareOutcome:
     """compare() with `benchmark compare`'s options."""
+    from fairmedbench.analysis.shift import split_eval_list
     from fairmedbench.benchmark.arguments import parse_seeds
 
+    split_seeds = parse_seeds(o.split_seeds, "--split-seeds") if o.split_seeds else ()
+    sites = tuple(t for v in o.eval_datasets or () for t in split_eval_list(v))
     return compare(o.model, o.dataset, o.attribute, o.usage, list(o.mitigations), parse_seeds(o.seeds), opts,
                    select=o.select, weights=o.weights, n_boot=o.n_boot, precision=o.precision, skip_bad=o.skip_bad,
-                   dataset_options=o.dataset_options, hparams=o.hparams, split_file=o.split_file)
+                   dataset_options=o.dataset_options, hparams=o.hparams, split_file=o.split_file,
+                   split_seeds=split_seeds, eval_datasets=sites, hparam_search=o.hparam_search)
 
 
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
             opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = N_BOOT,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
-            precision: str = RunSpec.precision, skip_bad: bool = False,
-            split_file: str | None = None) -> CompareOutcome:
-    """Run every method on every dataset with the same seeds; summarise and test against ERM.
+            precision: str = RunSpec.precision, skip_bad: bool = False, split_file: str | None = None,
+            split_seeds: tuple[int, ...] = (), eval_datasets: tuple[str, ...] = (),
+            hparam_search: int = 0, sampling: dict[str, Any] | None = None) -> CompareOutcome:
+    """Run every method on every dataset with the same seeds (and split seeds); summarise and test against ERM,
+    on each dataset and each of its `eval_datasets` sites.
 
     `select` is the checkpoint rule (default: the task's first rule, val_loss or val_dsc). Every run is checked
-    before the first one starts, so a mistyped name or hyperparameter fails at once.
+    before the first one starts, so a mistyped name or hyperparameter fails at once. `hparam_search` N > 0 picks
+    each method's hyperparameters on validation first (benchmark/search.py). `sampling`: RunSpec's sampling fields
+    (train_group_share, share_group, train_size, ...) for every run, e.g. a minority share kept on re-drawn splits.
     """
     from fairmedbench.benchmark.resolve import check_spec
-    from fairmedbench.metrics.specs import metric_spec
-    from fairmedbench.metrics.stats import seed_summary, welch_test
     from fairmedbench.tasks.base import get_task
 
     if len(seeds) < 2:
         raise InputError("compare needs at least two seeds for across-seed intervals, e.g. --seeds 0-4")
+    if len(split_seeds) == 1:
+        raise InputError("--split-seeds takes the split as the unit of the paired test: give at least two, e.g. 0-2")
+    if split_seeds and split_file:
+        raise InputError("--split-seeds re-draws train/val and --split-file imports one split: give one of them")
     methods = [BASELINE, *[m for m in methods if m != BASELINE]]
     specs = {}
     task_of: dict[str, str] = {}
@@ -135,7 +169,8 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
             spec = RunSpec(model=model, dataset=ds, attributes=(attribute,), usage=usage, mitigation=m, seeds=seeds,
                            weights=weights, n_boot=n_boot, hparams=dict(hparams or {}),
                            dataset_options=dict(dataset_options or {}), precision=precision, skip_bad=skip_bad,
-                           split_file=split_file)
+                           split_file=split_file, split_seeds=tuple(split_seeds), eval_datasets=tuple(eval_datasets),
+                           **(sampling or {}))
             checked = check_spec(spec)
             if not checked.usage.learns:
                 raise InputError(f"compare trains: usage {usage!r} learns nothing from the train split")
@@ -147,38 +182,40 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
         raise InputError("compare ranks methods on one task across datasets, but these datasets are of different "
                          f"tasks: {', '.join(f'{d} ({t})' for d, t in task_of.items())}; compare each task's datasets "
                          "in a call of its own")
+    if hparam_search:
+        from fairmedbench.benchmark.search import check_searchable
+
+        for m in methods:
+            check_searchable(m)  # a method without a declared space is refused before any run
     task = get_task(task_of[datasets[0]])
     t0 = time.perf_counter()
-    out = CompareOutcome(attribute, methods, list(datasets), task.name, task.summary_metrics)
+    out = CompareOutcome(attribute, methods, list(datasets), task.name, task.summary_metrics,
+                         split_seeds=list(split_seeds))
     for ds in datasets:
         for m in methods:
-            r = run(specs[(ds, m)], replace(opts))
-            out.runs[(ds, m)] = r
-            for metric in task.summary_metrics:
-                out.values[(ds, m, metric)] = [res.value(metric, attribute) for res in r.seeds]
-            s = {metric: seed_summary(out.values[(ds, m, metric)], bounds=metric_spec(metric).bounds)
-                 if np.isfinite(out.values[(ds, m, metric)]).all()
-                 else None for metric in task.summary_metrics}
-            out.table.append({"dataset": ds, "method": m, "n_seeds": len(seeds), **{
-                k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
-                for k, v in s.items()}})
-        for m in methods[1:]:
-            for metric in task.versus_erm:
-                a, b = np.array(out.values[(ds, m, metric)]), np.array(out.values[(ds, BASELINE, metric)])
-                if not (np.isfinite(a).all() and np.isfinite(b).all()):
-                    continue
-                paired = seed_summary(a - b, bounds=metric_spec(metric).diff_bounds)
-                w = welch_test(a, b)
-                out.versus_erm.append({"dataset": ds, "method": m, "metric": metric, "mean_diff": paired.mean,
-                                       "ci_low": paired.ci_low, "ci_high": paired.ci_high,
-                                       "paired_p": _paired_p(a - b), "welch_t": w.t,
-                                       "welch_p": w.p_value, "welch_note": w.note})
-        if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
-            out.test_bootstrap[ds] = _test_bootstrap(out, ds, attribute, n_boot)
+            if hparam_search:
+                from fairmedbench.benchmark.search import search
+
+                found = search(specs[(ds, m)], opts, hparam_search, attribute)
+                out.hparam_search[f"{ds}|{m}"] = found.record
+                specs[(ds, m)] = found.spec
+            out.runs[(ds, m)] = run(specs[(ds, m)], replace(opts))
+        names = [ds, *(f"{ds}@{label}" for label in (_site_labels(out.runs[(ds, BASELINE)]) if eval_datasets
+                                                       else []))]
+        out.sites.update({name: ds for name in names[1:]})
+        for k, name in enumerate(names):
+            cells = {m: [[r if k == 0 else _site_view(r, k - 1) for r in split] for split in _splits(out.runs[(ds, m)])]
+                     for m in methods}
+            _summarise(out, name, cells, task, attribute, n_boot)
+        out.datasets[out.datasets.index(ds) + 1:out.datasets.index(ds) + 1] = names[1:]
     if task.headline not in BOOTSTRAPPED:
         out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
+    if split_seeds:
+        out.notes.append(f"repeated splits {', '.join(map(str, split_seeds))}: differences from ERM are paired per "
+                         "split (each split's mean over its training seeds; t interval and t-test over splits); the "
+                         "test-set bootstrap pools every split x seed run on the one test set")
     if len(datasets) > 1:
-        out.ranks = _ranks(out, task.rank_metric)
+        out.ranks = _ranks(out, task.rank_metric, list(datasets))
     from fairmedbench.report.verdicts import compare_verdicts
 
     # one verdict per (method, metric), from the one rule (report/verdicts.py), stored with its evidence
@@ -187,6 +224,60 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
         row["verdict"] = judged.to_dict()
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _splits(r: RunOutcome) -> list[list[RunResult]]:
+    """A run's results per split (repeated splits: one list per split seed; else one list)."""
+    return [leaf.seeds for leaf in r.split_runs] if r.split_runs else [r.seeds]
+
+
+def _site_labels(r: RunOutcome) -> list[str]:
+    """The label of each external test set of a run (its --eval-dataset entries, in order)."""
+    return [str(e["label"]) for e in _splits(r)[0][0].doc.get("external", [])]
+
+
+def _site_view(res: RunResult, k: int) -> RunResult:
+    """One seed's k-th external test set read as a result of its own: its metrics and its predictions file."""
+    ext = res.doc["external"][k]
+    doc = {**res.doc, "result": ext["result"], "predictions": {**res.doc["predictions"], "file": ext["predictions"]}}
+    return RunResult(doc, res.folder)
+
+
+def _summarise(out: CompareOutcome, name: str, cells: dict[str, list[list[RunResult]]], task: Task,
+               attribute: str, n_boot: int) -> None:
+    """Per method: values per seed, the summary over units (seeds, or splits' seed means), the paired tests against
+    ERM over those units, and the paired test-set bootstrap of every run (pooled over splits)."""
+    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.stats import seed_summary, welch_test
+
+    n_splits = len(cells[BASELINE])
+    unit = "split" if n_splits > 1 else "seed"
+    units: dict[tuple[str, str], np.ndarray] = {}
+    for m, splits in cells.items():
+        for metric in task.summary_metrics:
+            per = [[r.value(metric, attribute) for r in split] for split in splits]
+            out.values[(name, m, metric)] = [v for split in per for v in split]
+            units[(m, metric)] = np.array([np.mean(p) for p in per]) if n_splits > 1 else np.array(per[0])
+        s = {metric: seed_summary(units[(m, metric)], bounds=metric_spec(metric).bounds)
+             if np.isfinite(units[(m, metric)]).all() else None for metric in task.summary_metrics}
+        out.table.append({"dataset": name, "method": m, "n_seeds": len(splits[0]), "n_splits": n_splits,
+                          "unit": unit, "n_units": len(units[(m, task.summary_metrics[0])]), **{
+                              k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
+                              for k, v in s.items()}})
+    for m in out.methods[1:]:
+        for metric in task.versus_erm:
+            a, b = units[(m, metric)], units[(BASELINE, metric)]
+            if not (np.isfinite(a).all() and np.isfinite(b).all()):
+                continue
+            paired = seed_summary(a - b, bounds=metric_spec(metric).diff_bounds)
+            w = welch_test(a, b)
+            out.versus_erm.append({"dataset": name, "method": m, "metric": metric, "unit": unit, "n_units": len(a),
+                                   "mean_diff": paired.mean, "ci_low": paired.ci_low, "ci_high": paired.ci_high,
+                                   "paired_p": _paired_p(a - b), "welch_t": w.t,
+                                   "welch_p": w.p_value, "welch_note": w.note})
+    if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
+        flat = {m: [r for split in splits for r in split] for m, splits in cells.items()}
+        out.test_bootstrap[name] = _test_bootstrap(out, flat, name, attribute, n_boot)
 
 
 def _paired_p(diffs: np.ndarray) -> float | None:
@@ -213,12 +304,12 @@ def save_compare(outcome: CompareOutcome, model: str, datasets: list[str], out_r
     return doc, path, page
 
 
-def _test_predictions(r: RunOutcome, attribute: str) -> list[pd.DataFrame]:
+def _test_predictions(results: list[RunResult], attribute: str) -> list[pd.DataFrame]:
     """Each seed's test rows (sorted by sample id): the label and score(s) the bootstrap reads (binary: the first
     task's label and score; multi-class: the class index and every class's probability, as `s0`, `s1`, ...),
     and the attribute."""
     frames = []
-    for res in r.seeds:
+    for res in results:
         df = res.predictions()
         block = res.doc["predictions"]
         cols = block["columns"]
@@ -240,18 +331,19 @@ def _interval(samples: np.ndarray, point: float) -> dict[str, Any]:
             "excludes_0": bool(lo[0] > 0 or hi[0] < 0)}
 
 
-def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -> dict[str, Any]:
-    """Paired test-set bootstrap of the seed-mean signed difference and worst-group value of the task's headline
-    (binary AUC of the first task, or multi-class macro AUC) per method, and of each method's worst-group value
-    minus ERM's (rows without a group value are left out). Keys: <worst-group metric>, <headline>_diff,
-    <worst-group metric>_vs_erm."""
+def _test_bootstrap(out: CompareOutcome, runs: dict[str, list[RunResult]], ds: str, attribute: str,
+                    n_boot: int) -> dict[str, Any]:
+    """Paired test-set bootstrap of the run-mean signed difference, gap and worst-group value of the task's headline
+    (binary AUC of the first task, or multi-class macro AUC) per method (`runs`: its seeds, or every split x seed),
+    and of each method's worst-group value and gap minus ERM's (rows without a group value are left out). Keys:
+    <worst-group metric>, <headline>_diff, <worst-group metric>_vs_erm, <headline>_gap_vs_erm."""
     from fairmedbench.tasks.base import get_task
 
     if n_boot < 1:
         return {}
     task = get_task(out.task)
     worst, diff = task.rank_metric, f"{task.headline}_diff"
-    frames = {m: _test_predictions(out.runs[(ds, m)], attribute) for m in out.methods}
+    frames = {m: _test_predictions(runs[m], attribute) for m in out.methods}
     ref = frames[BASELINE][0]
     for m, fs in frames.items():
         for f in fs:
@@ -272,9 +364,13 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
     with warnings.catch_warnings():  # a resample where every group's AUC is undefined stays NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         worst_p, worst_b = np.nanmin(point, axis=-1).mean(axis=-1), np.nanmin(boot, axis=-1).mean(axis=-1)
+        gap_p = (np.nanmax(point, axis=-1) - np.nanmin(point, axis=-1)).mean(axis=-1)
+        gap_b = (np.nanmax(boot, axis=-1) - np.nanmin(boot, axis=-1)).mean(axis=-1)
+    gap = f"{task.headline}_gap"
     doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "metric": task.headline,
                            "unit": "patient", "n_clusters": int(ref["patient"][keep].nunique()),
-                           "keys": [worst, diff, f"{worst}_vs_erm"], "methods": {}}
+                           "n_runs": n_seeds, "keys": [worst, diff, f"{worst}_vs_erm", f"{gap}_vs_erm"],
+                           "methods": {}}
     for i, m in enumerate(out.methods):
         entry = {worst: _interval(worst_b[:, i], float(worst_p[i]))}
         if len(res.groups) == 2:
@@ -282,15 +378,16 @@ def _test_bootstrap(out: CompareOutcome, ds: str, attribute: str, n_boot: int) -
             entry[diff] = _interval((boot[:, i, :, 1] - boot[:, i, :, 0]).mean(axis=-1), diff_p)
         if m != BASELINE:
             entry[f"{worst}_vs_erm"] = _interval(worst_b[:, i] - worst_b[:, 0], float(worst_p[i] - worst_p[0]))
+            entry[f"{gap}_vs_erm"] = _interval(gap_b[:, i] - gap_b[:, 0], float(gap_p[i] - gap_p[0]))
         doc["methods"][m] = entry
     return doc
 
 
-def _ranks(out: CompareOutcome, metric: str) -> dict[str, Any]:
+def _ranks(out: CompareOutcome, metric: str, datasets: list[str]) -> dict[str, Any]:
     from fairmedbench.metrics.specs import metric_spec
     from fairmedbench.metrics.stats import friedman_nemenyi
 
-    scores = np.array([[np.nanmean(out.values[(d, m, metric)]) for m in out.methods] for d in out.datasets])
+    scores = np.array([[np.nanmean(out.values[(d, m, metric)]) for m in out.methods] for d in datasets])
     higher = metric_spec(metric).higher_is_better
     assert higher is not None, f"the rank metric {metric} has a direction"
     res = friedman_nemenyi(scores, out.methods, higher_is_better=higher)

@@ -2,14 +2,18 @@
 converted to the type of its owner's default, and an unknown key names the close known ones.
 
 Owners are a task's training config, a usage and a mitigation; each declares its keys by their defaults.
-A default of None accepts any JSON value (e.g. a list of prompt templates)."""
+A default of None accepts any JSON value (e.g. a list of prompt templates). A mitigation may declare a search
+space (`SEARCH_SPACE`: key -> `LogUniform` or a tuple of choices) that `--hparam-search` draws from."""
 
 from __future__ import annotations
 
 import difflib
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from fairmedbench.errors import InputError
 
@@ -126,3 +130,28 @@ def check_cost_bounds(values: Mapping[str, int], i_know: bool, estimate: Callabl
         raise InputError(f"{what} is above the documented bound: estimated time {estimate()}; add --i-know to "
                          "run it anyway, or ask for less")
     say(f"{what} is above the documented bound (--i-know given): estimated time {estimate()}")
+
+
+@dataclass(frozen=True)
+class LogUniform:
+    """A search range drawn log-uniformly between `low` and `high` (a learning rate, a penalty weight)."""
+
+    low: float
+    high: float
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """One value, rounded to 3 significant digits (so it reads as it is used)."""
+        return float(f"{math.exp(rng.uniform(math.log(self.low), math.log(self.high))):.3g}")
+
+
+#: A declared search range: log-uniform, or a tuple of choices drawn uniformly.
+SearchRange = LogUniform | tuple[Any, ...]
+
+#: The head-training range every method's search shares (Idrissi et al. 2022 tune learning rate and weight decay
+#: for every method alike, ERM included).
+TRAINING_SPACE: dict[str, SearchRange] = {"lr": LogUniform(3e-4, 3e-2), "weight_decay": LogUniform(1e-6, 1e-2)}
+
+
+def draw_candidate(space: Mapping[str, SearchRange], rng: np.random.Generator) -> dict[str, Any]:
+    """One draw of every key of `space`, in its declared order."""
+    return {k: r.draw(rng) if isinstance(r, LogUniform) else r[int(rng.integers(len(r)))] for k, r in space.items()}

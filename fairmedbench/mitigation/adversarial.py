@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -68,6 +69,7 @@ class Adversarial(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 1.0, "variant": "dp", "input": "auto", "hidden": 32}
     REFERENCE: ClassVar[str] = ("Madras et al. ICML 2018 (LAFTR; fairness coefficient 1.0 as in MEDFAIR's "
                                 "LAFTR default); gradient reversal of Ganin & Lempitsky 2015")
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "lambda": LogUniform(0.1, 10.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

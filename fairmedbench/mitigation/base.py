@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.registry.base import Registry
 from fairmedbench.spec import BASELINE_MITIGATION
@@ -80,6 +81,9 @@ class Mitigation:
     other_tasks: ClassVar[str] = ""  # why a task without them is refused (default: names the tasks it serves)
     needs_trainable_representation: ClassVar[str] = ""  # why frozen cached features are refused ("": they are not)
     restarts: ClassVar[bool] = False  # end_epoch may ask the classifier loop for one restart (no early stop before)
+    # the declared hyperparameter search (--hparam-search): key -> LogUniform or a tuple of choices; a class that does
+    # not declare its own in its body has none (benchmark/search.py reads the class body, not the base's)
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = TRAINING_SPACE
 
     def label_need(self) -> str | None:
         """Why this method, with its hyperparameters, needs a class label per sample; None when it does not."""

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
@@ -38,6 +39,7 @@ class DomainInd(Mitigation):
         "decoder does not have; use groupdro, resampling or fairness_loss")
     DEFAULTS: ClassVar[dict[str, Any]] = {"combine": "sum_logits"}
     REFERENCE: ClassVar[str] = "Wang et al. CVPR 2020, domain-independent training, sum-of-outputs inference"
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = TRAINING_SPACE
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

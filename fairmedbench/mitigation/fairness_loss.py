@@ -13,9 +13,11 @@ analogue (per-class one-vs-rest rates) is not what the cited papers define.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -51,6 +53,7 @@ class FairnessLoss(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"weight": 1.0, "target": "loss", "penalty": "var"}
     REFERENCE: ClassVar[str] = ("V-REx variance of group risks (Krueger et al. 2021); soft-rate constraints "
                                 "(Padala & Gujar 2020). No paper fixes the weight: default 1.0, sweep it")
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "weight": LogUniform(0.1, 10.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

@@ -3,11 +3,13 @@ q_g <- q_g * exp(eta * loss_g), renormalised; the objective is sum_g q_g * loss_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -27,6 +29,7 @@ class GroupDRO(Mitigation):
     q: torch.Tensor | None = field(default=None, repr=False)
     DEFAULTS: ClassVar[dict[str, Any]] = {"eta": 0.01, "by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = "Sagawa, Koh, Hashimoto, Liang. ICLR 2020, Algorithm 1 (robust_step_size 0.01)"
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "eta": LogUniform(1e-3, 1.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

@@ -5,11 +5,13 @@ ICLR 2023)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.mitigation._common import BALANCE_UNITS, balance_units, check_choice, merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
 
@@ -23,6 +25,7 @@ class Resampling(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = ("Idrissi et al. 2022 (SUBG/RWG data balancing); MEDFAIR resampling baseline "
                                 "(Zong et al. 2023)")
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "by": ("group", "group_class")}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

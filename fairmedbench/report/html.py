@@ -459,13 +459,16 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
     util, gap = headline_metric(task), board_metrics(task)["gap"].name
     u_name, g_name = metric_spec(util).header, metric_spec(gap).header
     metrics = list(doc.get("metrics") or [m for m in (util, gap) if any(m in r for r in doc["table"])])
+    split_seeds = ", ".join(map(str, doc.get("split_seeds") or []))
+    unit = "split" if split_seeds else "seed"
     datasets = []
     for ds in doc["datasets"]:
         rows = [r for r in doc["table"] if r["dataset"] == ds]
         summary = Table(["method", "seeds", *[header(m) for m in metrics]],
                         [[Cell(r["method"]), Cell(str(r.get("n_seeds", "")), "num"),
                           *[_summary_cell(r.get(m)) for m in metrics]] for r in rows],
-                        "mean over seeds [95% CI across seeds]")
+                        f"mean over splits [95% CI across splits {split_seeds}; each split's mean over its seeds]"
+                        if split_seeds else "mean over seeds [95% CI across seeds]")
         pts = [r for r in rows if (r.get(util) or {}).get("mean") is not None and (r.get(gap) or {}).get("mean")
                is not None]
         figures, pareto = [], None
@@ -490,13 +493,16 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
                            "small")
         paired = [(v, judged) for v, judged in compare_verdicts(doc) if v["dataset"] == ds]
         paired_table = Table(
-            ["method", "metric", "mean paired difference vs ERM [t 95% CI]", "paired p", "verdict"],
+            ["method", "metric", f"mean paired difference vs ERM [t 95% CI over {unit}s]", "paired p", "verdict"],
             [[Cell(v["method"]), Cell(header(v["metric"])),
               _interval_cell({"value": v["mean_diff"], "ci_low": v.get("ci_low"), "ci_high": v.get("ci_high")}),
               Cell("—" if v.get("paired_p") is None else fmt_p(v["paired_p"]), "num"), verdict_cell(judged)]
              for v, judged in paired],
-            "per-seed differences from ERM (same seeds, same splits); verdict: the paired t-test over seeds, and for "
-            "the worst-group metric also the paired test-set bootstrap below (one rule, report/verdicts.py)"
+            (f"per-split differences from ERM (each split's mean over the same seeds; splits {split_seeds}); verdict: "
+             "the paired t-test over splits" if split_seeds else
+             "per-seed differences from ERM (same seeds, same splits); verdict: the paired t-test over seeds")
+            + ", and for the worst-group metric and the gap also the paired test-set bootstrap below (one rule, "
+              "report/verdicts.py)"
         ) if paired else None
         boot = (doc.get("test_bootstrap") or {}).get(ds) or {}
         boot_table = None
@@ -509,10 +515,49 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
                                f"paired test-set bootstrap ({boot.get('n_boot')} resamples of whole "
                                f"{boot.get('unit', 'row')}s, {boot.get('n_clusters', '?')} of them; seed means, "
                                f"groups {', '.join(map(str, boot.get('groups', [])))})")
+        by_method: dict[str, list[str]] = {}
+        for v, judged in paired:  # one sentence per method: its verdicts, each with both intervals where both ran
+            by_method.setdefault(v["method"], []).append(judged.sentence.rstrip("."))
         datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
-                         "figures": figures})
+                         "figures": figures, "sentences": [f"{'; '.join(x)}." for x in by_method.values()]})
     text = TEMPLATES.get_template("report/compare.html.j2").render(
         attribute=doc["attribute"], datasets=datasets, answer=compare_headline(doc), notes=doc.get("notes", []),
         provenance=doc,
         provenance_heading="data")
+    return store.write_text(path, text)
+
+
+def write_claims_report(path: Path, doc: dict[str, Any]) -> Path:
+    """The claims page (benchmark claims --report): one sentence per claim first, then a table of each claim's
+    paper, table, setting, claimed and measured difference and answer."""
+    from fairmedbench.benchmark.claims import cite
+
+    css = {"holds": "no", "contradicted": "yes", "not-supported": "na", "undefined": "na"}
+    rows = []
+    for c in doc["claims"]:
+        a, ev = c["answer"], c["answer"]["evidence"]
+        measured = ("—" if ev.get("mean_diff") is None else
+                    interval_text({"value": ev["mean_diff"], "ci_low": ev["ci_low"], "ci_high": ev["ci_high"]}, True))
+        boot = interval_text(ev.get("bootstrap"), True) if ev.get("bootstrap") else "—"
+        known = ([Cell(c["known_answer"]), Cell("yes" if c["gave_known_answer"] else "NO",
+                                                "no" if c["gave_known_answer"] else "yes")]
+                 if doc.get("stand_in") else [])
+        rows.append([Cell(c["id"], title=c["statement"]), Cell(cite(c["paper"]), title=c["paper"]), Cell(c["table"]),
+                     Cell(f"{', '.join(c['methods'])} · {c['metric']}"),
+                     Cell(f"{c['direction']} {c['size']:.3f}", "num"),
+                     Cell(measured, "num", f"over {ev.get('n_units')} {ev.get('unit')}s"), Cell(boot, "num"),
+                     Cell("—" if ev.get("mde") is None else f"{ev['mde']:.3f}", "num"),
+                     Cell(a["key"], css.get(a["key"], "na"), a["sentence"]), *known])
+    summary = Table(["claim", "paper", "table", "methods · metric", "claimed", "measured [t 95% CI]",
+                     "with test-set error", "paired MDE", "answer",
+                     *(["known answer", "gave it"] if doc.get("stand_in") else [])], rows,
+                    "measured: method − baseline, paired over splits (each split's seed mean) or seeds; "
+                    "with test-set error: the paired test-set bootstrap pooled over every run, where it ran; "
+                    "paired MDE: the mean difference these units detect with 80% power at the 5% level")
+    notes = (["synthetic stand-ins (random-weight encoders, small n): each has a known answer by construction; the "
+              "answers say whether the harness finds it, not whether the paper is right"] if doc.get("stand_in")
+             else [])
+    text = TEMPLATES.get_template("report/claims.html.j2").render(answer=doc["sentences"], notes=notes,
+                                                                   summary=summary, provenance=doc,
+                                                                   provenance_heading="claims data")
     return store.write_text(path, text)

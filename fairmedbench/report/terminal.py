@@ -267,7 +267,8 @@ def render_compare(doc: dict, console: Console) -> None:
     if not console.is_terminal:
         console.width = max(console.width, 170)
     metrics = doc.get("metrics") or summary_metrics(doc.get("task", "classification"))
-    table = Table(title=f"by {doc['attribute']}: mean \\[t 95% CI] over seeds", title_justify="left")
+    over = "splits (each split's seed mean)" if doc.get("split_seeds") else "seeds"
+    table = Table(title=f"by {doc['attribute']}: mean \\[t 95% CI] over {over}", title_justify="left")
     for h in ("dataset", "method", *metrics):
         table.add_column(h, justify="left" if h in ("dataset", "method") else "right")
     for row in doc["table"]:
@@ -279,8 +280,9 @@ def render_compare(doc: dict, console: Console) -> None:
     console.print(table)
     from fairmedbench.report.verdicts import compare_headline, compare_verdicts, fmt_p
 
-    vs = Table(title="against ERM: paired difference over seeds \\[t 95% CI]; verdict: paired t-test over seeds, and "
-                     "the paired test-set bootstrap where it ran (report/verdicts.py)", title_justify="left")
+    unit = "split" if doc.get("split_seeds") else "seed"
+    vs = Table(title=f"against ERM: paired difference over {unit}s \\[t 95% CI]; verdict: paired t-test over {unit}s, "
+                     "and the paired test-set bootstrap where it ran (report/verdicts.py)", title_justify="left")
     for h in ("dataset", "method", "metric", "difference", "paired p", "verdict"):
         vs.add_column(h)
     for r, v in compare_verdicts(doc):
@@ -298,17 +300,19 @@ def render_compare(doc: dict, console: Console) -> None:
         tb = Table(title="with the test set's sampling error: seed means, paired test-set bootstrap of whole "
                          f"{first.get('unit', 'row')}s [95% CI]", title_justify="left")
         for h in ("dataset", "method", f"signed {util} difference", f"worst-group {util}",
-                  f"worst-group {util} - ERM"):
+                  f"worst-group {util} - ERM", f"{util} gap - ERM"):
             tb.add_column(h)
         for ds, b in boots.items():
             if not b:
                 continue
-            worst, diff, vs_erm = b["keys"]
+            worst, diff, vs_erm = b["keys"][:3]
+            gap_vs = b["keys"][3] if len(b["keys"]) > 3 else None  # comparisons saved before the gap was added
             for m, e in b["methods"].items():
-                d, w, v = e.get(diff), e[worst], e.get(vs_erm)
+                d, w, v, gv = e.get(diff), e[worst], e.get(vs_erm), e.get(gap_vs) if gap_vs else None
                 tb.add_row(ds, m, "—" if not d else fmt(d["value"], d["ci_low"], d["ci_high"]),
                            fmt(w["value"], w["ci_low"], w["ci_high"]),
-                           "—" if not v else fmt(v["value"], v["ci_low"], v["ci_high"]))
+                           "—" if not v else fmt(v["value"], v["ci_low"], v["ci_high"]),
+                           "—" if not gv else fmt(gv["value"], gv["ci_low"], gv["ci_high"]))
         groups = first["groups"]
         console.print(tb)
         if len(groups) == 2:
@@ -620,3 +624,18 @@ def study_report_text(rep: StudyReport) -> str:
     lines.append(f"table: {rep.parquet} ({len(rep.table)} rows; also {rep.csv.name})\nfigures: {len(rep.figures)} "
                  f"files in {rep.figures[0].parent if rep.figures else '-'}\npage: {rep.html}")
     return "\n".join(lines)
+
+
+def render_claims(doc: dict, path: Path, page: Path | None, console: Console) -> None:
+    """One sentence per claim (its answer coloured), whether each stand-in gave its known answer, where it is saved."""
+    from rich.markup import escape
+
+    colour = {"holds": "green", "contradicted": "red", "not-supported": "yellow"}
+    for c in doc["claims"]:
+        a = c["answer"]
+        known = ""
+        if doc.get("stand_in"):
+            known = f" [known answer {c['known_answer']}: {'given' if c['gave_known_answer'] else 'NOT given'}]"
+        console.print(f"[bold {colour.get(a['key'], 'white')}]{a['key']}[/] {escape(a['sentence'] + known)}",
+                      highlight=False)
+    console.print(f"saved: {path}" + (f"\nreport: {page}" if page else ""), highlight=False)

@@ -11,10 +11,11 @@ Questions:
       its bootstrap interval is never read as evidence; `interval_test_notes` says why group intervals and the
       test disagree where they do. Terminal, pages and summary.md print these same sentences.
   (b) `versus_erm`: did mitigation M change metric X over ERM? One rule: the paired t-test over seeds (same seeds,
-      same splits; its p and the shown paired t interval come from the same t distribution, so they cannot
-      disagree) and, where compare ran the paired test-set bootstrap for X, that interval must exclude 0 as well
-      (both the seed-to-seed and the test set's sampling error count). One seed, or values undefined in a seed,
-      is "undefined: one seed" (or the reason), never "no clear difference".
+      same splits; with repeated splits over splits, each split's seed mean; its p and the shown paired t interval
+      come from the same t distribution, so they cannot disagree) and, where compare ran the paired test-set
+      bootstrap for X, that interval must exclude 0 as well (both the seed-to-seed and the test set's sampling
+      error count). One seed, or values undefined in a seed, is "undefined: one seed" (or the reason), never "no
+      clear difference".
   (c) `compare_headline`, `board_headline`, `study_headline`: the one or two sentences a page opens with;
       `board_shift_headline` answers a board's external evaluation (does fairness hold on another site?) from
       `site_shift`.
@@ -356,13 +357,14 @@ def interval_test_notes(reports: Sequence[dict[str, Any]], n_tests: int | None =
 def versus_erm(row: dict[str, Any], n_seeds: int, boot: dict[str, Any] | None = None) -> Verdict:
     """Did the row's method change its metric against ERM? `row` is a compare `versus_erm` entry (mean_diff,
     ci_low/ci_high: paired t interval over seeds, paired_p); `boot` the method's paired test-set bootstrap
-    interval of the same metric against ERM ({value, ci_low, ci_high}) when compare ran one."""
-    method, metric = row.get("method", "?"), row.get("metric", "?")
-    head, seeds = _header(metric), f"paired t-test over {n_seeds} seeds"
+    interval of the same metric against ERM ({value, ci_low, ci_high}) when compare ran one. With repeated splits
+    the row's `unit` is "split" and `n_seeds` counts splits."""
+    method, metric, unit = row.get("method", "?"), row.get("metric", "?"), row.get("unit", "seed")
+    head, seeds = _header(metric), f"paired t-test over {n_seeds} {unit}s"
     evidence = seeds + (" and the paired test-set bootstrap" if boot else "")
     if n_seeds < 2:
-        return Verdict("undefined", f"{method} vs ERM on {head}: undefined: one seed (no seed-to-seed spread to "
-                                    "test against).", evidence)
+        return Verdict("undefined", f"{method} vs ERM on {head}: undefined: one {unit} (no {unit}-to-{unit} spread "
+                                    "to test against).", evidence)
     diff, lo, hi = row.get("mean_diff"), row.get("ci_low"), row.get("ci_high")
     if not _finite(diff):
         return Verdict("undefined", f"{method} vs ERM on {head}: undefined: the metric is undefined in some seed.",
@@ -386,7 +388,7 @@ def versus_erm(row: dict[str, Any], n_seeds: int, boot: dict[str, Any] | None = 
             boot_hit, boot_text = False, "; the test-set bootstrap interval is undefined"
     ptext = f"p = {fmt_p(float(p))}" if p is not None else "paired t interval"
     if not (seed_hit and boot_hit):
-        why = ptext if not seed_hit else f"{ptext} over seeds, but not beyond the test set's sampling error"
+        why = ptext if not seed_hit else f"{ptext} over {unit}s, but not beyond the test set's sampling error"
         return Verdict("no-difference", f"{method} did not change {head} beyond chance against ERM ({size}; "
                                         f"{why}{boot_text}).", evidence, None if p is None else float(p))
     up = float(diff) > 0
@@ -399,13 +401,14 @@ def versus_erm(row: dict[str, Any], n_seeds: int, boot: dict[str, Any] | None = 
 
 def compare_verdicts(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Verdict]]:
     """Every (versus_erm row, verdict) of a compare document, the bootstrap read where compare ran it."""
-    n_seeds = {(r["dataset"], r["method"]): int(r.get("n_seeds") or 0) for r in doc.get("table", [])}
+    n_seeds = {(r["dataset"], r["method"]): int(r.get("n_units") or r.get("n_seeds") or 0)
+               for r in doc.get("table", [])}
     out = []
     for row in doc.get("versus_erm", []):
         b = (doc.get("test_bootstrap") or {}).get(row["dataset"]) or {}
         boot = None
-        if b.get("keys") and row["metric"] == b["keys"][0]:
-            boot = (b.get("methods", {}).get(row["method"]) or {}).get(f"{b['keys'][0]}_vs_erm")
+        if f"{row['metric']}_vs_erm" in b.get("keys", ()):  # the worst-group value, and the gap where bootstrapped
+            boot = (b.get("methods", {}).get(row["method"]) or {}).get(f"{row['metric']}_vs_erm")
         out.append((row, versus_erm(row, n_seeds.get((row["dataset"], row["method"]), 0), boot)))
     return out
 

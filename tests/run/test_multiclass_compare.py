@@ -47,7 +47,8 @@ def test_compare_uses_the_multiclass_metrics(compared) -> None:
     # the paired test-set bootstrap of group macro AUCs starts from the engine's per-seed values
     boot = doc["test_bootstrap"][DS]
     assert boot["metric"] == "macro_auc" and boot["groups"] == ["female", "male"]
-    assert boot["keys"] == ["worst_group_macro_auc", "macro_auc_diff", "worst_group_macro_auc_vs_erm"]
+    assert boot["keys"] == ["worst_group_macro_auc", "macro_auc_diff", "worst_group_macro_auc_vs_erm",
+                            "macro_auc_gap_vs_erm"]
     for m in out.methods:
         entry = boot["methods"][m]
         for key in ("worst_group_macro_auc", "macro_auc_diff"):
@@ -57,6 +58,8 @@ def test_compare_uses_the_multiclass_metrics(compared) -> None:
     vs = boot["methods"]["groupdro"]["worst_group_macro_auc_vs_erm"]
     dro = next(v for v in doc["versus_erm"] if v["method"] == "groupdro" and v["metric"] == "worst_group_macro_auc")
     assert vs["value"] == pytest.approx(dro["mean_diff"], abs=1e-9)
+    gap = next(v for v in doc["versus_erm"] if v["method"] == "groupdro" and v["metric"] == "macro_auc_gap")
+    assert boot["methods"]["groupdro"]["macro_auc_gap_vs_erm"]["value"] == pytest.approx(gap["mean_diff"], abs=1e-9)
     json.loads(path.read_text())  # strict JSON on disk
     for (_ds, m), run in out.runs.items():
         sdoc = run.seed_docs[0]
