@@ -412,17 +412,17 @@ _card("synth3d-control", "Synthetic 3D lesions, no bias (negative control)", CON
       ("small volumes for the 3D paths; spacing 1 mm isotropic",))
 _card("synth3d-contrast", "Synthetic 3D lesions, lower lesion contrast for females", CONTRAST_3D, FEMALE_LOWER,
       ("lesion contrast in the female group is 0.35x the male group's",))
-# interaction-only bias: only women aged 60 or more have lesions at reduced contrast (0.35x), so the disparity lives
+# interaction-only bias: only women aged 60 or more have lesions at reduced contrast (0.25x), so the disparity lives
 # in one cell of sex x age and each single attribute's gap is diluted (sex: the young women are unaffected, age: the
 # older men are). 2000 samples (600 in test, about 130 in the older-female cell) so a crossed audit can see it; the
 # twin draws the same table (same seed: same sexes, ages, labels) with no interaction.
 CROSSED_CONTROL = replace(CONTROL, n=2000, older_contrast={"female": 1.0, "male": 1.0})
-CROSSED = replace(CROSSED_CONTROL, older_contrast={"female": 0.35, "male": 1.0})
+CROSSED = replace(CROSSED_CONTROL, older_contrast={"female": 0.25, "male": 1.0})
 _card("synth-crossed", "Synthetic lesions, lower lesion contrast for women aged 60+ only (crossed positive control)",
       CROSSED, ({"attribute": "sex*age", "group": "female|>=60", "metric": "auc_gap", "direction": "larger",
                  "note": "the older-female cell's AUC is the lowest; the crossed gap exceeds the sex gap and the age "
                          "gap, each diluted by the cells the bias spares"},),
-      ("lesion contrast is 0.35x for women aged 60 or more and 1x for everyone else: audit with --attribute sex*age",
+      ("lesion contrast is 0.25x for women aged 60 or more and 1x for everyone else: audit with --attribute sex*age",
        "pair it with synth-crossed-control (the same samples, no interaction)"))
 _card("synth-crossed-control", "Synthetic lesions, the crossed control's twin with no bias (negative control)",
       CROSSED_CONTROL, ({"attribute": "sex*age", "metric": "auc_gap", "direction": "none",
