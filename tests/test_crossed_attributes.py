@@ -213,3 +213,9 @@ def test_the_twins_share_their_table_and_the_other_cards_keep_their_content_iden
     declared = get_card("synth-crossed").expected_disparities[0]
     assert declared["attribute"] == "sex*age" and declared["group"] == "female|>=60"
     assert get_card("synth-crossed-control").expected_disparities[0]["direction"] == "none"
+
+
+def test_an_external_dataset_is_aligned_on_each_part_of_a_crossed_attribute() -> None:
+    checked = check_spec(RunSpec(model="moco-cxr", dataset="synth-contrast", attributes=("sex*age",),
+                                 weights="random", usage="lp", eval_datasets=("synth-flip",)))
+    assert list(checked.alignments[0]) == ["sex", "age"]
