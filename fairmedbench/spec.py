@@ -32,8 +32,9 @@ class RunSpec:
     model: str = field(metadata=option("a model card name (benchmark list models)", required=True))
     dataset: str = field(metadata=option("a dataset card name (benchmark list datasets)", required=True))
     attributes: tuple[str, ...] = field(default=(), metadata=option(
-        "sensitive attribute(s) of the dataset card (default: all but binned copies); the first is the one "
-        "mitigations train with", flag="--attribute", action="append", csv=True, default=None, metavar="NAMES"))
+        "sensitive attribute(s) of the dataset card (default: all but binned copies); sex*age crosses two into one "
+        "attribute whose groups are the cells (female|>=60); the first is the one mitigations train with",
+        flag="--attribute", action="append", csv=True, default=None, metavar="NAMES"))
     usage: str = field(default="", metadata=option(
         "lp | sam-prompt | sam-decoder | ... (default: chosen from the model and dataset; benchmark list usages)",
         default=None))

@@ -160,7 +160,7 @@ def check_alignment(internal: DatasetCard, external: DatasetCard, task: str, att
                          f"{list(external.mask_classes)})")
     known = {a.name: a for a in external.attributes}
     record: dict[str, Any] = {}
-    for name in attributes:
+    for name in dict.fromkeys(p.name for a in attributes for p in internal.attribute_parts(a)):  # sex*age: its parts
         mine = internal.attribute(name)
         theirs = known.get(name)
         if theirs is None:

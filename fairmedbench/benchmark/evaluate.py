@@ -18,7 +18,7 @@ from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics import FairnessResult
 from fairmedbench.metrics._validate import as_labels, as_scores
 from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
-from fairmedbench.metrics.groups import Bins
+from fairmedbench.metrics.groups import Bins, cell_names, crossed_parts, intersect, make_attribute
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS, apply_margins, parse_margins
 from fairmedbench.spec import ScoreSettings, option
@@ -54,7 +54,8 @@ class EvaluateOptions:
         "score column(s) or a pattern ('score:*'): one per label column (same order), or one per class (or one list "
         "column) for a multi-class label", flag="--score", action="append", csv=True, default=None, metavar="COLS"))
     attributes: list[str] = field(default_factory=list, metadata=option(
-        "sensitive attribute column(s), e.g. sex,age", flag="--attribute", action="append", csv=True, default=None,
+        "sensitive attribute column(s), e.g. sex,age; sex*age crosses columns into one attribute whose groups are "
+        "the cells (F|>=60; a part binned by --bins)", flag="--attribute", action="append", csv=True, default=None,
         metavar="COLS"))
     bins: dict[str, list[float]] = field(default_factory=dict, metadata=option(
         "bin a numeric attribute into [E0,E1),[E1,E2),..., e.g. age=0,40,60,200", action="append", default=[],
@@ -230,6 +231,24 @@ def read_predictions(path: Path, what: str = "predictions") -> pd.DataFrame:
     return read_table(path, what).to_pandas()
 
 
+def source_columns(attributes: list[str]) -> list[str]:
+    """The file's columns the attributes read: each plain one, and each part of a crossed one (sex*age)."""
+    return list(dict.fromkeys(c for a in attributes for c in (crossed_parts(a) or (a,))))
+
+
+def attribute_columns(column: Callable[[str], np.ndarray], opts: EvaluateOptions) -> dict[str, np.ndarray]:
+    """Each --attribute's values on the evaluated rows (`column` reads a file column there): a plain attribute's
+    own, a crossed one's cell of its parts' groups ('F|>=60', a part binned by --bins; None where a part is
+    missing)."""
+    out: dict[str, np.ndarray] = {}
+    for a in opts.attributes:
+        parts = crossed_parts(a)
+        out[a] = column(a) if not parts else cell_names(intersect(
+            [make_attribute(p, column(p), Bins(opts.bins[p], opts.bins_closed) if p in opts.bins else None)
+             for p in parts], a))
+    return out
+
+
 def _columns(df: Columns | pd.DataFrame, wanted: list[str], what: str, source: str) -> None:
     missing = [c for c in wanted if c not in df.columns]
     if missing:
@@ -317,8 +336,11 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     df, inputs, source = _load(opts)
     if not opts.attributes:
         raise InputError("give at least one sensitive attribute column, e.g. --attribute sex")
-    _columns(df, opts.attributes, "attribute", source)
+    _columns(df, source_columns(opts.attributes), "attribute", source)
     _columns(df, list(opts.bins), "binned attribute", source)
+    unused = sorted(set(opts.bins) - set(opts.attributes) - set(source_columns(opts.attributes)))
+    if unused:
+        raise InputError(f"bins given for {unused}, which are not among the attributes {opts.attributes}")
     val, test = _split_rows(df, opts.split_column, notes)
     check_cost_bounds(cost_values(opts), opts.i_know,
                       lambda: describe_resampling(1, len(opts.attributes) * max(len(opts.labels), 1), int(test.sum()),
@@ -412,7 +434,8 @@ def score_settings(opts: EvaluateOptions, patient: str | None) -> ScoreSettings:
     return ScoreSettings(profile=opts.profile, threshold=opts.threshold, resampling_unit="row" if patient is None
                          else "patient", n_boot=opts.n_boot, n_perm=opts.n_perm, seed=opts.seed,
                          min_group_size=opts.min_group_size, bins={k: Bins(v, opts.bins_closed)
-                                                                  for k, v in opts.bins.items()},
+                                                                  for k, v in opts.bins.items()
+                                                                  if k in opts.attributes},
                          intersect=opts.intersect, logits=opts.logits,
                          data_checks="override" if opts.i_know else "refuse")
 
@@ -481,7 +504,7 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
         if not val.any():
             notes.append("no validation rows: operating threshold fixed:0.5 (give split=val rows to use val_youden)")
     task_names = list(opts.labels)
-    attrs = {a: df[a][test] for a in opts.attributes}
+    attrs = attribute_columns(lambda c: df[c][test], opts)
 
     def columns(rows: np.ndarray) -> dict[str, np.ndarray]:
         out = {}
@@ -511,7 +534,8 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
             notes.append(f"test set resampled on the first label column {opts.labels[0]!r}")
         resampling = Resampling(sample, task.score(table.take(pos), settings))
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
-                                      *opts.labels, *opts.scores, *opts.attributes]) if c and c in df.columns]
+                                      *opts.labels, *opts.scores, *source_columns(opts.attributes)])
+            if c and c in df.columns]
     per_sample = df.rows(test, keep)
     if opts.logits:
         for c, k in zip(opts.scores, range(s.shape[1])):
@@ -628,11 +652,11 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
     task = get_task("multiclass")
     st = s[test]
     table = {task.label_column: y[test], **{task.score_column.format(task=c): st[:, k] for k, c in enumerate(classes)},
-             **{f"attr:{a}": df[a][test] for a in opts.attributes}}
+             **{f"attr:{a}": v for a, v in attribute_columns(lambda c: df[c][test], opts).items()}}
     result = task.score(PredictionTable(_with_patients(table, ids), (opts.labels[0],), tuple(opts.attributes),
                                         classes=tuple(classes)), settings, progress)
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
-                                      *opts.labels, *opts.attributes]) if c and c in df.columns]
+                                      *opts.labels, *source_columns(opts.attributes)]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
     for k, c in enumerate(classes):
         per_sample[f"score:{c}"] = s[test, k]
@@ -663,11 +687,12 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
     if opts.volume:
         vol = dice_per_volume(pairs.preds, pairs.gts, rows[opts.volume].tolist())
         first = rows.groupby(opts.volume, sort=True).first()
-        varying = [a for a in opts.attributes if (rows.groupby(opts.volume)[a].nunique(dropna=False) > 1).any()]
+        varying = [a for a in source_columns(opts.attributes)
+                   if (rows.groupby(opts.volume)[a].nunique(dropna=False) > 1).any()]
         if varying:
             raise InputError(f"attribute(s) {varying} change within a volume ({opts.volume!r}); "
                              "a volume must belong to one group")
-        attrs = {a: first.loc[list(vol.volume_ids), a].to_numpy() for a in opts.attributes}
+        attrs = attribute_columns(lambda c: first.loc[list(vol.volume_ids), c].to_numpy(), opts)
         table = {"dsc": vol.dsc, "empty_gt": vol.empty_gt, **{f"attr:{a}": v for a, v in attrs.items()}}
         result = task.score(PredictionTable(_with_patients(table, (None if patient is None else first.loc[
             list(vol.volume_ids), patient].to_numpy(), None)), ("segmentation",), tuple(opts.attributes)), settings)
@@ -677,7 +702,8 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
                             "empty_gt": vol.empty_gt, **attrs})
         return result, per
     table = {"dsc": batch.dsc, "iou": batch.iou, **({"hd95": hd} if hd is not None else {}),
-             "empty_gt": batch.empty_gt, **{f"attr:{a}": rows[a].to_numpy() for a in opts.attributes}}
+             "empty_gt": batch.empty_gt,
+             **{f"attr:{a}": v for a, v in attribute_columns(lambda c: rows[c].to_numpy(), opts).items()}}
     ids = (None if patient is None else rows[patient].to_numpy(), None if id_col is None else rows[id_col].to_numpy())
     result = task.score(PredictionTable(_with_patients(table, ids),
                                         ("segmentation",), tuple(opts.attributes)), settings)

@@ -104,7 +104,7 @@ def check_spec(spec: RunSpec) -> Checked:
     _check_dimensions(mcard, dcard, usage, task)
     attributes = tuple(spec.attributes) or tuple(a.name for a in dcard.attributes if not a.name.endswith("_bins"))
     for a in attributes:
-        dcard.attribute(a)
+        dcard.attribute_parts(a)  # a crossed attribute (sex*age) is checked part by part
     if len(set(attributes)) != len(attributes):
         raise InputError(f"--attribute lists {', '.join(attributes)}: give each attribute once")
     MITIGATIONS.get(spec.mitigation)
@@ -376,6 +376,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     weights = resolve_weights(checked.model_card, spec.weights, verify=verify_weights)
     ds, split = load_with_split(spec.dataset, data_root, seed=spec.split_seed, split_file=spec.split_file,
                                 skip_bad=spec.skip_bad, **spec.dataset_options)
+    ds.add_crossed(checked.attributes)
     files = files_fingerprint(ds)
     data_fp = hashlib.sha256(f"{ds.fingerprint}|{files}".encode()).hexdigest()
     split_fp = split.fingerprint + (f"|file:{sha256_file(spec.split_file)}" if spec.split_file else "")
@@ -441,6 +442,7 @@ def _load_externals(spec: RunSpec, checked: Checked, data_root: str | None, inte
             ds, split = load_with_split(req.name, root, seed=spec.split_seed, skip_bad=spec.skip_bad, **req.options)
         if not len(split.test):
             raise InputError(f"--eval-dataset {req.text}: its test split is empty")
+        ds.add_crossed(checked.attributes)
         data_fp = hashlib.sha256(f"{ds.fingerprint}|{files_fingerprint(ds)}".encode()).hexdigest()
         overlap = find_overlap(internal, internal_split.test, trained, ds, split.test)
         check_overlap(req, overlap)

@@ -12,6 +12,8 @@ from numpy.typing import ArrayLike
 from fairmedbench.errors import InputError
 
 MAX_GROUPS = 50
+#: joins the attributes of a crossed attribute: 'sex*age' (its groups are the cells, 'female|>=60')
+CROSS = "*"
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,27 @@ def _sort_key(v: str) -> tuple[int, float, str]:
         return (1, 0.0, v)
 
 
-def intersect(attributes: Sequence[Attribute]) -> Attribute:
-    """Cross attributes into intersectional groups named 'F|>=60'; missing in any part is missing."""
+def crossed_parts(name: str) -> tuple[str, ...]:
+    """The attributes a crossed name joins ('sex*age' -> ('sex', 'age')); () for a plain name. InputError for an
+    empty or repeated part."""
+    if CROSS not in name:
+        return ()
+    parts = tuple(p.strip() for p in name.split(CROSS))
+    if any(not p for p in parts) or len(set(parts)) != len(parts):
+        raise InputError(f"attribute {name!r}: a crossed attribute joins distinct attribute names with "
+                         f"'{CROSS}', e.g. sex{CROSS}age")
+    return parts
+
+
+def cell_names(attribute: Attribute) -> np.ndarray:
+    """Each sample's group name (None where missing), as an object array."""
+    names: np.ndarray = np.array(list(attribute.groups) + [None], dtype=object)[attribute.codes]
+    return names
+
+
+def intersect(attributes: Sequence[Attribute], name: str | None = None) -> Attribute:
+    """Cross attributes into intersectional groups named 'F|>=60'; missing in any part is missing. The crossed
+    attribute is called `name` (default: the parts' names joined by '|')."""
     if len(attributes) < 2:
         raise InputError("intersecting needs at least two attributes")
     n = len(attributes[0].codes)
@@ -162,4 +183,4 @@ def intersect(attributes: Sequence[Attribute]) -> Attribute:
         names.append("|".join(reversed(parts)))
     codes = np.full(n, -1, dtype=np.int64)
     codes[~missing] = np.searchsorted(present, combo[~missing])
-    return Attribute("|".join(a.name for a in attributes), codes, tuple(names))
+    return Attribute(name or "|".join(a.name for a in attributes), codes, tuple(names))

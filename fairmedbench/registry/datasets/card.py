@@ -201,6 +201,22 @@ class DatasetCard:
         known = ", ".join(a.name for a in self.attributes)
         raise InputError(f"dataset {self.name!r} has no attribute {name!r}; known: {known}")
 
+    def attribute_parts(self, name: str) -> tuple[AttributeSpec, ...]:
+        """The card's attributes a run's attribute reads: itself, or each part of a crossed one ('sex*age', whose
+        groups are the cells of its parts' groups); InputError in one line naming the card's attributes."""
+        from fairmedbench.errors import InputError
+        from fairmedbench.metrics.groups import crossed_parts
+
+        parts = crossed_parts(name)
+        if not parts:
+            return (self.attribute(name),)
+        known = {a.name: a for a in self.attributes}
+        unknown = [p for p in parts if p not in known]
+        if unknown:
+            raise InputError(f"attribute {name!r}: dataset {self.name!r} has no attribute "
+                             f"{', '.join(map(repr, unknown))}; known: {', '.join(known)} (cross them as sex*age)")
+        return tuple(known[p] for p in parts)
+
     def root_candidates(self, data_root: str | os.PathLike | None = None) -> list[tuple[str, Path]]:
         """Where the data is looked for, in order: argument, FMB_DATA_<NAME>, FMB_DATA_ROOT/<name>."""
         out: list[tuple[str, Path]] = []

@@ -261,6 +261,22 @@ class Dataset:
                 raise InputError(f"{self.card.name}: every sample failed to decode ({reasons})")
         return reasons
 
+    def add_crossed(self, names: Sequence[str]) -> None:
+        """Add the group column attr:<name> of each crossed attribute among `names` ('sex*age'): a sample's cell
+        joins its parts' groups ('female|>=60'; a binned part by its bins), missing where any part is missing. The
+        fingerprint is unchanged: it covers the parts' columns, which determine the cells."""
+        for name in names:
+            parts = self.card.attribute_parts(name)
+            if len(parts) < 2:
+                continue
+            columns = [self.samples[p.group_column].to_numpy(dtype=object) for p in parts]
+            missing = np.zeros(len(self.samples), dtype=bool)
+            for col in columns:
+                missing |= pd.isna(col)
+            cells = np.array(["|".join(str(c) for c in row) for row in zip(*columns)] + [""], dtype=object)[:-1]
+            cells[missing] = None
+            self.samples[f"attr:{name}"] = pd.Series(cells, index=self.samples.index, dtype=object)
+
     # -- groups, fingerprint, splits ------------------------------------------------------------
     def group_counts(self, positions: Sequence[int] | None = None) -> dict[str, dict[str, int]]:
         """Samples per group of each attribute (excluded = unknown raw value, not in any group)."""

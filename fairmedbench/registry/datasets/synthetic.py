@@ -41,6 +41,8 @@ class SynthConfig:
     labels flipped), `marker` (a corner marker present in half of each group's samples once any group
     has a non-zero value, whose presence tracks the label with this strength: 0 = independent, 1 =
     exactly the positives), and under-representation (`female_share_train` below `female_share`).
+    `older_contrast` (per group): the lesion contrast from age `older_age` on, in place of `contrast` (an
+    interaction of sex and age; None: `contrast` at every age).
 
     `grades` = 0: the label is lesion presence (binary). `grades` = K >= 2: an ordinal, density-like label
     0..K-1 drawn in equal numbers per split and group; the lesion's intensity is grade/(K-1) of its full
@@ -63,6 +65,8 @@ class SynthConfig:
     age_range: tuple[int, int] = (20, 89)
     lesion_amplitude: float = 0.14
     grades: int = 0
+    older_contrast: Mapping[str, float] | None = None
+    older_age: int = 60
 
     def validate(self) -> SynthConfig:
         """Check ranges; InputError naming the field."""
@@ -76,9 +80,11 @@ class SynthConfig:
             m = getattr(self, name)
             if set(m) != set(GROUPS) or any(not 0 <= v <= 1 for v in m.values()):
                 raise InputError(f"synthetic {name}={dict(m)}: need values in [0, 1] for {GROUPS}")
-        if set(self.contrast) != set(GROUPS) or any(not -2 <= v <= 2 for v in self.contrast.values()):
-            raise InputError(f"synthetic contrast={dict(self.contrast)}: need values in [-2, 2] for {GROUPS} "
-                             "(negative = lesions darker than their surroundings)")
+        for name in ("contrast", "older_contrast"):
+            m = getattr(self, name)
+            if m is not None and (set(m) != set(GROUPS) or any(not -2 <= v <= 2 for v in m.values())):
+                raise InputError(f"synthetic {name}={dict(m)}: need values in [-2, 2] for {GROUPS} "
+                                 "(negative = lesions darker than their surroundings)")
         if self.grades == 1 or self.grades < 0 or self.grades > 10:
             raise InputError(f"synthetic grades={self.grades}: 0 (binary lesion label) or 2..10 ordinal grades")
         if self.grades and any(self.label_noise.values()):
@@ -87,6 +93,20 @@ class SynthConfig:
             if share is not None and not 0 <= share <= 1:
                 raise InputError(f"synthetic female share {share} outside [0, 1]")
         return self
+
+    def lesion_contrast(self, group: str, age: int) -> float:
+        """The lesion contrast of a sample of `group` aged `age`: `older_contrast` from `older_age` on, when set."""
+        if self.older_contrast is not None and age >= self.older_age:
+            return float(self.older_contrast[group])
+        return float(self.contrast[group])
+
+    def content(self) -> str:
+        """The settings as the dataset's content identity (JSON); `older_contrast` and `older_age` only when an
+        age interaction is set, so the cards that have none keep their fingerprints."""
+        fields = asdict(self)
+        if self.older_contrast is None:
+            del fields["older_contrast"], fields["older_age"]
+        return json.dumps(fields, sort_keys=True)
 
     def share(self, split: str) -> float:
         """Share of the female group in `split`."""
@@ -187,8 +207,10 @@ def _smooth_field(rng, shape: tuple[int, ...], coarse: int):
     return _upsample(rng.standard_normal((coarse,) * len(shape), dtype=np.float32), shape)
 
 
-def render(cfg: SynthConfig, index: int, group: str, lesion: int, marker: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Render one sample from its own seed: (uint8 image or volume, bool lesion mask)."""
+def render(cfg: SynthConfig, index: int, group: str, lesion: int, marker: bool, age: int = 0
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Render one sample from its own seed: (uint8 image or volume, bool lesion mask); `age` matters only to a
+    config with an age interaction (`older_contrast`)."""
     import numpy as np
 
     rng = np.random.default_rng([cfg.seed, 1, int(index)])
@@ -213,7 +235,8 @@ def render(cfg: SynthConfig, index: int, group: str, lesion: int, marker: bool) 
     if lesion:
         level = lesion / (cfg.grades - 1) if cfg.grades else 1.0
         mask[box] = d <= 1.0
-        img[box] += (cfg.lesion_amplitude * cfg.contrast[group] * level) * np.clip((1.25 - d) / 0.5, 0.0, 1.0)
+        amplitude = cfg.lesion_amplitude * cfg.lesion_contrast(group, age) * level
+        img[box] += amplitude * np.clip((1.25 - d) / 0.5, 0.0, 1.0)
     noise = rng.standard_normal(shape, dtype=np.float32)
     img = img + cfg.noise[group] * noise
     if marker:
@@ -252,11 +275,11 @@ class SyntheticReader:
         group_of = {v: k for k, v in RAW_SEX.items()}
 
         @lru_cache(maxsize=4)
-        def sample(index: int, group: str, lesion: int, marker: bool):
-            return render(cfg, index, group, lesion, marker)
+        def sample(index: int, group: str, lesion: int, marker: bool, age: int):
+            return render(cfg, index, group, lesion, marker, age)
 
         def key(row):
-            return int(row["index"]), group_of[row["sex"]], int(row["lesion"]), bool(row["marker"])
+            return int(row["index"]), group_of[row["sex"]], int(row["lesion"]), bool(row["marker"]), int(row["age"])
 
         return ReadResult(
             samples=table,
@@ -265,7 +288,7 @@ class SyntheticReader:
             image_fn=lambda row: sample(*key(row))[0],
             mask_fn=lambda row, target: sample(*key(row))[1],
             source=f"synthetic:{self.name}",
-            content=json.dumps(asdict(cfg), sort_keys=True),
+            content=cfg.content(),
         )
 
 
@@ -389,3 +412,19 @@ _card("synth3d-control", "Synthetic 3D lesions, no bias (negative control)", CON
       ("small volumes for the 3D paths; spacing 1 mm isotropic",))
 _card("synth3d-contrast", "Synthetic 3D lesions, lower lesion contrast for females", CONTRAST_3D, FEMALE_LOWER,
       ("lesion contrast in the female group is 0.35x the male group's",))
+# interaction-only bias: only women aged 60 or more have lesions at reduced contrast (0.25x), so the disparity lives
+# in one cell of sex x age and each single attribute's gap is diluted (sex: the young women are unaffected, age: the
+# older men are). 2000 samples (600 in test, about 130 in the older-female cell) so a crossed audit can see it; the
+# twin draws the same table (same seed: same sexes, ages, labels) with no interaction.
+CROSSED_CONTROL = replace(CONTROL, n=2000, older_contrast={"female": 1.0, "male": 1.0})
+CROSSED = replace(CROSSED_CONTROL, older_contrast={"female": 0.25, "male": 1.0})
+_card("synth-crossed", "Synthetic lesions, lower lesion contrast for women aged 60+ only (crossed positive control)",
+      CROSSED, ({"attribute": "sex*age", "group": "female|>=60", "metric": "auc_gap", "direction": "larger",
+                 "note": "the older-female cell's AUC is the lowest; the crossed gap exceeds the sex gap and the age "
+                         "gap, each diluted by the cells the bias spares"},),
+      ("lesion contrast is 0.25x for women aged 60 or more and 1x for everyone else: audit with --attribute sex*age",
+       "pair it with synth-crossed-control (the same samples, no interaction)"))
+_card("synth-crossed-control", "Synthetic lesions, the crossed control's twin with no bias (negative control)",
+      CROSSED_CONTROL, ({"attribute": "sex*age", "metric": "auc_gap", "direction": "none",
+                         "note": "negative control: the crossed gap is noise"},),
+      ("synth-crossed's samples (same seed, sexes, ages and labels) with lesion contrast 1x in every cell",))
