@@ -287,27 +287,37 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda s: (s["mean_rank"] is None, s["mean_rank"] or 0.0, s["model"], s["revision"]))
 
 
-def build(board_dir: Path | str, suite: Suite, progress: Callable[[str], None] | None = None) -> dict[str, Path]:
-    """Write index.html, leaderboard.md and board.json for the board's submissions: each one's seal is checked under
-    the board's key and every number recomputed from its stored predictions first (`check_submission`); a
-    submission that fails is listed as refused, with no number and the reason. `progress` gets one line per
-    submission."""
+def document(board_dir: Path | str, suite: Suite, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The board's content (what board.json holds and the page shows): each submission's seal checked under the
+    board's key and every number recomputed from its stored predictions first (`check_submission`); a submission
+    that fails is listed as refused, with no number and the reason. A board without submissions needs no key."""
     board_dir = Path(board_dir)
     key = seal.board_key(board_dir)
-    if key is None:
+    if key is None and submission_dirs(board_dir):
         raise InputError(f"board {suite.name!r} has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
                          f"is absent), so the seals of its submissions cannot be checked; set {seal.KEY_ENV} to the "
                          "key they were sealed with")
-    found, refused = load_rows(board_dir, suite, key, progress)
+    found, refused = load_rows(board_dir, suite, key, progress) if key is not None else ([], [])
     rows = rank_rows(found)
     summary = model_summary(rows)
     generated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    board = {"suite": {"name": suite.name, "version": suite.version, "description": suite.description,
-                       "verification_tolerance": dict(suite.tolerances)},
-             "generated_at": generated, "ranking_rule": RANKING_RULE,
-             "columns": board_columns(suite),
-             "entries": [e.describe() for e in suite.entries], "flag_legend": legend(), "tiers": list(TIERS),
-             "models": summary, "rows": rows, "refused": refused}
+    return {"suite": {"name": suite.name, "version": suite.version, "description": suite.description,
+                      "verification_tolerance": dict(suite.tolerances)},
+            "generated_at": generated, "ranking_rule": RANKING_RULE,
+            "columns": board_columns(suite),
+            "entries": [e.describe() for e in suite.entries], "flag_legend": legend(), "tiers": list(TIERS),
+            "models": summary, "rows": rows, "refused": refused}
+
+
+def build(board_dir: Path | str, suite: Suite, progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Write index.html, leaderboard.md and board.json for the board's submissions (`document`). `progress` gets one
+    line per submission."""
+    board_dir = Path(board_dir)
+    if seal.board_key(board_dir) is None:
+        raise InputError(f"board {suite.name!r} has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
+                         f"is absent), so the seals of its submissions cannot be checked; set {seal.KEY_ENV} to the "
+                         "key they were sealed with")
+    board = document(board_dir, suite, progress)
     return {
         "html": write_text(board_dir / "index.html", render.html_page(board)),
         "markdown": write_text(board_dir / "leaderboard.md", render.markdown(board)),
