@@ -97,14 +97,26 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+class Postgres:
+    """A running throwaway cluster: its URL and a restart (fast shutdown, then start again on the same port)."""
+
+    def __init__(self, url: str, pg_ctl: list[str]) -> None:
+        self.url, self.pg_ctl = url, pg_ctl
+
+    def restart(self) -> None:
+        subprocess.run([*self.pg_ctl, "-m", "fast", "-w", "-t", "60", "restart"], check=True, capture_output=True,
+                       timeout=120)
+
+
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[str]:
+def postgres() -> Iterator[Postgres]:
     """The URL of a throwaway PostgreSQL cluster (Debian's postgresql: initdb and pg_ctl on a loopback port in a
     temporary folder, as user nobody when running as root); skips with the reason when it cannot start."""
     pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'psycopg[binary]')")
@@ -120,7 +132,7 @@ def postgres() -> Iterator[str]:
         as_user = ["runuser", "-u", "nobody", "--"]
         os.chmod(folder, 0o755)
         shutil.chown(folder, "nobody")
-    data, port = folder / "data", _free_port()
+    data, port = folder / "data", free_port()
     try:
         subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "fmb", "-E", "UTF8",
                         "--no-sync"], check=True, capture_output=True, timeout=120)
@@ -132,7 +144,8 @@ def postgres() -> Iterator[str]:
         detail = getattr(err, "stderr", b"") or b""
         pytest.skip(f"a throwaway PostgreSQL cluster did not start: {err} {detail.decode(errors='replace')[-300:]}")
     try:
-        yield f"postgresql+psycopg://fmb@127.0.0.1:{port}/postgres"
+        yield Postgres(f"postgresql+psycopg://fmb@127.0.0.1:{port}/postgres",
+                       [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "log")])
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, timeout=60)
@@ -140,14 +153,14 @@ def postgres() -> Iterator[str]:
 
 
 @pytest.fixture
-def pg_url(postgres: str, request: pytest.FixtureRequest) -> str:
+def pg_url(postgres: Postgres, request: pytest.FixtureRequest) -> str:
     """A fresh database in the throwaway cluster, for one test."""
     import sqlalchemy as sa
 
     name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:50].lower()
-    admin = sa.create_engine(postgres, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(postgres.url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
-    return postgres.rsplit("/", 1)[0] + "/" + name
+    return postgres.url.rsplit("/", 1)[0] + "/" + name
