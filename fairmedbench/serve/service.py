@@ -88,6 +88,7 @@ class Service:
         self.now = now
         self._pages: dict[str, tuple[tuple[int, int], str]] = {}
         self._page_lock = threading.Lock()
+        self._checked: dict[tuple[str, str, bytes], tuple[dict[str, Any] | None, str | None, list[str]]] = {}
 
     # --- identity -------------------------------------------------------------------------------------------
     def add_token(self, name: str, maintainer: bool = False, expires_days: float | None = None) -> str:
@@ -412,7 +413,7 @@ class Service:
             suite = get_suite(name)
         except InputError as err:
             raise ServeError(404, str(err)) from None
-        doc = pages.document(self.boards / suite.name, suite)
+        doc = pages.document(self.boards / suite.name, suite, checker=self._check_submission)
         with self.engine.connect() as conn:
             gone = conn.execute(sa.select(submissions.c.model, submissions.c.revision, submissions.c.id,
                                           submissions.c.withdrawn_reason).where(
@@ -420,6 +421,20 @@ class Service:
         doc["refused"] += [{"folder": f"withdrawn/{g.id}", "model": g.model, "revision": g.revision,
                             "reasons": [g.withdrawn_reason]} for g in gone]
         return doc
+
+    def _check_submission(self, sub: Path, suite: Any, key: Any
+                          ) -> tuple[dict[str, Any] | None, str | None, list[str]]:
+        """`board.check_submission`, remembered per folder, suite and exact files (a folder whose files or seal
+        changed is checked again)."""
+        from fairmedbench.leaderboards import board as pages
+        from fairmedbench.leaderboards import seal
+
+        seal_file = sub / seal.SEAL_FILE
+        memo = (f"{sub}|{suite.name}|{suite.version}", seal.content_hash(seal.listing(sub)),
+                seal_file.read_bytes() if seal_file.is_file() else b"")
+        if memo not in self._checked:
+            self._checked[memo] = pages.check_submission(sub, suite, key)
+        return self._checked[memo]
 
     def board_page(self, name: str) -> str:
         """The live board page (leaderboards/render.py's template), rebuilt when a submission of it changed."""

@@ -273,3 +273,14 @@ def test_migrations_run_once(tmp_path: Path) -> None:
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0001"
         assert set(sa.inspect(conn).get_table_names()) == {"alembic_version", *db.metadata.tables}
+
+
+def test_the_live_board_remembers_checks_only_for_unchanged_files(service: Service, client: Any,
+                                                                  bundles: dict[str, Path]) -> None:
+    token = service.add_token("alice")
+    assert _post(client, tar_of(bundles["a"]), token).json()["state"] == "queued"
+    assert service.board_document("test-pinned")["rows"] and len(service._checked) == 1
+    stored = next((service.boards / "test-pinned" / "submissions").rglob("seed0.json"))
+    stored.write_text(stored.read_text().replace('"seed": 0', '"seed": 0 ', 1))  # one byte more: the seal breaks
+    doc = service.board_document("test-pinned")
+    assert doc["rows"] == [] and doc["refused"][0]["model"] == "m-a" and len(service._checked) == 2
