@@ -30,10 +30,10 @@ from fairmedbench.benchmark.suite import SuiteOptions
 from fairmedbench.benchmark.verify import VerifyOptions, verify_bundle
 from fairmedbench.engine.device import PRECISIONS
 from fairmedbench.engine.progress import StageProgress
-from fairmedbench.errors import FMBError, InputError, os_error_line
+from fairmedbench.errors import FMBError, os_error_line
 from fairmedbench.report import terminal
 from fairmedbench.report.docs import DocsOptions, build_site
-from fairmedbench.serve.commands import add_remote_submit, add_serve, remote_submit
+from fairmedbench.serve.commands import add_remote_submit, add_serve, route_submit
 from fairmedbench.spec import RunOptions, RunSpec
 
 if TYPE_CHECKING:
@@ -305,12 +305,9 @@ def _add_boards(sub: Subparsers) -> None:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    if args.to or args.status:
-        if not args.to:
-            raise InputError("--status ID needs --to URL (the board server)")
-        return remote_submit(args)
-    if not args.bundle or not args.board:
-        raise InputError("benchmark submit needs a BUNDLE and --board NAME (or --to URL for a board server)")
+    remote = route_submit(args)
+    if remote is not None:
+        return remote
     outcome = submit_bundle(**dataclasses.asdict(_fill(SubmitOptions, args)))
     return _lines(outcome.lines(), outcome.accepted)
 

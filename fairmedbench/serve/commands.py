@@ -71,10 +71,17 @@ def add_remote_submit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="with --to: follow the submission until it ends")
 
 
-def remote_submit(args: argparse.Namespace) -> int:
-    """`benchmark submit BUNDLE --to URL --token-file FILE` or `benchmark submit --status ID --to URL`."""
+def route_submit(args: argparse.Namespace) -> int | None:
+    """`benchmark submit BUNDLE --to URL --token-file FILE` or `benchmark submit --status ID --to URL`: its exit
+    code; None for a local submit (after checking it names a bundle and a board)."""
     from fairmedbench.serve import client
 
+    if not args.to and not args.status:
+        if not args.bundle or not args.board:
+            raise InputError("benchmark submit needs a BUNDLE and --board NAME (or --to URL for a board server)")
+        return None
+    if not args.to:
+        raise InputError("--status ID needs --to URL (the board server)")
     if args.status:
         sub = client.follow(args.status, args.to, args.wait)
     else:
