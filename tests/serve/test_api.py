@@ -284,3 +284,21 @@ def test_the_live_board_remembers_checks_only_for_unchanged_files(service: Servi
     stored.write_text(stored.read_text().replace('"seed": 0', '"seed": 0 ', 1))  # one byte more: the seal breaks
     doc = service.board_document("test-pinned")
     assert doc["rows"] == [] and doc["refused"][0]["model"] == "m-a" and len(service._checked) == 2
+
+
+def test_a_full_disk_is_one_clear_error_per_request(service: Service, client: Any, bundles: dict[str, Path],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    token = service.add_token("alice")
+
+    def full(*_: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Service, "ingest", full)
+    r = _post(client, tar_of(bundles["a"]), token)
+    assert r.status_code == 507 and r.json() == {
+        "detail": "the server's disk is full; nothing was stored, try again later"}
+    assert list((service.boards / ".serve-work").iterdir()) == [] and service.submissions_of() == []
+    monkeypatch.undo()
+    assert _post(client, tar_of(bundles["a"]), token).status_code == 201  # the server goes on answering
