@@ -99,7 +99,7 @@ def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
 
     @app.get("/boards/{name}", response_class=HTMLResponse, summary="a board's live page")
     async def board_page(name: str) -> HTMLResponse:
-        page = await thread(service.board_page, name)
+        _, page = await thread(service.board, name)
         return HTMLResponse(page, headers={"Content-Security-Policy": render._csp()})
 
     @app.get("/submissions/{sid}", response_class=HTMLResponse, summary="a submission's page")
@@ -113,7 +113,7 @@ def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
 
     @app.get("/api/boards/{name}/rows", summary="a board's rows as `leaderboard build` computes them")
     async def api_rows(name: str) -> dict[str, Any]:
-        doc = await thread(service.board_document, name)
+        doc, _ = await thread(service.board, name)
         return {"board": name, "rows": doc["rows"], "models": doc["models"], "refused": doc["refused"]}
 
     @app.get("/api/submissions/{sid}", summary="a submission: state, tier, flags, reasons, every event")

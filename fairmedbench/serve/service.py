@@ -86,7 +86,7 @@ class Service:
         db.upgrade(self.engine)
         self.settings = settings or Settings()
         self.now = now
-        self._pages: dict[str, tuple[tuple[int, int], str]] = {}
+        self._pages: dict[str, tuple[tuple[int, int], dict[str, Any], str]] = {}
         self._page_lock = threading.Lock()
         self._checked: dict[tuple[str, str, bytes], tuple[dict[str, Any] | None, str | None, list[str]]] = {}
 
@@ -436,8 +436,9 @@ class Service:
             self._checked[memo] = pages.check_submission(sub, suite, key)
         return self._checked[memo]
 
-    def board_page(self, name: str) -> str:
-        """The live board page (leaderboards/render.py's template), rebuilt when a submission of it changed."""
+    def board(self, name: str) -> tuple[dict[str, Any], str]:
+        """The board's content and live page (leaderboards/render.py's template), rebuilt only when a submission
+        of the board changed state since the last build (reads in between get the last build)."""
         from fairmedbench.leaderboards import render
 
         with self.engine.connect() as conn:
@@ -447,11 +448,10 @@ class Service:
         key = (int(stamp[0]), int(stamp[1]))
         with self._page_lock:
             cached = self._pages.get(name)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            page = render.html_page(self.board_document(name))
-            self._pages[name] = (key, page)
-            return page
+            if cached is None or cached[0] != key:
+                doc = self.board_document(name)
+                cached = self._pages[name] = (key, doc, render.html_page(doc))
+            return cached[1], cached[2]
 
     def audit_log(self, limit: int = 1000) -> list[dict[str, Any]]:
         """The newest `limit` audit lines (who, what, when, board, submission, bundle hash, detail)."""
