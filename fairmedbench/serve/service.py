@@ -488,10 +488,11 @@ def _model_name(bundle: Path) -> str | None:
 
 
 def unpack(archive: Path, folder: Path, max_files: int = 5000) -> Path:
-    """Unpack a bundle's tar archive (plain or gzip) into `folder`, refusing anything but regular files and folders
-    with plain relative names; the bundle folder (the archive's root, or its only top folder)."""
+    """Unpack a bundle's uncompressed tar archive into `folder` (so it unpacks to at most the upload's size, which the
+    server capped), refusing anything but regular files and folders with plain relative names; the bundle folder
+    (the archive's root, or its only top folder)."""
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
+        with tarfile.open(archive, mode="r:") as tar:
             members = tar.getmembers()
             if len(members) > max_files:
                 raise ServeError(400, f"rejected: the archive holds {len(members)} entries, at most {max_files}")
@@ -501,12 +502,15 @@ def unpack(archive: Path, folder: Path, max_files: int = 5000) -> Path:
                     raise ServeError(400, f"rejected: archive entry {m.name[:200]!r} is not a plain relative path")
                 if not (m.isfile() or m.isdir()):
                     raise ServeError(400, f"rejected: archive entry {m.name[:200]!r} is not a regular file or folder")
-            tar.extractall(folder, members=members, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12: the stdlib's own refusals on top of the above
+                tar.extractall(folder, members=members, filter="data")
+            else:
+                tar.extractall(folder, members=members)
     except (tarfile.TarError, EOFError, OSError) as err:
         if isinstance(err, OSError) and err.errno is not None:
             raise
-        raise ServeError(400, "rejected: the upload is not a tar archive of a bundle folder; `benchmark submit "
-                              "BUNDLE --to URL` sends one") from None
+        raise ServeError(400, "rejected: the upload is not an uncompressed tar archive of a bundle folder; "
+                              "`benchmark submit BUNDLE --to URL` sends one") from None
     if not (folder / "model.json").exists():
         tops = [p for p in folder.iterdir()] if folder.is_dir() else []
         if len(tops) == 1 and tops[0].is_dir():
