@@ -57,8 +57,9 @@ class _Progress:
 
     def read(self, n: int = -1) -> bytes:
         data = self.f.read(CHUNK if n is None or n < 0 else n)
-        self.sent += len(data)
-        self.report(self.sent, self.size)
+        if data:
+            self.sent += len(data)
+            self.report(self.sent, self.size)
         return data
 
 

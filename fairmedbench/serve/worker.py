@@ -13,11 +13,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fairmedbench.serve.service import Job, Service
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
-TAIL_LINES = 20
 
 
 def verify_command(service: Service, job: Job) -> list[str]:
@@ -40,11 +40,35 @@ def worker_name() -> str:
     return f"{platform.node()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def outcome_reasons(code: int, output: str) -> list[str]:
-    """The lines a verification outcome records: the last lines of `verify`'s output, and its exit code if it
-    failed without saying why."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()][-TAIL_LINES:]
-    return lines if lines or code == 0 else [f"verify exited with code {code}"]
+def outcome_reasons(code: int, output: str, record: dict[str, Any] | None = None) -> list[str]:
+    """The lines a verification outcome records: each entry's reasons from `verify`'s MAC-checked record when there
+    is one (or that every entry passed), else `verify`'s error line (or its last line, or its exit code)."""
+    if record is not None:
+        entries = record.get("entries", {})
+        lines = [f"{key}: {r}" for key, rec in entries.items() for r in rec.get("reasons", [])]
+        if lines or not record.get("passed"):
+            return lines or ["verification did not pass (no entry compared a score)"]
+        return [f"{key}: passed ({rec.get('n_compared')} scores compared, max |diff| {rec.get('max_abs_diff')}, "
+                f"tolerance {rec.get('tolerance')})" for key, rec in entries.items()]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("benchmark: error:")]
+    return errors or lines[-1:] or ([] if code == 0 else [f"verify exited with code {code}"])
+
+
+def read_record(service: Service, job: Job) -> dict[str, Any] | None:
+    """`verify`'s record beside the stored submission, if its MAC checks under the board's key (else None)."""
+    from fairmedbench.leaderboards import seal
+    from fairmedbench.leaderboards.tiers import read_verification
+
+    sub = service.boards / job.folder
+    key = seal.board_key(sub.parent.parent.parent)
+    if key is None:
+        return None
+    content, _ = seal.check(sub, key)
+    if content is None:
+        return None
+    record, _ = read_verification(sub, key, content)
+    return record
 
 
 def run_one(service: Service, worker: str, lease_s: float, timeout: float,
@@ -71,7 +95,9 @@ def run_one(service: Service, worker: str, lease_s: float, timeout: float,
     finally:
         stop.set()
         keeper.join()
-    service.finish(job, worker, code == 0, outcome_reasons(code, output))
+    record = read_record(service, job) if job.folder and (service.boards / job.folder).is_dir() else None
+    passed = code == 0 and (record is None or bool(record.get("passed")))
+    service.finish(job, worker, passed, outcome_reasons(code, output, record))
     return job
 
 

@@ -73,10 +73,18 @@ def test_a_verified_submission_is_ranked_on_the_live_board(service: Service, cli
     assert run_one(service, "w1", 60, 600, verify_ok) is None and len(calls) == 1
 
 
-def test_outcome_reasons_keep_the_last_lines_or_the_exit_code() -> None:
+def test_outcome_reasons_come_from_the_record_else_the_error_line() -> None:
+    progress = "features m/d test: 30/60 (8.0 it/s, eta 4s)\n"
+    failed = {"passed": False, "entries": {"e1": {"reasons": ["seed 0: scores differ by up to 0.284 (tolerance 0.05)"]},
+                                           "e2": {"reasons": []}}}
+    assert outcome_reasons(1, progress, failed) == ["e1: seed 0: scores differ by up to 0.284 (tolerance 0.05)"]
+    passed = {"passed": True, "entries": {"e1": {"reasons": [], "n_compared": 10, "max_abs_diff": 1e-07,
+                                                 "tolerance": 0.0001}}}
+    assert outcome_reasons(0, progress, passed) == [
+        "e1: passed (10 scores compared, max |diff| 1e-07, tolerance 0.0001)"]
+    assert outcome_reasons(2, progress + "benchmark: error: model 'x' has no registered card\n") == [
+        "benchmark: error: model 'x' has no registered card"]
     assert outcome_reasons(1, "") == ["verify exited with code 1"]
-    assert outcome_reasons(0, "") == []
-    assert outcome_reasons(1, "\n".join(f"line {i}" for i in range(30)))[0] == "line 10"
 
 
 def test_a_withdrawn_submission_leaves_the_queue(service: Service, client: Any, bundles: dict[str, Path]) -> None:
