@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from fairmedbench.errors import InputError, MissingResourceError
 
-FINAL = ("rejected", "verified", "verification failed", "withdrawn")
+FINAL_STATES = ("rejected", "verified", "verification failed", "withdrawn")  # where a submission ends
 CHUNK = 1 << 20
 
 
@@ -131,7 +131,7 @@ def follow(sid: str, to: str, wait: bool, poll_s: float = 5.0, say: Callable[[st
         for e in sub["events"][seen:]:
             say(f"{e['state']}: {e['reason']}")
         seen = len(sub["events"])
-        if not wait or sub["state"] in FINAL:
+        if not wait or sub["state"] in FINAL_STATES:
             return sub
         time.sleep(poll_s)
 

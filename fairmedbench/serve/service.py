@@ -29,7 +29,6 @@ from fairmedbench.serve.db import audit, events, jobs, model_owners, submissions
 DAY = 86400.0
 WORK_DIR = ".serve-work"  # uploads and unpacked bundles, under the boards folder; emptied at start
 OPEN_JOB_STATES = ("queued", "leased")
-FINAL_STATES = ("rejected", "verified", "verification failed", "withdrawn")
 
 
 class ServeError(Exception):
