@@ -36,6 +36,7 @@ from fairmedbench.engine.progress import StageProgress
 from fairmedbench.errors import FMBError, os_error_line
 from fairmedbench.report import terminal
 from fairmedbench.report.docs import DocsOptions, build_site
+from fairmedbench.serve.commands import add_remote_submit, add_serve, route_submit
 from fairmedbench.spec import RunOptions, RunSpec
 
 if TYPE_CHECKING:
@@ -339,9 +340,11 @@ def _add_boards(sub: Subparsers) -> None:
     _command(sub, "run-suite", _cmd_suite, "run a board suite for a model and write a submission bundle",
              "Run every entry of a leaderboard suite (each dataset, usage and seed) for one model and write a bundle "
              "to submit with `benchmark submit`.", [_compute_parent()], SuiteOptions)
-    _command(sub, "submit", _cmd_submit, "validate a bundle by recomputation and add it to a board",
-             "Check a submission bundle (files, schema, fingerprints, complete test ids, every metric recomputed from "
-             "its predictions) and store it if it passes.", options=SubmitOptions)
+    add_remote_submit(_command(
+        sub, "submit", _cmd_submit, "validate a bundle by recomputation and add it to a board",
+        "Check a submission bundle (files, schema, fingerprints, complete test ids, every metric recomputed from "
+        "its predictions) and store it if it passes; with --to, upload it to a board server that does the same.",
+        options=SubmitOptions, bundle={"nargs": "?"}, board={"required": False}))
     _command(sub, "verify", _cmd_verify, "re-run a submitted model on a sample of test items; mark its rows verified",
              "Re-run the model of a bundle or stored submission from its declared weights, in fp32, on a seeded "
              "random sample of each entry's test items (a learned head is re-trained with the declared seed) and "
@@ -354,6 +357,9 @@ def _add_boards(sub: Subparsers) -> None:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
+    remote = route_submit(args)
+    if remote is not None:
+        return remote
     outcome = submit_bundle(**dataclasses.asdict(_fill(SubmitOptions, args)))
     return _lines(outcome.lines(), outcome.accepted)
 
@@ -465,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (_add_run, _add_controls_and_compare, _add_claims, _add_evaluate, _add_inspect, _add_monitor,
-                _add_boards, _add_evidence, _add_catalog, _add_studies):
+                _add_boards, _add_evidence, _add_catalog, _add_studies, add_serve):
         add(sub)
     return parser
 

@@ -168,11 +168,15 @@ def check_submission(sub: Path, suite: Suite, key: BoardKey) -> tuple[dict[str, 
     return (summary, content, []) if not diffs else (None, None, diffs)
 
 
-def load_rows(board_dir: Path, suite: Suite, key: BoardKey,
-              progress: Callable[[str], None] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+Checker = Callable[[Path, Suite, BoardKey], tuple[dict[str, Any] | None, str | None, list[str]]]
+
+
+def load_rows(board_dir: Path, suite: Suite, key: BoardKey, progress: Callable[[str], None] | None = None,
+              checker: Checker = check_submission) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rows, refused): one row per (submission, entry, attribute) of every submission whose seal checks and whose
     numbers recompute (`check_submission`), with its flags (`flags.FLAGS`, computed here against every other
-    accepted submission) and its tier (`tiers`); and one entry per refused submission with its reasons."""
+    accepted submission) and its tier (`tiers`); and one entry per refused submission with its reasons. `checker` is
+    `check_submission` or a memo of it (the board server's, keyed on each folder's files)."""
     board_dir = Path(board_dir)
     subs, refused = [], []
     folders = submission_dirs(board_dir)
@@ -180,7 +184,7 @@ def load_rows(board_dir: Path, suite: Suite, key: BoardKey,
         rel = sub.relative_to(board_dir).as_posix()
         if progress is not None:
             progress(f"checking submission {n}/{len(folders)}: {rel} (seal, every number recomputed)")
-        summary, content, reasons = check_submission(sub, suite, key)
+        summary, content, reasons = checker(sub, suite, key)
         if summary is None or content is None:
             refused.append({"folder": rel, "model": sub.parent.name, "revision": sub.name,
                             "reasons": reasons[:MAX_REASONS] + ([f"... and {len(reasons) - MAX_REASONS} more"]
@@ -287,27 +291,38 @@ def model_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda s: (s["mean_rank"] is None, s["mean_rank"] or 0.0, s["model"], s["revision"]))
 
 
-def build(board_dir: Path | str, suite: Suite, progress: Callable[[str], None] | None = None) -> dict[str, Path]:
-    """Write index.html, leaderboard.md and board.json for the board's submissions: each one's seal is checked under
-    the board's key and every number recomputed from its stored predictions first (`check_submission`); a
-    submission that fails is listed as refused, with no number and the reason. `progress` gets one line per
-    submission."""
+def document(board_dir: Path | str, suite: Suite, progress: Callable[[str], None] | None = None,
+             checker: Checker = check_submission) -> dict[str, Any]:
+    """The board's content (what board.json holds and the page shows): each submission's seal checked under the
+    board's key and every number recomputed from its stored predictions first (`check_submission`); a submission
+    that fails is listed as refused, with no number and the reason. A board without submissions needs no key."""
     board_dir = Path(board_dir)
     key = seal.board_key(board_dir)
-    if key is None:
+    if key is None and submission_dirs(board_dir):
         raise InputError(f"board {suite.name!r} has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
                          f"is absent), so the seals of its submissions cannot be checked; set {seal.KEY_ENV} to the "
                          "key they were sealed with")
-    found, refused = load_rows(board_dir, suite, key, progress)
+    found, refused = load_rows(board_dir, suite, key, progress, checker) if key is not None else ([], [])
     rows = rank_rows(found)
     summary = model_summary(rows)
     generated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    board = {"suite": {"name": suite.name, "version": suite.version, "description": suite.description,
-                       "verification_tolerance": dict(suite.tolerances)},
-             "generated_at": generated, "ranking_rule": RANKING_RULE,
-             "columns": board_columns(suite),
-             "entries": [e.describe() for e in suite.entries], "flag_legend": legend(), "tiers": list(TIERS),
-             "models": summary, "rows": rows, "refused": refused}
+    return {"suite": {"name": suite.name, "version": suite.version, "description": suite.description,
+                      "verification_tolerance": dict(suite.tolerances)},
+            "generated_at": generated, "ranking_rule": RANKING_RULE,
+            "columns": board_columns(suite),
+            "entries": [e.describe() for e in suite.entries], "flag_legend": legend(), "tiers": list(TIERS),
+            "models": summary, "rows": rows, "refused": refused}
+
+
+def build(board_dir: Path | str, suite: Suite, progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+    """Write index.html, leaderboard.md and board.json for the board's submissions (`document`). `progress` gets one
+    line per submission."""
+    board_dir = Path(board_dir)
+    if seal.board_key(board_dir) is None:
+        raise InputError(f"board {suite.name!r} has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
+                         f"is absent), so the seals of its submissions cannot be checked; set {seal.KEY_ENV} to the "
+                         "key they were sealed with")
+    board = document(board_dir, suite, progress)
     return {
         "html": write_text(board_dir / "index.html", render.html_page(board)),
         "markdown": write_text(board_dir / "leaderboard.md", render.markdown(board)),
