@@ -278,9 +278,9 @@ def make_design(o: PlanOptions) -> Design:
 
 
 def hanley_mcneil_variance(auc: float, n_pos: float, n_neg: float, model: str = "hanley-mcneil") -> float:
-    """Variance of an empirical AUC (Hanley & McNeil 1982, Radiology 143:29, eq. 1): [A(1-A) + (nP-1)(Q1-A²) +
+    """Variance of an empirical AUC (Hanley & McNeil 1982, Radiology 143:29-36): [A(1-A) + (nP-1)(Q1-A²) +
     (nN-1)(Q2-A²)] / (nP·nN); Q1 (two positives above one negative) and Q2 (one positive above two negatives) by
-    their exponential approximation Q1 = A/(2-A), Q2 = 2A²/(1+A) (eq. 2), or for binormal scores of equal
+    their exponential approximation Q1 = A/(2-A), Q2 = 2A²/(1+A), or for binormal scores of equal
     variance Q1 = Q2 = Φ2(h, h; 0.5) = Φ(h) - 2·T(h, 1/√3), h = Φ^-1(A), T Owen's T function."""
     if model == "binormal":
         from scipy.special import owens_t
