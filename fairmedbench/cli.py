@@ -24,6 +24,7 @@ from fairmedbench.benchmark.evaluate import BatchOutcome, EvaluateOptions, evalu
 from fairmedbench.benchmark.inspect import InspectOptions, run_inspect
 from fairmedbench.benchmark.leaderboard import BoardOptions, SubmitOptions, build_board, submit_bundle
 from fairmedbench.benchmark.monitor import MonitorOptions, run_monitor
+from fairmedbench.benchmark.plan import PlanOptions, plan_with
 from fairmedbench.benchmark.run import RunOutputs, run_with_outputs
 from fairmedbench.benchmark.search import SearchOptions, run_searched
 from fairmedbench.benchmark.signing import EvidenceVerifyOptions, verify_pack
@@ -159,6 +160,25 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if isinstance(out, BatchOutcome):
         return _show(terminal.render_batch, out)
     return _show(terminal.render_evaluate, out)
+
+
+def _add_plan(sub: Subparsers) -> None:
+    _command(sub, "plan", _cmd_plan, "patients per group an audit needs to detect (or rule out) a difference",
+             "The number of patients per group an audit needs to detect a given difference in AUC, TPR, FPR or DSC "
+             "between two groups with evaluate's permutation test (or, with --margin, to show equivalence by its "
+             "TOST), from the expected prevalence per group and images per patient (design effect); prints the "
+             "formula and its assumptions, and with --check verifies the power by simulating audits.",
+             options=PlanOptions)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    o = _fill(PlanOptions, args)
+    with StageProgress(quiet=o.json) as progress:
+        plan = plan_with(o, progress)
+    if o.json:
+        _json(plan.document())
+        return 0 if plan.passed else 1
+    return _lines(plan.lines(), plan.passed)
 
 
 def _add_inspect(sub: Subparsers) -> None:
@@ -470,8 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "across patient groups?")
     parser.add_argument("--version", action="version", version=f"fairmedbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_run, _add_controls_and_compare, _add_claims, _add_evaluate, _add_inspect, _add_monitor,
-                _add_boards, _add_evidence, _add_catalog, _add_studies, add_serve):
+    for add in (_add_run, _add_controls_and_compare, _add_claims, _add_evaluate, _add_plan, _add_inspect,
+                _add_monitor, _add_boards, _add_evidence, _add_catalog, _add_studies, add_serve):
         add(sub)
     return parser
 
