@@ -100,9 +100,10 @@ class ModelCard:
         return d
 
     def what_to_do(self) -> str:
-        """One line for a user: why the model cannot be built here, or how to get gated weights; else ''."""
+        """One line for a user: why the model cannot be built here (its notes, 'Not available ...'), or how to get
+        gated weights; else ''."""
         if not self.available:
-            return f"not buildable in this version: {self.notes}"
+            return self.notes
         return self.weights.gated
 
 

@@ -175,7 +175,8 @@ register(ModelCard(
     pretraining_data=("1.17M histopathology image-caption pairs (PubMed Central and educational sources)",),
     loader=_M + "timm_zoo:load_timm_encoder", available=False,
     reference="Lu et al., A visual-language foundation model for computational pathology (CONCH, Nat. Med. 2024)",
-    notes="CONCH's CoCa model (ViT-B/16 at 448 px with attentional poolers, its own text tower) is defined only "
+    notes="Not available in this version: CONCH's CoCa model (ViT-B/16 at 448 px with attentional poolers, its "
+          "own text tower) is defined only "
           "in MahmoodLab's `conch` package, which is not on PyPI (conch-fork there is a third-party copy) and no "
           "maintained library here builds it. To use it: pip install git+https://github.com/Mahmoodlab/CONCH.git, "
           "accept the terms at https://huggingface.co/MahmoodLab/CONCH and score the predictions of a head on its "
@@ -249,7 +250,8 @@ register(ModelCard(
     license="SAM License", pretraining_data=("SA-Co (4M unique concepts, images and videos)",) + SA1B,
     loader=_M + "sam2_family:load_sam2", available=False,
     reference="Carion et al., SAM 3: Segment Anything with Concepts (2025); facebookresearch/sam3",
-    notes="SAM 3 is published on PyPI as `sam3` (Meta's package), which fairmedbench does not install, and its "
+    notes="Not available in this version: SAM 3 is published on PyPI as `sam3` (Meta's package), which "
+          "fairmedbench does not install, and its "
           "weights are gated; this version has no loader for its concept-prompted detector (text and exemplar "
           "prompts on a shared perception encoder), whose prompts differ from the box and point prompts of this zoo's "
           "SAM family. To run it yourself: pip install sam3 and accept the terms at https://huggingface.co/facebook/sam3.",

@@ -6,6 +6,7 @@ ones come from the hub cache or a folder/file given with --weights, loaded stric
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +42,26 @@ def load_dinov3(card: ModelCard, resolved: ResolvedWeights, *,
 
 
 # google/medgemma-4b-it config.json, vision_config: SigLIP So400m/14 at 896 px without the attention-pooling head.
-MEDGEMMA_VISION = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
-                   "image_size": 896, "patch_size": 14, "vision_use_head": False, "layer_norm_eps": 1e-6}
+MEDGEMMA_VISION: dict[str, Any] = {
+    "hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
+    "image_size": 896, "patch_size": 14, "vision_use_head": False, "layer_norm_eps": 1e-6}
 # Gemma3ForConditionalGeneration's checkpoint names the tower `vision_tower.vision_model.*` (files written by
 # transformers 4.50-4.5x); files saved by transformers >= 4.52 put it under `model.`.
 TOWER_PREFIXES = ("vision_tower.", "model.vision_tower.")
 
 
-def _tower_key(key: str) -> str | None:
-    for prefix in TOWER_PREFIXES:
-        if key.startswith(prefix):
-            return key[len(prefix):]
-    return None  # the language model and the multimodal projector are not the image encoder
+def _tower_key(inner: str) -> Callable[[str], str | None]:
+    """Checkpoint key -> SiglipVisionModel key (`inner` is the module's own `vision_model.` prefix: transformers 4
+    has it, 5 does not)."""
+
+    def key_map(key: str) -> str | None:
+        for prefix in TOWER_PREFIXES:
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                return inner + (key[len("vision_model."):] if key.startswith("vision_model.") else key)
+        return None  # the language model and the multimodal projector are not the image encoder
+
+    return key_map
 
 
 def _tower_state(path: Path) -> dict[str, torch.Tensor]:
@@ -89,7 +98,8 @@ def load_medgemma_vision(card: ModelCard, resolved: ResolvedWeights, *,
         module = SiglipVisionModel(SiglipVisionConfig(**MEDGEMMA_VISION))
     if not resolved.is_random:
         assert resolved.path is not None
-        load_into(module, _tower_state(resolved.path), what=card.name, key_map=_tower_key)
+        inner = "vision_model." if any(k.startswith("vision_model.") for k in module.state_dict()) else ""
+        load_into(module, _tower_state(resolved.path), what=card.name, key_map=_tower_key(inner))
 
     def image(m: HFModule, x: torch.Tensor) -> torch.Tensor:
         return m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state.mean(dim=1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +15,9 @@ from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard, smoke_sized
 from fairmedbench.registry.models.runtime import FoundationModel, seeded
 from fairmedbench.registry.models.weights import ResolvedWeights, load_into, read_state_dict
+
+if TYPE_CHECKING:
+    from timm.models.vision_transformer import VisionTransformer
 
 KeyMap = Callable[[str], str | None]
 _CHUNKED = re.compile(r"^blocks\.\d+\.(\d+)\.")  # DINOv2 training's block_chunks: blocks.<chunk>.<index>.
@@ -70,8 +73,9 @@ class TimmEncoder(FoundationModel):
     @torch.inference_mode()
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, embedding_dim)."""
-        tokens = self.module.forward_features(pixels)
-        patches = tokens[:, self.module.num_prefix_tokens:]
+        vit: VisionTransformer = self.module  # type: ignore[assignment]  # timm's class, built by build_timm
+        tokens = vit.forward_features(pixels)
+        patches = tokens[:, vit.num_prefix_tokens:]
         pool = self.card.loader_options.get("pool", "token")
         if pool == "token":
             return tokens[:, 0]

@@ -278,4 +278,7 @@ def load_into(module: torch.nn.Module, state: dict[str, Any], *, what: str,
             parts.append(f"shape mismatches ({len(shapes)}): {few(shapes)}")
         parts.append("pass the checkpoint published for this model (see `benchmark describe model`)")
         raise InputError("; ".join(parts) + ".")  # one line: a truncated or foreign checkpoint names its first key
-    module.load_state_dict({k: v for k, v in mapped.items() if k in own}, strict=False)
+    # A module built on the meta device (a layout check that allocates nothing) takes the checkpoint's tensors as
+    # they are; a real one copies them into its own.
+    on_meta = any(t.is_meta for t in own.values())
+    module.load_state_dict({k: v for k, v in mapped.items() if k in own}, strict=False, assign=on_meta)
