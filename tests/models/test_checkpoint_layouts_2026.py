@@ -315,19 +315,16 @@ def test_medgemma_file_without_a_vision_tower_is_refused(tmp_path: Path) -> None
         _load_on_meta("medgemma-vision", folder)
 
 
-def test_small_new_models_embed_from_official_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["dinov3-vits16", "chexzero", "sam2.1-hiera-t"])
+def test_small_new_models_embed_from_official_files(tmp_path: Path, name: str) -> None:
     """Full-size builds of the cheap ones: the loaded model runs and gives the card's embedding size."""
-    for name in ("dinov3-vits16", "chexzero", "sam2.1-hiera-t"):
-        folder = tmp_path / name
-        folder.mkdir()
-        path, state = FILES[name][0](folder)
-        model = load_model(name, str(path))
-        probe = FILES[name][1]
-        key = probe[1] if isinstance(probe, tuple) else probe
-        assert _first(model, key) == float(state[key].reshape(-1)[0])
-        size = model.card.preprocessing.size
-        emb = model.encode_image(torch.zeros(1, 3, size, size))
-        assert emb.shape == (1, model.card.embedding_dim)
+    path, state = FILES[name][0](tmp_path)
+    model = load_model(name, str(path))
+    key = FILES[name][1]
+    assert _first(model, key) == float(state[key].reshape(-1)[0])
+    size = model.card.preprocessing.size
+    emb = model.encode_image(torch.zeros(1, 3, size, size))
+    assert emb.shape == (1, model.card.embedding_dim)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=SLOW) for n in ("virchow2", "uni2-h", "retfound-mae")])
