@@ -27,5 +27,10 @@ def list_models() -> list[dict[str, Any]]:
 
 
 def describe_model(name: str) -> dict[str, Any]:
-    """Everything the card knows about model `name` (InputError with close names when unknown)."""
-    return get_card(name).to_dict()
+    """Everything the card knows about model `name` (InputError with close names when unknown), with the usages its
+    capabilities serve."""
+    from fairmedbench.adapters import USAGES
+
+    card = get_card(name)
+    usages = [u for u in USAGES.names() if set(USAGES.get(u).requires) <= set(card.capabilities)]
+    return {**card.to_dict(), "usages": usages}

@@ -195,11 +195,17 @@ def _timm_blocks(prefix: str, depth: int, dim: int) -> Layout:
 
 def mae_vit_b() -> Layout:
     """MaskedAutoencoderViT(img 224, patch 16, 768-d x 12, decoder 512-d x 8)."""
-    lay: Layout = {"cls_token": (1, 1, 768), "pos_embed": (1, 197, 768),
-                   "patch_embed.proj.weight": (768, 3, 16, 16), "patch_embed.proj.bias": (768,)}
-    lay.update(_timm_blocks("blocks", 12, 768))
-    lay.update(_ln("norm", 768))
-    lay.update(_lin("decoder_embed", 512, 768))
+    return mae_vit(768, 12)
+
+
+def mae_vit(dim: int, depth: int) -> Layout:
+    """MaskedAutoencoderViT(img 224, patch 16, dim x depth, decoder 512-d x 8): mae_vit_base_patch16 (768, 12) and
+    mae_vit_large_patch16 (1024, 24), the latter RETFound-MAE's (rmaphoh/RETFound_MAE models_mae.py)."""
+    lay: Layout = {"cls_token": (1, 1, dim), "pos_embed": (1, 197, dim),
+                   "patch_embed.proj.weight": (dim, 3, 16, 16), "patch_embed.proj.bias": (dim,)}
+    lay.update(_timm_blocks("blocks", depth, dim))
+    lay.update(_ln("norm", dim))
+    lay.update(_lin("decoder_embed", 512, dim))
     lay.update({"mask_token": (1, 1, 512), "decoder_pos_embed": (1, 197, 512)})
     lay.update(_timm_blocks("decoder_blocks", 8, 512))
     lay.update(_ln("decoder_norm", 512))

@@ -12,7 +12,8 @@ from fairmedbench.errors import MissingResourceError
 from fairmedbench.registry.models import MODELS, load_model
 
 # Large random models: minutes of CPU and GBs of RAM to initialise; run with FMB_RUN_SLOW=1.
-SLOW = {"sam-vit-l", "sam-vit-h", "blip2", "medsiglip"}
+SLOW = {"sam-vit-l", "sam-vit-h", "blip2", "medsiglip", "siglip2", "aimv2-large", "retfound-mae", "retfound-dinov2",
+        "uni2-h", "virchow2", "prov-gigapath", "medgemma-vision", "dinov3-vitl16", "sam2.1-hiera-b+", "sam2.1-hiera-l"}
 # Smallest input each architecture accepts cheaply (Swin-T needs its 224 window grid).
 SIZES = {"medclip": 224, "blip2": 56}
 # Volumetric (3D) cards segment whole volumes and have no 2D path: tests/models/test_sam3d.py, test_segvol.py

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairmedbench.errors import MissingResourceError
 from fairmedbench.registry.models import cards as _cards  # noqa: F401  (registers the cards)
+from fairmedbench.registry.models import cards_2026 as _cards_2026  # noqa: F401  (registers the 2025-26 cards)
 from fairmedbench.registry.models.card import MODELS, ModelCard, Preprocessing, WeightSource, loader_function
 from fairmedbench.registry.models.weights import resolve_weights
 

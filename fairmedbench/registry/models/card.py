@@ -49,6 +49,7 @@ class WeightSource:
     package_path: str | None = None
     sha256: str | None = None
     how_to_get: str = ""
+    gated: str = ""  # for weights behind a licence click-through: where and how to accept the terms
 
     def describe(self) -> str:
         """Human-readable location of the weights."""
@@ -95,7 +96,15 @@ class ModelCard:
         d["pretraining_data"] = list(self.pretraining_data)
         d["training_datasets"] = list(self.training_datasets)
         d["weight_source"] = self.weights.describe()
+        d["what_to_do"] = self.what_to_do()
         return d
+
+    def what_to_do(self) -> str:
+        """One line for a user: why the model cannot be built here (its notes, 'Not available ...'), or how to get
+        gated weights; else ''."""
+        if not self.available:
+            return self.notes
+        return self.weights.gated
 
 
 def smoke_sized(card: ModelCard, image_size: int | None, random_weights: bool) -> ModelCard:

