@@ -499,8 +499,8 @@ def external_summary(docs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     (value and its bootstrap interval over the two test sets), and their mean, std and t 95% CI across seeds."""
     from fairmedbench.metrics.stats import seed_summary
 
-    out = []
-    for k, first in enumerate(docs[0]["external"]):
+    out: list[dict[str, Any]] = []
+    for k, first in enumerate(docs[0].get("external", []) if docs else []):  # a run without --eval-dataset: none
         attrs = []
         for j, sh0 in enumerate(first["shift"]):
             rows = {}

@@ -224,15 +224,26 @@ def _rate_cell(cell: dict[str, Any] | None) -> dict[str, Any]:
 def _window_metrics(b: Baseline, w: Window, n_boot: int, seed: int) -> dict[tuple[str, str], dict[str, Any]]:
     """AUC, TPR and FPR per group of the window's labelled rows at the audit's threshold, with patient-level
     bootstrap intervals (the metric engine's)."""
-    from fairmedbench.metrics import evaluate_classification
+    from fairmedbench.spec import ScoreSettings
+    from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
     lab = np.isfinite(w.y)
     if not lab.any() or len(np.unique(w.y[lab])) < 2:
         return {}
-    attrs = {n: Attribute(n, w.codes[n][lab], b.attributes[n]) for n in b.attributes}
-    res = evaluate_classification(w.y[lab].astype(np.int8), w.s[lab], attrs, task_names=[b.label],
-                                  threshold=f"fixed:{b.threshold!r}", n_boot=n_boot, n_perm=0, seed=seed,
-                                  patient_ids=None if w.patients is None else w.patients[lab]).to_dict()
+    keep = np.flatnonzero(lab)
+    table: dict[str, np.ndarray] = {f"label:{b.label}": w.y[keep].astype(np.int8), f"score:{b.label}": w.s[keep]}
+    for n, groups in b.attributes.items():  # the audit's groups by name (a code < 0: not in any, left out)
+        codes = w.codes[n][keep]
+        names = np.asarray(groups, dtype=object)[np.maximum(codes, 0)]
+        names[codes < 0] = None
+        table[f"attr:{n}"] = names
+    if w.patients is not None:
+        table[PATIENT_COLUMN] = w.patients[keep]
+    settings = ScoreSettings(threshold=f"fixed:{b.threshold!r}", n_boot=n_boot, n_perm=0, seed=seed,
+                             resampling_unit="row" if w.patients is None else "patient",
+                             groups={n: list(g) for n, g in b.attributes.items()}, data_checks="record")
+    res = get_task("classification").score(PredictionTable(table, (b.label,), tuple(b.attributes)),
+                                           settings).to_dict()
     out = {}
     for rep in res["reports"]:
         for g in rep["groups"]:

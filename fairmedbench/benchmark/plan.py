@@ -456,16 +456,20 @@ def simulate_audit(rng: np.random.Generator, d: Design, patients: int) -> Audit:
 
 def evaluate_audit(audit: Audit, metric: str, seed: int, n_boot: int, n_perm: int) -> dict[str, Any]:
     """evaluate's test of the two-group difference on a simulated audit (patients resampled and permuted whole)."""
-    from fairmedbench.metrics import evaluate_classification
-    from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+    from fairmedbench.spec import ScoreSettings
+    from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
-    g = {"g": audit.group}
+    common = {"attr:g": audit.group, PATIENT_COLUMN: audit.patient}
     if audit.y is None:
-        res = evaluate_segmentation(audit.values, g, n_boot=n_boot, n_perm=n_perm, seed=seed,
-                                    patient_ids=audit.patient)
+        table = PredictionTable({"dsc": audit.values, "empty_gt": np.zeros(audit.values.size, bool), **common},
+                                ("segmentation",), ("g",))
+        settings = ScoreSettings(n_boot=n_boot, n_perm=n_perm, seed=seed, data_checks="record")
+        res = get_task("segmentation").score(table, settings)
     else:
-        res = evaluate_classification(audit.y, audit.values, g, threshold="fixed:0.5", logits=metric == "auc",
-                                      n_boot=n_boot, n_perm=n_perm, seed=seed, patient_ids=audit.patient)
+        table = PredictionTable({"label:y": audit.y, "score:y": audit.values, **common}, ("y",), ("g",))
+        settings = ScoreSettings(threshold="fixed:0.5", logits=metric == "auc", n_boot=n_boot, n_perm=n_perm,
+                                 seed=seed, data_checks="record")
+        res = get_task("classification").score(table, settings)
     return res.report().tests[f"{metric}_diff"]
 
 
