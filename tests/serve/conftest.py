@@ -5,13 +5,10 @@ start)."""
 from __future__ import annotations
 
 import glob
-import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,32 +19,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "leaderboards"))
 
 from bundle_factory import model_card, pinned_suite, write_bundle  # noqa: E402
+from serve_support import Clock, Postgres, free_port  # noqa: E402
 
 from fairmedbench.leaderboards.suites import Suite  # noqa: E402
 from fairmedbench.serve.service import Service, Settings  # noqa: E402
-
-T0 = 1_800_000_000.0
-
-
-class Clock:
-    """A clock the test moves by hand (POSIX seconds)."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
-def tar_of(folder: Path) -> bytes:
-    """A bundle folder as the tar archive `benchmark submit --to` sends."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.add(folder, arcname=".")
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="session")
@@ -90,29 +65,6 @@ def client(service: Service) -> Any:
     from fairmedbench.serve.app import asgi
 
     return TestClient(asgi(service))
-
-
-def auth(token: str) -> dict[str, str]:
-    """The Authorization header of a token."""
-    return {"Authorization": f"Bearer {token}"}
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Postgres:
-    """A running throwaway cluster: its URL and a restart (fast shutdown, then start again on the same port)."""
-
-    def __init__(self, url: str, pg_ctl: list[str]) -> None:
-        self.url, self.pg_ctl = url, pg_ctl
-
-    def restart(self) -> None:
-        subprocess.run([*self.pg_ctl, "-m", "fast", "-w", "-t", "60", "restart"], check=True, capture_output=True,
-                       timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import Clock, auth, tar_of
+from serve_support import Clock, auth, tar_of
 
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards.submit import validate_bundle

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import Clock, Postgres, auth, tar_of
+from serve_support import Clock, Postgres, auth, tar_of
 
 from fairmedbench.serve import db
 from fairmedbench.serve.service import Service, Settings

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle_factory import passed_record, record_verification
-from conftest import Clock, auth, tar_of
+from serve_support import Clock, auth, tar_of
 
 from fairmedbench.leaderboards.suites import Suite
 from fairmedbench.serve.service import Service

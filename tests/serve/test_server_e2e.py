@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port, tar_of
+from serve_support import free_port, tar_of
 
 from fairmedbench.cli import main
 from fairmedbench.serve.service import Service, Settings

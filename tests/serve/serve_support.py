@@ -1,0 +1,56 @@
+"""Helpers the serve tests import by name (a module name of their own: `from conftest import ...` resolves to
+whichever conftest.py was imported first when several test folders run together)."""
+
+from __future__ import annotations
+
+import io
+import socket
+import subprocess
+import tarfile
+from pathlib import Path
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    """A clock the test moves by hand (POSIX seconds)."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def tar_of(folder: Path) -> bytes:
+    """A bundle folder as the tar archive `benchmark submit --to` sends."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".")
+    return buf.getvalue()
+
+
+def auth(token: str) -> dict[str, str]:
+    """The Authorization header of a token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Postgres:
+    """A running throwaway cluster: its URL and a restart (fast shutdown, then start again on the same port)."""
+
+    def __init__(self, url: str, pg_ctl: list[str]) -> None:
+        self.url, self.pg_ctl = url, pg_ctl
+
+    def restart(self) -> None:
+        subprocess.run([*self.pg_ctl, "-m", "fast", "-w", "-t", "60", "restart"], check=True, capture_output=True,
+                       timeout=120)
