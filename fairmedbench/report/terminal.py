@@ -252,7 +252,7 @@ def render_controls(outcome: ControlsOutcome, console: Console) -> None:
     console.print(f"{verdict} ({outcome.seconds:.0f} s)")
     if any(c.expected == "no disparity" and c.passed and c.mde is not None for c in outcome.checks):
         console.print("'detectable': the smallest difference each test finds with 80% power; a control within "
-                      "chance shows no disparity of at least that size, not that none exists")
+                      "chance is evidence against a disparity of that size, not proof that none exists")
 
 
 def _triple(cell: dict[str, Any]) -> tuple[float, float, float]:
