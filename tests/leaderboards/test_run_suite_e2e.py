@@ -34,6 +34,7 @@ def _mini_suite() -> Suite:
     return get_suite("mini-e2e")
 
 
+@pytest.mark.slow  # 34 s; test_tampered_run_suite_bundle_is_rejected runs run-suite and submit, test_board.py the build
 def test_two_models_run_the_suite_submit_and_build(tmp_path: Path) -> None:
     _mini_suite()
     opts = RunOptions(out_root=str(tmp_path / "results"), cache_dir=str(tmp_path / "cache"), device="cpu")

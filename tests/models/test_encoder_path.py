@@ -43,6 +43,7 @@ def _pixels(n: int) -> torch.Tensor:
     return torch.rand(n, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
 
 
+@pytest.mark.slow  # 16 s; test_features_of_both_paths_agree_and_are_cached_apart checks the two paths agree
 def test_onnx_runtime_maps_equal_the_torch_maps_at_any_batch(fresh: Path) -> None:
     encoder = _tiny().module.image_encoder
     runner = ep.ort_runner(encoder, SIZE)

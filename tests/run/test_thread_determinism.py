@@ -36,6 +36,8 @@ def _run_at(threads: int, out: Path, cache: Path) -> Path:
     return folder
 
 
+# 17 s in two subprocesses; test_the_head_trains_on_one_thread_whatever_the_process_uses checks the pin in-process
+@pytest.mark.slow
 def test_one_and_two_threads_give_bit_identical_predictions_and_results(tmp_path: Path) -> None:
     """The encoder fills the cache on one thread, then the run is repeated on two threads (the head and scoring
     are what the thread count reached: a sweep's runs read the features its encode wrote)."""
