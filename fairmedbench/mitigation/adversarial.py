@@ -49,6 +49,32 @@ def grad_reverse(x: torch.Tensor, lam: float) -> torch.Tensor:
     return _REVERSAL.apply(x, lam)
 
 
+def adversary_choice(name: str, hparams: Mapping[str, Any], head: nn.Module, n_groups: int) -> tuple[nn.Linear, str]:
+    """The head's output layer and what an adversary of it reads ('representation' or 'logits'; `input=auto`
+    resolved); refuses fewer than 2 groups and a head without a `.linear` output layer."""
+    from torch import nn
+
+    if n_groups < 2:
+        raise InputError(f"mitigation {name!r} needs at least 2 groups of the attribute, got {n_groups}")
+    linear = getattr(head, "linear", None)
+    if not isinstance(linear, nn.Linear):
+        raise InputError(f"mitigation {name!r} needs a head with a `.linear` output layer")
+    choice = str(hparams["input"])
+    if choice == "auto":
+        choice = "representation" if _has_trainable_representation(head) else "logits"
+    return linear, choice
+
+
+def adversary_features(name: str, batch: Batch, which: str, reverse_weight: float | None) -> torch.Tensor:
+    """What an adversary reads of a batch (its representation or its logits), through gradient reversal with
+    `reverse_weight` (None: not reversed)."""
+    z = batch.representation if which == "representation" else batch.logits
+    if z is None:
+        raise InputError(f"mitigation {name!r}: input=representation needs a head that exposes its representation; "
+                         "use input=logits")
+    return z if reverse_weight is None else grad_reverse(z, reverse_weight)
+
+
 def _has_trainable_representation(head: nn.Module) -> bool:
     return any(p.requires_grad for n, p in head.named_parameters() if not n.startswith("linear."))
 
@@ -84,14 +110,7 @@ class Adversarial(Mitigation):
         """Build the adversary for this head's sizes; the head itself is unchanged."""
         from torch import nn
 
-        if n_groups < 2:
-            raise InputError(f"mitigation {self.name!r} needs at least 2 groups of the attribute, got {n_groups}")
-        linear = getattr(head, "linear", None)
-        if not isinstance(linear, nn.Linear):
-            raise InputError(f"mitigation {self.name!r} needs a head with a `.linear` output layer")
-        choice = self.hparams["input"]
-        if choice == "auto":
-            choice = "representation" if _has_trainable_representation(head) else "logits"
+        linear, choice = adversary_choice(self.name, self.hparams, head, n_groups)
         self.adversary_input = choice
         width = linear.in_features if choice == "representation" else linear.out_features
         if self.hparams["variant"] == "eo":
@@ -114,12 +133,8 @@ class Adversarial(Mitigation):
             raise InputError(f"mitigation {self.name!r}: wrap_head must be called before training")
         if batch.groups is None:
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
-        z = batch.representation if self.adversary_input == "representation" else batch.logits
-        if z is None:
-            raise InputError(f"mitigation {self.name!r}: input=representation needs a head that exposes its "
-                             "representation; use input=logits")
-        if reverse:
-            z = grad_reverse(z, float(self.hparams["lambda"]))
+        z = adversary_features(self.name, batch, self.adversary_input,
+                               float(self.hparams["lambda"]) if reverse else None)
         if self.hparams["variant"] == "eo":  # a softmax head's class index enters one-hot
             y = F.one_hot(batch.y.long(), self.n_classes) if self.n_classes else batch.y
             z = torch.cat([z, y.to(z.dtype)], dim=1)

@@ -16,7 +16,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, label_column, merge_hparams
-from fairmedbench.mitigation.adversarial import _has_trainable_representation, grad_reverse
+from fairmedbench.mitigation.adversarial import adversary_choice, adversary_features
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
 
 if TYPE_CHECKING:
@@ -57,14 +57,7 @@ class CFair(Mitigation):
         """One adversary per class, sized for this head."""
         from torch import nn
 
-        if n_groups < 2:
-            raise InputError(f"mitigation {self.name!r} needs at least 2 groups of the attribute, got {n_groups}")
-        linear = getattr(head, "linear", None)
-        if not isinstance(linear, nn.Linear):
-            raise InputError(f"mitigation {self.name!r} needs a head with a `.linear` output layer")
-        choice = self.hparams["input"]
-        if choice == "auto":
-            choice = "representation" if _has_trainable_representation(head) else "logits"
+        linear, choice = adversary_choice(self.name, self.hparams, head, n_groups)
         self.adversary_input, self.n_attr = choice, n_groups
         width = linear.in_features if choice == "representation" else linear.out_features
         hidden = self.hparams["hidden"]
@@ -108,10 +101,7 @@ class CFair(Mitigation):
 
         if self.adversaries is None or self.group_weights is None or batch.groups is None:
             raise InputError(f"mitigation {self.name!r}: needs the attribute, wrap_head and the training counts")
-        z = batch.representation if self.adversary_input == "representation" else batch.logits
-        if z is None:
-            raise InputError(f"mitigation {self.name!r}: input=representation needs a head that exposes it")
-        z = grad_reverse(z, float(self.hparams["mu"]))
+        z = adversary_features(self.name, batch, self.adversary_input, float(self.hparams["mu"]))
         c = self.classes(batch)
         gw = torch.as_tensor(self.group_weights, dtype=z.dtype, device=z.device)
         losses = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fairmedbench.errors import InputError
-from fairmedbench.mitigation.adversarial import Adversarial, grad_reverse
+from fairmedbench.mitigation.adversarial import Adversarial, adversary_features
 from fairmedbench.mitigation.base import Batch, register_mitigation
 
 if TYPE_CHECKING:
@@ -66,12 +66,8 @@ class LAFTR(Adversarial):
             raise InputError(f"mitigation {self.name!r}: wrap_head must be called before training")
         if batch.groups is None:
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
-        z = batch.representation if self.adversary_input == "representation" else batch.logits
-        if z is None:
-            raise InputError(f"mitigation {self.name!r}: input=representation needs a head that exposes its "
-                             "representation; use input=logits")
-        if reverse:
-            z = grad_reverse(z, float(self.hparams["lambda"]))
+        z = adversary_features(self.name, batch, self.adversary_input,
+                               float(self.hparams["lambda"]) if reverse else None)
         cells = batch.groups
         if self.hparams["variant"] == "eo":
             y = F.one_hot(batch.y.long(), self.n_classes) if self.n_classes else batch.y
