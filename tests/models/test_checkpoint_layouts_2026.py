@@ -287,6 +287,21 @@ def test_retfound_dinov2_chunked_teacher_loads(tmp_path: Path) -> None:
     assert _first(model, "blocks.23.ls2.gamma") == float(state["backbone.blocks.3.23.ls2.gamma"][0])
 
 
+def test_retfound_dinov2_teacher_at_518_px_is_resampled_to_224(tmp_path: Path) -> None:
+    """A teacher that kept DINOv2 LVD-142M's 37 x 37 grid (1 + 1369 positions) loads at 224 px (16 x 16) with its
+    [CLS] position kept and the patch grid resampled, as RETFound's interpolate_pos_embed does; the hand case:
+    a constant grid stays constant under bicubic resampling."""
+    state = L.tensors(_retfound_dinov2_teacher(chunked=False))
+    pos = torch.full((1, 1 + 37 * 37, 1024), 0.25)
+    pos[:, 0] = 3.0
+    state["backbone.pos_embed"] = pos
+    model = _load_on_meta("retfound-dinov2", _save_bin(tmp_path, "teacher518.pth", {"teacher": state}))
+    got = model.module.state_dict()["pos_embed"]
+    assert tuple(got.shape) == (1, 257, 1024)
+    assert float(got[0, 0, 0]) == 3.0
+    assert torch.allclose(got[0, 1:], torch.full((256, 1024), 0.25), atol=1e-6)
+
+
 def test_data_parallel_module_prefix_is_stripped(tmp_path: Path) -> None:
     """A checkpoint saved from DataParallel / DDP (every key under `module.`) loads as the bare state dict."""
     state = L.tensors(L.openai_clip_vit_b(32))

@@ -101,9 +101,11 @@ register(ModelCard(
     loader=_M + "timm_zoo:load_timm_encoder",
     loader_options={"arch": "vit_large_patch14_dinov2", "checkpoint": "dinov2-teacher", "pool": "token"},
     reference="Zhou et al., Revealing the impact of pre-training data on medical foundation models (2025); " + _RET,
-    notes="DINOv2 ViT-L/14 at 224 px (timm vit_large_patch14_dinov2, layer scale); the checkpoint "
-          "{'teacher': {backbone.*, heads}} as DINOv2's trainer saves it: heads and mask token dropped, chunked "
-          "block names unchunked; embedding = final normed [CLS] token.",
+    notes="DINOv2 ViT-L/14 at 224 px (timm vit_large_patch14_dinov2, layer scale), as RETFound_MAE's "
+          "models_vit.RETFound_dinov2 builds it; the checkpoint {'teacher': {backbone.*, heads}} loaded as its "
+          "main_finetune.py does (read at 897d71c): `backbone.` stripped, heads and mask token dropped, the "
+          "position embedding resampled to the 16 x 16 grid; chunked block names unchunked; embedding = final "
+          "normed [CLS] token.",
 ))
 
 # --- pathology -----------------------------------------------------------------------------------

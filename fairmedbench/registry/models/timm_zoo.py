@@ -46,6 +46,26 @@ def _dinov2_teacher(key: str) -> str | None:
 
 
 KEY_MAPS: dict[str, KeyMap] = {"timm": _timm_release, "mae": _mae, "dinov2-teacher": _dinov2_teacher}
+# RETFound's main_finetune.py (rmaphoh/RETFound_MAE, read at 897d71c) resamples both its checkpoints' position
+# embeddings to the fine-tuning grid (util/pos_embed.py interpolate_pos_embed): a DINOv2 teacher may carry the
+# 518 px grid (37 x 37) of the LVD-142M weights it started from.
+RESAMPLES_POS_EMBED = frozenset({"mae", "dinov2-teacher"})
+
+
+def fit_pos_embed(model: torch.nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's absolute position embedding resampled (bicubic over the patch grid, prefix tokens kept, as
+    RETFound's interpolate_pos_embed) to the model's grid when the two differ; other keys unchanged."""
+    from timm.layers import resample_abs_pos_embed
+
+    own = model.state_dict().get("pos_embed")
+    theirs = state.get("pos_embed")
+    if own is None or theirs is None or tuple(theirs.shape) == tuple(own.shape) or theirs.shape[-1] != own.shape[-1]:
+        return state  # absent, equal, or a width mismatch that load_into names
+    prefix = int(getattr(model, "num_prefix_tokens", 1))
+    side = int(round((own.shape[1] - prefix) ** 0.5))
+    if side * side + prefix != own.shape[1]:
+        return state
+    return {**state, "pos_embed": resample_abs_pos_embed(theirs, [side, side], num_prefix_tokens=prefix)}
 
 
 def timm_kwargs(card: ModelCard) -> dict[str, Any]:
@@ -99,6 +119,11 @@ def load_timm_encoder(card: ModelCard, resolved: ResolvedWeights, *,
                 raise InputError(f"{path} holds neither model.safetensors nor pytorch_model.bin for {card.name!r}; "
                                  "pass the checkpoint file with --weights PATH")
             path = found[0]
-        key_map = KEY_MAPS[card.loader_options.get("checkpoint", "timm")]
-        load_into(model, read_state_dict(path), what=card.name, key_map=key_map)
+        layout = card.loader_options.get("checkpoint", "timm")
+        key_map = KEY_MAPS[layout]
+        state = read_state_dict(path)
+        if layout in RESAMPLES_POS_EMBED:
+            state = fit_pos_embed(model, {new: v for k, v in state.items() if (new := key_map(k)) is not None})
+            key_map = _timm_release
+        load_into(model, state, what=card.name, key_map=key_map)
     return TimmEncoder(card, resolved, model)
