@@ -29,6 +29,9 @@ from fairmedbench.serve.db import audit, events, jobs, model_owners, submissions
 DAY = 86400.0
 WORK_DIR = ".serve-work"  # uploads and unpacked bundles, under the boards folder; emptied at start
 OPEN_JOB_STATES = ("queued", "leased")
+# the database did not answer (PostgreSQL restarting, a dropped connection, SQLite busy past its timeout): the request
+# is answered 503 and may be sent again; the pool's pre-ping replaces dead connections once it is back
+DB_DOWN = (sa.exc.OperationalError, sa.exc.InterfaceError)
 
 
 class ServeError(Exception):

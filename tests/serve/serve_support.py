@@ -54,3 +54,35 @@ class Postgres:
     def restart(self) -> None:
         subprocess.run([*self.pg_ctl, "-m", "fast", "-w", "-t", "60", "restart"], check=True, capture_output=True,
                        timeout=120)
+
+
+def verify_passes_once_renewed(cmd: list[str], timeout: float) -> tuple[int, str]:
+    """A stand-in for `benchmark verify` that also runs inside a Ray worker (imported by name): waits until the
+    worker has renewed this job's lease (the expiry moves later), then records a passed verification; exit code 1
+    when the lease was never renewed within `timeout` seconds."""
+    import time
+
+    import sqlalchemy as sa
+    from bundle_factory import passed_record, pinned_suite, record_verification
+
+    from fairmedbench.serve.db import jobs, submissions
+    from fairmedbench.serve.service import Service
+
+    folder = Path(cmd[4])
+    service = Service(folder.parents[3])
+    rel = folder.relative_to(service.boards).as_posix()
+    query = sa.select(jobs.c.lease_expires_at).join(submissions, submissions.c.id == jobs.c.submission_id).where(
+        submissions.c.folder == rel)
+
+    def expiry() -> float:
+        with service.engine.connect() as conn:
+            return float(conn.execute(query).scalar_one())
+
+    first, deadline = expiry(), time.monotonic() + timeout
+    while expiry() <= first:
+        if time.monotonic() > deadline:
+            return 1, "the lease was never renewed while the verification ran"
+        time.sleep(0.05)
+    service.engine.dispose()
+    record_verification(folder, passed_record(pinned_suite()))
+    return 0, "verified: every entry passed\n"
