@@ -163,8 +163,7 @@ def dispatch(service: Service, worker: str, lease_s: float, timeout: float, slot
                 continue
             if kept:
                 done += 1
-                say(f"worker {worker}: {job.submission_id} ({job.board}): "
-                    f"{service.submission(job.submission_id)['state']}")
+                say(f"worker {worker}: {job.submission_id} ({job.board}): {_state(service, job)}")
             else:
                 say(f"worker {worker}: {job.submission_id}: the lease passed to another worker; its outcome is theirs")
         for fut, job in list(running.items()):
@@ -178,6 +177,14 @@ def dispatch(service: Service, worker: str, lease_s: float, timeout: float, slot
                 say(f"worker {worker}: {job.submission_id}: the lease passed to another worker")
         if unrecorded:
             time.sleep(min(poll_s, lease_s / 3))
+
+
+def _state(service: Service, job: Job) -> str:
+    """The job's submission's state now, for the worker's log line."""
+    try:
+        return str(service.submission(job.submission_id)["state"])
+    except DB_DOWN:
+        return "outcome recorded (the database did not answer when asked for the state)"
 
 
 def _first_line(err: BaseException) -> str:
@@ -238,7 +245,7 @@ def work(boards: Path | str, url: str | None = None, lease_s: float = 900.0, tim
             job = None
         if job is not None:
             done += 1
-            say(f"worker {me}: {job.submission_id} ({job.board}): {service.submission(job.submission_id)['state']}")
+            say(f"worker {me}: {job.submission_id} ({job.board}): {_state(service, job)}")
             continue
         if once:
             return done
