@@ -6,8 +6,13 @@ revision), 5xx answers, p50/p95 latency of the reads and of the uploads, and the
 (VmHWM). The server runs in a child process (uvicorn, one worker) on a fresh boards folder; the suite is a one-entry
 test suite (tests/leaderboards/bundle_factory.py's rows, 60 test items, one seed).
 
+With `--restart-db CMD` (e.g. "pg_ctl -D DATA -m fast -w restart" of the PostgreSQL cluster behind --db), the
+command is run once when `--restart-after` submissions were accepted: submitters send a bundle again after a 503
+(up to 300 times, 0.1 s apart), and the report adds the restart's seconds, the 503 answers and whether each said in
+one line that the database did not answer; every bundle must still end accepted, none lost or duplicated.
+
 Usage: python benchmarks/serve_load.py [--db URL] [--submitters 20] [--bundles 200] [--reads 2000]
-       [--limit-s 900] [--out FILE.json]
+       [--limit-s 900] [--restart-db CMD [--restart-after N]] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shlex
 import shutil
 import socket
 import statistics
@@ -87,6 +93,10 @@ def main() -> int:
     p.add_argument("--reads", type=int, default=2000)
     p.add_argument("--readers", type=int, default=8)
     p.add_argument("--limit-s", type=float, default=900.0)
+    p.add_argument("--restart-db", default=None, metavar="CMD", help="a command restarting the database, run once "
+                                                                      "under load")
+    p.add_argument("--restart-after", type=int, default=None, metavar="N",
+                   help="accepted submissions before --restart-db runs (default: a quarter of --bundles)")
     p.add_argument("--out", default=None)
     p.add_argument("--child", nargs=3, metavar=("BOARDS", "PORT", "URL"), help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -132,24 +142,52 @@ def main() -> int:
     read_s: list[float] = []
     errors: list[str] = []
 
+    unclear_503: list[str] = []
+    unfinished: list[int] = []
+    restart_after = a.restart_after if a.restart_after is not None else max(1, a.bundles // 4)
+    restart: dict[str, Any] = {}
+
+    def restarter() -> None:
+        while len(created) < restart_after and time.time() < deadline:
+            time.sleep(0.05)
+        t0 = time.time()
+        # not captured: a server the command starts would inherit the pipes and keep them open
+        try:
+            code = subprocess.run(shlex.split(a.restart_db), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  timeout=300, check=False).returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+        restart.update(seconds=round(time.time() - t0, 2), exit_code=code, at_accepted=len(created))
+
     def submitter(token: str, bodies: list[bytes]) -> None:
         s = requests.Session()
         for body in bodies:
-            if time.time() > deadline:
-                return
-            t0 = time.time()
-            try:
-                r = s.post(base_url + "/api/submissions", data=body, timeout=600,
-                           headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-tar"})
-            except requests.RequestException as err:
+            last = 0  # the last answer's status (0: none)
+            for _ in range(300 if a.restart_db else 1):
+                if time.time() > deadline:
+                    return
+                t0 = time.time()
+                try:
+                    r = s.post(base_url + "/api/submissions", data=body, timeout=600,
+                               headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-tar"})
+                except requests.RequestException as err:
+                    with lock:
+                        errors.append(f"upload: {type(err).__name__}")
+                    break
                 with lock:
-                    errors.append(f"upload: {type(err).__name__}")
-                continue
-            with lock:
-                upload_s.append(time.time() - t0)
-                codes[r.status_code] = codes.get(r.status_code, 0) + 1
-                if r.status_code == 201:
-                    created.append(r.json()["id"])
+                    upload_s.append(time.time() - t0)
+                    codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                    if r.status_code == 201:
+                        created.append(r.json()["id"])
+                    if r.status_code == 503 and not _clear_503(r):
+                        unclear_503.append(r.text[:200])
+                last = r.status_code
+                if last != 503:
+                    break
+                time.sleep(0.1)
+            if last not in (200, 201):
+                with lock:
+                    unfinished.append(last)
 
     paths = ["/", f"/boards/{BOARD}", "/api/boards", "/api/queue", f"/api/boards/{BOARD}/rows", "/healthz"]
 
@@ -172,10 +210,14 @@ def main() -> int:
             with lock:
                 read_s.append(time.time() - t0)
                 codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                if r.status_code == 503 and not _clear_503(r):
+                    unclear_503.append(r.text[:200])
 
     t = time.time()
     threads = [threading.Thread(target=submitter, args=plan[k]) for k in range(a.submitters)]
     threads += [threading.Thread(target=reader, args=(a.reads // a.readers, k)) for k in range(a.readers)]
+    if a.restart_db:
+        threads.append(threading.Thread(target=restarter))
     for th in threads:
         th.start()
     for th in threads:
@@ -202,12 +244,26 @@ def main() -> int:
         "reads_done": len(read_s), "read_p50_ms": pct(read_s, 0.5), "read_p95_ms": pct(read_s, 0.95),
         "upload_p50_ms": pct(upload_s, 0.5), "upload_p95_ms": pct(upload_s, 0.95),
         "server_peak_rss_mb": round(peak_kb / 1024, 1) if peak_kb else None}
+    if a.restart_db:
+        report.update(db_restart=restart, http_503=codes.get(503, 0), unclear_503=unclear_503[:5],
+                      bundles_not_accepted=len(unfinished))
     check.engine.dispose()
     print(json.dumps(report, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1) + "\n")
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if report["lost"] == 0 and report["duplicated"] == 0 and report["http_5xx"] == 0 else 1
+    expected_5xx = report.get("http_503", 0) if a.restart_db and not unclear_503 else 0
+    ok = report["lost"] == 0 and report["duplicated"] == 0 and report["http_5xx"] == expected_5xx
+    return 0 if ok and not unfinished and restart.get("exit_code", 0) == 0 else 1
+
+
+def _clear_503(r: Any) -> bool:
+    """A 503 answered by the server's database-outage handler: one line saying so."""
+    try:
+        detail = r.json()["detail"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(detail, str) and detail.startswith("the board's database did not answer") and "\n" not in detail
 
 
 if __name__ == "__main__":

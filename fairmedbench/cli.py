@@ -366,10 +366,11 @@ def _add_boards(sub: Subparsers) -> None:
         "its predictions) and store it if it passes; with --to, upload it to a board server that does the same.",
         options=SubmitOptions, bundle={"nargs": "?"}, board={"required": False}))
     _command(sub, "verify", _cmd_verify, "re-run a submitted model on a sample of test items; mark its rows verified",
-             "Re-run the model of a bundle or stored submission from its declared weights, in fp32, on a seeded "
-             "random sample of each entry's test items (a learned head is re-trained with the declared seed) and "
-             "compare every per-sample score with the submitted one; the outcome is recorded beside a stored "
-             "submission's submission.json, and its rows show as verified only when every entry passed.",
+             "Re-run the model of a bundle or stored submission from its declared weights, in the precision each "
+             "run recorded (fp32 or bf16), on a seeded random sample of each entry's test items (a learned head is "
+             "re-trained with the declared seed) and compare every per-sample score with the submitted one; the "
+             "outcome is recorded beside a stored submission's submission.json, and its rows show as verified only "
+             "when every entry passed.",
              [_compute_parent()], VerifyOptions)
     board = sub.add_parser("leaderboard", help="build a board's page from its accepted submissions")
     _command(board.add_subparsers(dest="action", metavar="ACTION", required=True), "build", _cmd_board,

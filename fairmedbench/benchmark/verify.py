@@ -12,11 +12,14 @@ train split (a head fit to the test labels would otherwise verify). Every valida
 computes them) and every sampled test score must match; so must every score of an entry's external datasets
 (`--eval-dataset`), whose test splits the re-run scores whole.
 
-The re-run is in fp32 on the chosen device. Tolerance (absolute, on probabilities or per-sample DSC): the board's,
-which its suite declares per precision of the submitted run (`leaderboards.suites.Suite.tolerances`, defaults
-`DEFAULT_TOLERANCES` with their reasons: 1e-4 for an fp32 run, 0.05 for a bf16 run); `--tolerance` may only tighten
-it, and a looser value is refused before anything runs. A forged score vector (scores ~ labels) differs from a real
-model's by far more (0.3 and above in the tests).
+The re-run is in the precision the submitted run recorded (fp32, or bf16 autocast), on the chosen device: a bf16
+run re-run in fp32 differs by more than rounding wherever a learned head amplifies feature differences (a bf16
+run-suite bundle of random-weight ResNet-50 differed from its fp32 re-run by up to 0.284; see
+`leaderboards.suites.DEFAULT_TOLERANCES`). A CPU without native bf16 emulates it, several times slower. Tolerance
+(absolute, on probabilities or per-sample DSC): the board's, which its suite declares per precision of the submitted
+run (`leaderboards.suites.Suite.tolerances`, defaults `DEFAULT_TOLERANCES` with their reasons: 1e-4 for an fp32 run,
+0.05 for a bf16 run); `--tolerance` may only tighten it, and a looser value is refused before anything runs. A
+forged score vector (scores ~ labels) differs from a real model's by far more (0.3 and above in the tests).
 
 A stored submission is verified only when its seal checks under the board's key (`leaderboards.seal`); the record
 is then MACed under that key and bound to the submission's content hash (`tiers.write_verification`).
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from fairmedbench.spec import RunOptions, RunSpec
 
 DEFAULT_SAMPLE = 64
-# identity fields the verifier sets itself: the precision (fp32), no bootstrap, the one seed, its own version
+# identity fields the verifier sets itself: the precision (the recorded one), no bootstrap, the one seed, its version
 OWN_FIELDS = ("precision", "n_boot", "n_perm", "seeds", "seed", "engine")
 
 
@@ -81,7 +84,8 @@ class Verification:
         for key, e in self.record["entries"].items():
             diff = "n/a" if e["max_abs_diff"] is None else f"{e['max_abs_diff']:.3g}"
             out.append(f"{key}: {'passed' if e['passed'] else 'FAILED'} ({e['n_compared']} scores compared, max |diff| "
-                       f"{diff}, tolerance {e['tolerance']:g})" + "".join(f"; {r}" for r in e["reasons"]))
+                       f"{diff}, tolerance {e['tolerance']:g}, re-run in {e.get('precision') or 'fp32'})"
+                       + "".join(f"; {r}" for r in e["reasons"]))
         out.append(("verified" if self.passed else "not verified") + (f"; recorded in {self.recorded_at}"
                                                                        if self.recorded_at else "; not recorded "
                                                                        "(not a stored submission: submit it first)"))
@@ -101,7 +105,8 @@ def sample_ids(test_ids: list[str], n: int, seed: int) -> list[str]:
 
 
 def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file: str | None = None) -> RunSpec:
-    """The RunSpec that resolves to the document's RunConfig, in fp32 without bootstrap, for its one seed; a run
+    """The RunSpec that resolves to the document's RunConfig, in its recorded precision (`rerun_precision`) without
+    bootstrap, for its one seed; a run
     on an imported split (a real board's) is re-run on `split_file`, the board's split rebuilt from the data."""
     from fairmedbench.metrics.profiles import get_profile
     from fairmedbench.spec import RunSpec
@@ -126,8 +131,15 @@ def spec_from_document(doc_spec: dict[str, Any], weights: str | None, split_file
     hparams = {**doc_spec.get("train_hparams", {}), **doc_spec.get("usage_hparams", {}),
                **doc_spec.get("mitigation_hparams", {})}
     # verify compares per-sample scores: no intervals or tests are computed
-    return RunSpec(**kw, weights=weights, precision="fp32", n_boot=0, n_perm=0, seeds=(int(doc_spec["seed"]),),
+    return RunSpec(**kw, weights=weights, precision=rerun_precision(doc_spec), n_boot=0, n_perm=0,
+                   seeds=(int(doc_spec["seed"]),),
                    hparams=hparams, split_file=split_file if doc_spec.get("split_seed") == -1 else None)
+
+
+def rerun_precision(doc_spec: dict[str, Any]) -> str:
+    """The precision a result is re-run in: the one its run recorded (fp32 or bf16); fp32 for a run recording none."""
+    precision = doc_spec.get("precision")
+    return precision if precision in ("fp32", "bf16") else "fp32"
 
 
 def _weights_arg(doc_spec: dict[str, Any], weights: str | None) -> str | None:
@@ -326,18 +338,21 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
                 problems = [f"seed {k}: {p}" for p in problems + more]
             if diff is not None and diff > tol:
                 problems.append(f"seed {k}: scores differ by up to {diff:.3g} (tolerance {tol:g})")
-            rec["seeds"][str(k)] = {"sample_ids": ids, "n_compared": n, "max_abs_diff": diff}
+            rec["seeds"][str(k)] = {"sample_ids": ids, "n_compared": n, "max_abs_diff": diff,
+                                    "precision": rerun_precision(doc["spec"])}
             rec["reasons"] += problems
             rec["n_compared"] += n
             if diff is not None:
                 rec["max_abs_diff"] = max(diff, rec["max_abs_diff"] or 0.0)
         rec["passed"] = not rec["reasons"] and rec["n_compared"] > 0
+        rec["precision"] = ", ".join(sorted({s["precision"] for s in rec["seeds"].values()}))  # of the re-run
         entries[entry.key] = rec
     if not entries:
         raise InputError(f"{bundle}: answers no entry of suite {suite.name!r}; nothing to verify")
+    precisions = sorted({p for e in entries.values() for p in e["precision"].split(", ") if p})
     record: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "engine": f"fairmedbench {__version__}", "weights": declared, "sample": sample, "seed": seed,
-              "precision": "fp32",
+              "precision": ", ".join(precisions),
               "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),
               "entries": entries}
     path = write_verification(bundle, record, key) if key is not None else None

@@ -25,7 +25,8 @@ TIERS = (
     {"key": "self-reported", "rule": "every number was recomputed from the submitted per-sample predictions; where "
      "those predictions came from is the submitter's word."},
     {"key": "verified", "rule": "`benchmark verify` re-ran the model from its declared weights (the registered "
-     "card's published weights with their sha256, a given file, or a seeded random init) in fp32 on a seeded random "
+     "card's published weights with their sha256, a given file, or a seeded random init) in the precision the "
+     "submitted run recorded (fp32, or bf16) on a seeded random "
      "sample of the board's test items (a learned head re-trained with the declared seed on the declared split), "
      "and every per-sample score of the sample and of the validation rows matched within the board's absolute "
      "tolerance (declared by its suite per precision of the submitted run, stated under this table; a verifier may "

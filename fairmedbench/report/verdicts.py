@@ -450,7 +450,7 @@ def board_headline(rows: Sequence[dict[str, Any]]) -> str:
     ranked = [r for r in rows if r.get("rank") is not None]
     self_reported = [r for r in rows if r.get("tier") != "verified"]
     if not rows:
-        return "No submission on this board yet."
+        return "Nothing is ranked yet: no submission on this board."
     if not ranked:
         lead = (f"No row is ranked: none of the {len(rows)} row(s) has been verified by a re-run "
                 "(`benchmark verify`)" if len(self_reported) == len(rows) else

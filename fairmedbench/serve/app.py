@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fairmedbench.serve.service import ServeError, Service
+from fairmedbench.serve.service import DB_DOWN, ServeError, Service
 
 LOG = logging.getLogger("fairmedbench.serve")
 PAGE_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
@@ -74,6 +74,16 @@ def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
     @app.exception_handler(ServeError)
     async def _refused(_: Request, err: ServeError) -> JSONResponse:
         return JSONResponse({"detail": err.message}, status_code=err.status)
+
+    async def _db_down(_: Request, err: Exception) -> JSONResponse:
+        LOG.warning("database did not answer: %s", str(err).strip().splitlines()[0][:200] if str(err).strip() else
+                    type(err).__name__)
+        return JSONResponse({"detail": "the board's database did not answer (restarting?); try again in a few "
+                                       "seconds (sending the same bundle again is safe: it stays one submission)"},
+                            status_code=503, headers={"Retry-After": "5"})
+
+    for kind in DB_DOWN:
+        app.add_exception_handler(kind, _db_down)
 
     @app.exception_handler(OSError)
     async def _disk(_: Request, err: OSError) -> JSONResponse:

@@ -57,6 +57,13 @@ def add_serve(sub: Any) -> None:
                                                                   "worker's job is taken again after it (default 900)")
     worker.add_argument("--timeout", type=float, default=3600.0, help="seconds one verification may run")
     worker.add_argument("--once", action="store_true", help="stop when the queue is empty")
+    worker.add_argument("--launcher", choices=("local", "ray"), default="local",
+                        help="local: one verification at a time in this process; ray: each as a Ray task, several "
+                             "at once (every Ray node must see the boards folder at the same path)")
+    worker.add_argument("--address", default=None, help="a Ray cluster (HOST:PORT or ray://HOST:10001) for "
+                                                        "--launcher ray (default: start a local Ray)")
+    worker.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                        help="verifications at once with --launcher ray (default: the cluster's CPUs)")
     worker.set_defaults(handler=_cmd_worker)
     log = actions.add_parser("audit", help="print the audit log (newest first, JSON lines)")
     _common(log)
@@ -142,7 +149,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     if args.lease < 3 or args.timeout <= 0:
         raise InputError("--lease must be at least 3 seconds and --timeout above 0")
-    work(args.boards, args.db, args.lease, args.timeout, once=args.once)
+    if args.launcher != "ray" and (args.address or args.max_parallel is not None):
+        raise InputError("--address and --max-parallel are options of --launcher ray")
+    if args.max_parallel is not None and args.max_parallel < 1:
+        raise InputError(f"--max-parallel must be at least 1, got {args.max_parallel}")
+    work(args.boards, args.db, args.lease, args.timeout, once=args.once, launcher=args.launcher,
+         address=args.address, max_parallel=args.max_parallel)
     return 0
 
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -26,9 +26,15 @@ from fairmedbench.errors import InputError
 from fairmedbench.serve import db, tokens
 from fairmedbench.serve.db import audit, events, jobs, model_owners, submissions, submitters
 
+if TYPE_CHECKING:
+    from fairmedbench.leaderboards.seal import BoardKey
+
 DAY = 86400.0
 WORK_DIR = ".serve-work"  # uploads and unpacked bundles, under the boards folder; emptied at start
 OPEN_JOB_STATES = ("queued", "leased")
+# the database did not answer (PostgreSQL restarting, a dropped connection, SQLite busy past its timeout): the request
+# is answered 503 and may be sent again; the pool's pre-ping replaces dead connections once it is back
+DB_DOWN = (sa.exc.OperationalError, sa.exc.InterfaceError)
 
 
 class ServeError(Exception):
@@ -201,6 +207,10 @@ class Service:
             existing = self._by_hash(suite.name, digest)
             if existing is not None:
                 self._audit_once(who, "resubmit (same bundle)", suite.name, existing["id"], digest)
+                if existing["state"] == "received" and existing["submitter"] == who.name:
+                    # an earlier upload of it was cut off (the database went away) before its checks ended
+                    self._recompute(who, existing["id"], suite, bundle, digest)
+                    return False, self.submission(existing["id"])
                 return False, existing
             model = _model_name(bundle)
             if model is not None:
@@ -245,16 +255,20 @@ class Service:
             raise
         key = seal.board_key(board_dir, create=True)
         assert key is not None, "created when absent"
-        try:
-            path = store_submission(board_dir, summary, files, key)
-        except InputError as err:
-            self._set(sid, "rejected", "rejected", reasons=[str(err)])
-            return
+        path = _stored_before(board_dir, model, files, key)
+        if path is None:
+            try:
+                path = store_submission(board_dir, summary, files, key)
+            except InputError as err:
+                self._set(sid, "rejected", "rejected", reasons=[str(err)])
+                return
         with self.engine.begin() as conn:
-            conn.execute(submissions.update().where(submissions.c.id == sid).values(
-                state="accepted", tier="self-reported", model=model["name"], revision=model["revision"],
-                flags=json.dumps(summary["flags"]), folder=path.relative_to(self.boards).as_posix(),
-                updated_at=self.now()))
+            if not conn.execute(submissions.update().where(submissions.c.id == sid, submissions.c.state == "received")
+                                .values(state="accepted", tier="self-reported", model=model["name"],
+                                        revision=model["revision"], flags=json.dumps(summary["flags"]),
+                                        folder=path.relative_to(self.boards).as_posix(), updated_at=self.now())
+                                ).rowcount:
+                return  # another request finished this submission's checks first
             self._event(conn, sid, "accepted", "every number recomputed from the predictions; self-reported")
             conn.execute(jobs.insert().values(submission_id=sid, state="queued", attempts=0, created_at=self.now()))
             conn.execute(submissions.update().where(submissions.c.id == sid).values(state="queued"))
@@ -460,10 +474,11 @@ class Service:
 
     # --- helpers --------------------------------------------------------------------------------------------
     def _set(self, sid: str, state: str, note: str, reasons: list[str]) -> None:
+        """A received submission's end in `state` (a rejection); nothing when another request already moved it on."""
         with self.engine.begin() as conn:
-            conn.execute(submissions.update().where(submissions.c.id == sid).values(
-                state=state, reasons=json.dumps(reasons), updated_at=self.now()))
-            self._event(conn, sid, state, note if not reasons else "; ".join(reasons)[:4000])
+            if conn.execute(submissions.update().where(submissions.c.id == sid, submissions.c.state == "received")
+                            .values(state=state, reasons=json.dumps(reasons), updated_at=self.now())).rowcount:
+                self._event(conn, sid, state, note if not reasons else "; ".join(reasons)[:4000])
 
     def _event(self, conn: Connection, sid: str, state: str, reason: str) -> None:
         conn.execute(events.insert().values(submission_id=sid, state=state, reason=reason, at=self.now()))
@@ -476,6 +491,22 @@ class Service:
     def _audit_once(self, who: Submitter, action: str, board: str, sid: str, digest: str) -> None:
         with self.engine.begin() as conn:
             self._audit(conn, who.name, action, board, sid, digest)
+
+
+def _stored_before(board_dir: Path, model: dict[str, Any], files: dict[str, bytes], key: BoardKey) -> Path | None:
+    """The folder where an earlier, cut-off attempt of this very submission already stored it (the same files, its
+    seal intact), else None."""
+    from fairmedbench.leaderboards import seal
+    from fairmedbench.leaderboards.submit import slug
+
+    final = board_dir / "submissions" / slug(model["name"]) / slug(model["revision"])
+    if not final.is_dir() or seal.check(final, key)[1] is not None:
+        return None
+    try:
+        same = all((final / rel).read_bytes() == data for rel, data in files.items())
+    except OSError:
+        return None
+    return final if same else None
 
 
 def _model_name(bundle: Path) -> str | None:

@@ -85,11 +85,12 @@ def postgres() -> Iterator[Postgres]:
         os.chmod(folder, 0o755)
         shutil.chown(folder, "nobody")
     data, port = folder / "data", free_port()
+    options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
     try:
         subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "fmb", "-E", "UTF8",
                         "--no-sync"], check=True, capture_output=True, timeout=120)
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "log"), "-w", "-t", "60",
-                        "-o", f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                        "-o", options, "start"],
                        check=True, capture_output=True, timeout=120)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
         shutil.rmtree(folder, ignore_errors=True)
@@ -97,7 +98,7 @@ def postgres() -> Iterator[Postgres]:
         pytest.skip(f"a throwaway PostgreSQL cluster did not start: {err} {detail.decode(errors='replace')[-300:]}")
     try:
         yield Postgres(f"postgresql+psycopg://fmb@127.0.0.1:{port}/postgres",
-                       [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "log")])
+                       [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "log")], options)
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, timeout=60)

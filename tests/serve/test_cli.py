@@ -36,3 +36,15 @@ def test_remote_submit_refusals_are_one_line(argv: list[str], line: str, capsys:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert line in err and "\n" not in err
+
+
+@pytest.mark.parametrize(("extra", "line"), [
+    (["--address", "127.0.0.1:6379"], "--address and --max-parallel are options of --launcher ray"),
+    (["--max-parallel", "2"], "--address and --max-parallel are options of --launcher ray"),
+    (["--launcher", "ray", "--max-parallel", "0"], "--max-parallel must be at least 1, got 0"),
+])
+def test_worker_launcher_refusals_are_one_line(extra: list[str], line: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "worker", "--boards", str(tmp_path / "boards"), "--once", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert line in err and "\n" not in err
