@@ -55,6 +55,10 @@ def refit_last_layer(rep: np.ndarray, y: np.ndarray, subsets: list[np.ndarray], 
     k = n_classes or y.shape[1]
     coef, bias = np.zeros((k, rep.shape[1])), np.zeros(k)
     for sub in subsets:
+        cols = y[sub][:, None] if n_classes else y[sub]
+        if any(len(np.unique(cols[:, j])) < max(n_classes, 2) for j in range(cols.shape[1])):
+            raise InputError(f"mitigation 'dfr': a balanced subset of {len(sub)} held-out samples lacks a class to "
+                             "refit on; use by=group_class (every group x class cell in each subset) or more data")
         if n_classes:
             fit = l1_logistic(c, "saga").fit(z[sub], y[sub])
             w, b = fit.coef_, fit.intercept_

@@ -143,6 +143,10 @@ def test_dfr_refuses_a_held_out_split_without_a_group_before_training() -> None:
     with pytest.raises(InputError, match="held_out=1.5"):
         make_mitigation("dfr", held_out=1.5)
     assert dfr.hparams["C"] == 1.0
+    with pytest.raises(InputError, match="lacks a class to refit on"):  # a subset of one class: no regression to fit
+        refit_last_layer(np.arange(4.0)[:, None], np.array([[0], [0], [1], [1]]), [np.array([0, 1])], 1.0, 0)
+    with pytest.raises(InputError, match="lacks a class to refit on"):  # a softmax head's class 2 missing
+        refit_last_layer(np.arange(4.0)[:, None], np.array([0, 1, 0, 1]), [np.arange(4)], 1.0, 3)
 
 
 def test_odr_loss_terms_by_hand() -> None:
