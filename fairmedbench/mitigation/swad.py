@@ -8,7 +8,9 @@ With one validation loss e_k per epoch (the evaluation point; the epoch's steps 
   weights:  the mean of the weights after every step of epochs ts .. te.
 Defaults are the official code's (khanrc/swad: n_converge Ns 3, n_tolerance Ne 6, tolerance_ratio 0.3, so r 1.3);
 MEDFAIR runs tolerance_ratio 0.05. When training ends before a start is found, ts is the epoch of the lowest
-validation loss (stated in the result). It replaces the loop's early stop and epoch selection."""
+validation loss (stated in the result; it lies among the last Ns - 1 epochs, since an earlier one would have been
+the start). Only the epochs that can still be averaged keep their summed weights. It replaces the loop's early stop
+and epoch selection."""
 
 from __future__ import annotations
 
@@ -94,8 +96,12 @@ class SWAD(Mitigation):
             self.steps.append(0)
         self.losses.append(float(val_loss) if np.isfinite(val_loss) else float("inf"))
         h = self.hparams
-        return swad_valley(self.losses, int(h["n_converge"]), int(h["n_tolerance"]),
-                           float(h["tolerance_ratio"]))[1] is not None
+        ts, te = swad_valley(self.losses, int(h["n_converge"]), int(h["n_tolerance"]), float(h["tolerance_ratio"]))
+        # epochs before the start (or, before it is found, those whose window has failed, so that not even the
+        # lowest loss can be among them) are never averaged: their sums are freed
+        for k in range(ts if ts is not None else len(self.losses) - int(h["n_converge"]) + 1):
+            self.sums[k] = []
+        return te is not None
 
     def after_fit(self, model: nn.Module, train: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]) -> None:
         """Load the mean of the weights after every step of epochs ts .. te into the trained parameters."""

@@ -48,8 +48,19 @@ def test_swad_averages_every_step_of_the_valley_epochs_by_hand() -> None:
         m.step(opt, closure)
         stops.append(m.after_validation(epoch, loss))
     assert stops == [False, False, False, True]
+    assert m.sums[0] == [] and all(len(m.sums[k]) == 1 for k in (1, 2, 3))  # epoch 0 is before the start: freed
     m.after_fit(torch.nn.Identity(), (torch.zeros(1), torch.zeros(1), None))
     assert float(w.detach()) == pytest.approx(4.5) and m.valley == (1, 2)
+    # no start before the end (losses falling): the valley starts at the lowest loss, the last epoch, w = 7.5
+    m = make_mitigation("swad", n_converge=3, n_tolerance=1)
+    w.data.zero_()
+    for epoch, loss in enumerate([4.0, 3.0, 2.0, 1.0]):
+        m.step(opt, closure)
+        m.step(opt, closure)
+        assert not m.after_validation(epoch, loss)
+    assert [len(x) for x in m.sums] == [0, 0, 1, 1]  # epochs 0 and 1 failed their windows: freed
+    m.after_fit(torch.nn.Identity(), (torch.zeros(1), torch.zeros(1), None))
+    assert float(w.detach()) == pytest.approx(7.5) and m.valley == (3, 3)
     with pytest.raises(InputError, match="n_converge=0"):
         make_mitigation("swad", n_converge=0)
 
