@@ -10,6 +10,7 @@ from fairmedbench.mitigation import (  # noqa: F401 (they register)
     adversarial,
     cfair,
     cvar_dro,
+    dfr,
     domainind,
     end,
     fair_dice,
@@ -23,9 +24,11 @@ from fairmedbench.mitigation import (  # noqa: F401 (they register)
     jtt,
     laftr,
     lnl,
+    odr,
     resampling,
     reweighting,
     sam,
+    swad,
 )
 from fairmedbench.mitigation.base import MITIGATIONS, Batch, Mitigation, register_mitigation
 

@@ -11,6 +11,11 @@ Hooks, in the order a runner calls them:
                                      the loss); default one call and opt.step() (SAM evaluates it twice);
   `end_epoch(epoch, model, train)`   after each epoch of a classifier loop; True asks the loop to retrain
                                      once from the initial weights (JTT), allowed only when `restarts`;
+  `after_validation(epoch, loss)`    a classifier loop's validation loss after each epoch, for a plugin that
+                                     `averages_weights` (SWAD): True ends training; no early stop or epoch
+                                     selection then;
+  `after_fit(model, train)`          once a classifier loop has its final weights: a plugin may replace them
+                                     (SWAD's average, DFR's refitted last layer);
   `threshold_policy`                 set by a plugin that fixes the operating point itself (per-group
                                      thresholds mapped to 0.5): it replaces the runner's policy.
 
@@ -81,6 +86,7 @@ class Mitigation:
     other_tasks: ClassVar[str] = ""  # why a task without them is refused (default: names the tasks it serves)
     needs_trainable_representation: ClassVar[str] = ""  # why frozen cached features are refused ("": they are not)
     restarts: ClassVar[bool] = False  # end_epoch may ask the classifier loop for one restart (no early stop before)
+    averages_weights: ClassVar[bool] = False  # after_validation ends training and after_fit sets the weights (SWAD)
     # the declared hyperparameter search (--hparam-search): key -> LogUniform or a tuple of choices; a class that does
     # not declare its own in its body has none (benchmark/search.py reads the class body, not the base's)
     SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = TRAINING_SPACE
@@ -153,6 +159,13 @@ class Mitigation:
         """After epoch `epoch` of a classifier loop (model in eval mode, training inputs, labels, groups): True asks
         the loop to restart from the initial weights (only when `restarts`; default False)."""
         return False
+
+    def after_validation(self, epoch: int, val_loss: float) -> bool:
+        """After epoch `epoch`'s validation (only when `averages_weights`): True ends training (default False)."""
+        return False
+
+    def after_fit(self, model: nn.Module, train: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]) -> None:
+        """Once a classifier loop has its final weights (training inputs, labels, groups): default nothing."""
 
     def fit_postprocess(self, scores: np.ndarray, y: np.ndarray, groups: np.ndarray | None) -> None:
         """Learn post-processing from validation scores (default: nothing)."""

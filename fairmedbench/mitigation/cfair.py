@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, check_positive, label_column, merge_hparams
 from fairmedbench.mitigation.adversarial import adversary_choice, adversary_features
@@ -41,6 +42,8 @@ class CFair(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"mu": 1.0, "input": "auto", "hidden": 32, "label_column": 0}
     REFERENCE: ClassVar[str] = ("Zhao et al. ICLR 2020 (CFair); mu 1.0 from the paper's grid "
                                 "{0.1, 1, 10, 100, 1000}; MEDFAIR's CFair baseline (Zong et al. 2023)")
+    # search space: the paper's grid for mu
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "mu": (0.1, 1.0, 10.0, 100.0, 1000.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

@@ -7,9 +7,11 @@ alpha = 10^U(-2, 0))."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -43,6 +45,8 @@ class CVaRDRO(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 0.1}
     REFERENCE: ClassVar[str] = ("Levy et al. NeurIPS 2020 (CVaR uncertainty set); alpha 0.1, tuned in "
                                 "[0.01, 1] (SubpopBench / Yang et al. 2024); alpha = 1 is ERM")
+    # search space: alpha in [0.01, 1] as SubpopBench tunes it
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "alpha": LogUniform(0.01, 1.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

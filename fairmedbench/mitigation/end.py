@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
 from fairmedbench.mitigation._representation import FROZEN_WHY, require_trainable_representation
@@ -60,6 +61,9 @@ class EnD(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 1.0, "beta": 1.0, "label_column": 0}
     REFERENCE: ClassVar[str] = ("Tartaglione et al. CVPR 2021 (EnD); alpha = beta = 1, the defaults of MEDFAIR's "
                                 "EnD regulariser (the paper tunes both per dataset)")
+    # search space: both weights a decade either side of MEDFAIR's 1
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "alpha": LogUniform(0.1, 10.0),
+                                                         "beta": LogUniform(0.1, 10.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

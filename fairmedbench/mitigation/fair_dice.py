@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -35,6 +36,8 @@ class FairDice(Mitigation):
     REFERENCE: ClassVar[str] = ("group-weighted Dice: softmax(L_a / T) weights over the groups' soft Dice losses "
                                 "(Group DRO's worst-group objective relaxed, Sagawa et al. ICLR 2020); T 1.0, "
                                 "sweep 0.1 (near worst group) to 10 (near the groups' mean)")
+    # search space: the temperature sweep 0.1 to 10
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "temperature": LogUniform(0.1, 10.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

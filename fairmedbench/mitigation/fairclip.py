@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams, true_label_probability
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -54,6 +55,8 @@ class FairCLIPLoss(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 1e-6, "blur": 1e-4}
     REFERENCE: ClassVar[str] = ("Luo et al. CVPR 2024 (FairCLIP); official lambda 1e-6 (swept 1e-7 .. 1e-4), "
                                 "blur 1e-4; both distributions normalised (FairCLIP issue #8)")
+    # search space: the official sweep of lambda
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "lambda": LogUniform(1e-7, 1e-4)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -50,6 +51,8 @@ class FEBS(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"gamma": 1.0}
     REFERENCE: ClassVar[str] = ("Tian et al. ICLR 2024 (FairSeg), fair error-bound scaling; official FairDiceLoss, "
                                 "gamma 1.0")
+    # search space: gamma a decade either side of the official 1
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "gamma": LogUniform(0.1, 10.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

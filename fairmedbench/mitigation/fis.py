@@ -13,9 +13,11 @@ in the official code."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -47,6 +49,9 @@ class FairIdentityScaling(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"coef": 0.5, "temperature": 1.0, "blur": 0.1, "asymptote": 1.0}
     REFERENCE: ClassVar[str] = ("Luo et al. CVPR 2024 (FairVision, fair identity scaling); official defaults "
                                 "coef 0.5, temperature 1, Sinkhorn blur 0.1, right asymptote 1; coef in [0, 1]")
+    # search space: coef across its range [0, 1]
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "coef": (0.0, 0.25, 0.5, 0.75, 1.0),
+                                                         "temperature": LogUniform(0.1, 10.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.thresholds import choose_threshold, parse_policy
 from fairmedbench.mitigation._common import check_group_codes, merge_hparams
@@ -55,6 +56,8 @@ class GroupThresholds(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"policy": "val_youden"}
     REFERENCE: ClassVar[str] = ("group-specific thresholds (Hardt et al. 2016, deterministic variant); "
                                 "Youden's J as in the runner's default policy")
+    # search space: the head's training only: the policy is a choice of operating point, not tuned
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = TRAINING_SPACE
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

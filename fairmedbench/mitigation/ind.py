@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_choice, merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
@@ -39,6 +40,8 @@ class InD(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"combine": "sum_logits"}
     REFERENCE: ClassVar[str] = ("Wang et al. CVPR 2020, domain-independent training, sum-of-outputs inference; "
                                 "FairMedFM (Jin et al. NeurIPS 2024) segmentation mitigation InD")
+    # search space: no hyperparameter of its own: the head's training only
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = TRAINING_SPACE
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

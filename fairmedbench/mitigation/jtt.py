@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
@@ -37,6 +38,9 @@ class JTT(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"T": 1, "lambda_up": 50, "label_column": 0}
     REFERENCE: ClassVar[str] = ("Liu et al. ICML 2021 (JTT); CelebA's T 1, lambda_up 50; the paper's grid "
                                 "lambda_up in {4, 5, 6, 20, 50, 100}, T in {1, 2, 40, 50, 60}")
+    # search space: the paper's lambda_up grid; T from its small-T settings
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "T": (1, 2),
+                                                         "lambda_up": (4, 5, 6, 20, 50, 100)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

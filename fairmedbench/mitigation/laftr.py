@@ -10,9 +10,11 @@ the representation when it is trainable, else the logits of a linear probe on fr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation.adversarial import Adversarial, adversary_features
 from fairmedbench.mitigation.base import Batch, register_mitigation
@@ -41,6 +43,9 @@ class LAFTR(Adversarial):
     REFERENCE: ClassVar[str] = ("Madras et al. ICML 2018 (LAFTR, equalised-odds adversary, group-normalised L1 "
                                 "loss); gamma (here lambda) 1.0 as MEDFAIR's fairness coefficient; the paper "
                                 "sweeps gamma to trace the fairness-accuracy trade-off")
+    # search space: the trade-off sweep of gamma, both fairness targets
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "lambda": LogUniform(0.1, 10.0),
+                                                         "variant": ("dp", "eo")}
 
     def wrap_head(self, head: nn.Module, n_groups: int) -> nn.Module:
         """Refuse a non-binary attribute, then build a one-output (sigmoid) adversary."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import check_positive, merge_hparams
 from fairmedbench.mitigation._representation import FROZEN_WHY, require_trainable_representation
@@ -37,6 +38,8 @@ class LNL(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 0.1, "mu": 1.0, "hidden": 32}
     REFERENCE: ClassVar[str] = ("Kim et al. CVPR 2019 (LNL); MEDFAIR's LNL (entropy weight `_lambda`, a required "
                                 "option there; 0.1 here, sweep 0.01 to 1); gradient reversal scale mu 1")
+    # search space: the entropy weight swept 0.01 to 1
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "lambda": LogUniform(0.01, 1.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

@@ -5,11 +5,13 @@ class cell) in the training split, w = n / (#units x n_unit), so every unit carr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.errors import InputError
 from fairmedbench.mitigation._common import balance_units, check_choice, merge_hparams
 from fairmedbench.mitigation.base import Batch, Mitigation, register_mitigation
@@ -29,6 +31,8 @@ class Reweighting(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"by": "group", "label_column": 0}
     REFERENCE: ClassVar[str] = ("Idrissi et al. CLeaR 2022 (RWG); Yang et al. Nat Med 2024 (ReWeight); MEDFAIR "
                                 "reweighting (Zong et al. ICLR 2023: by=group_class). No hyperparameter to tune")
+    # search space: no hyperparameter of its own beyond the unit
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "by": ("group", "group_class")}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)

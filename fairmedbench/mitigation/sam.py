@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fairmedbench.engine.hparams import TRAINING_SPACE, SearchRange
 from fairmedbench.mitigation._common import check_positive, merge_hparams
 from fairmedbench.mitigation.base import Mitigation, register_mitigation
 
@@ -32,6 +33,8 @@ class SAM(Mitigation):
     DEFAULTS: ClassVar[dict[str, Any]] = {"rho": 0.05, "adaptive": False, "eta": 0.0}
     REFERENCE: ClassVar[str] = ("Foret et al. ICLR 2021 (SAM; rho 0.05, swept {0.01, 0.02, 0.05, 0.1, 0.2, 0.5}); "
                                 "MEDFAIR's SAM baseline (Zong et al. 2023)")
+    # search space: the paper's rho grid
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "rho": (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
@@ -74,3 +77,5 @@ class ASAM(SAM):
     DEFAULTS: ClassVar[dict[str, Any]] = {"rho": 0.5, "adaptive": True, "eta": 0.01}
     REFERENCE: ClassVar[str] = ("Kwon et al. ICML 2021 (ASAM; rho 0.5 on CIFAR-10, 1.0 on CIFAR-100, eta 0.01); "
                                 "the adaptive option of SAM")
+    # search space: ASAM's CIFAR values 0.5 and 1, MEDFAIR's 2, and smaller radii
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "rho": (0.1, 0.2, 0.5, 1.0, 2.0)}

@@ -257,7 +257,10 @@ def fit_epochs(model: Any, mitigation: Mitigation, opt: torch.optim.Optimizer,
     `sampler` labels and groups), minibatches through its loss hook, then `validate(model)` -> (selection score,
     lower is better; validation loss) under no_grad; early stop after `patience` epochs without improvement;
     the best epoch's weights are loaded back. A mitigation that `restarts` runs a first phase (no early stop, no
-    selection) until its `end_epoch` asks for the restart, then `epochs` epochs from the initial weights."""
+    selection) until its `end_epoch` asks for the restart, then `epochs` epochs from the initial weights. A
+    mitigation that `averages_weights` (SWAD) trains until its `after_validation` ends it, without early stop; its
+    `after_fit` then sets the final weights (the last epoch is recorded as the best; score and loss are the final
+    weights'). Every mitigation's `after_fit` runs once the weights are chosen (DFR refits the last layer there)."""
     import torch
 
     x, y, groups = train
@@ -275,6 +278,12 @@ def fit_epochs(model: Any, mitigation: Mitigation, opt: torch.optim.Optimizer,
         with torch.no_grad():
             score, loss_v = validate(model)
         curve.append(loss_v)
+        if mitigation.averages_weights:  # its own end rule and final weights: no early stop, no epoch selection
+            best_epoch, best, best_loss = epoch, score, loss_v
+            if mitigation.after_validation(epoch, loss_v):
+                break
+            epoch += 1
+            continue
         if mitigation.restarts and not restarted and mitigation.end_epoch(epoch, model, train):
             # retrain once from the initial weights: the first phase's epochs are no candidates for selection
             model.load_state_dict(initial)
@@ -289,5 +298,12 @@ def fit_epochs(model: Any, mitigation: Mitigation, opt: torch.optim.Optimizer,
             if bad >= patience and (restarted or not mitigation.restarts):
                 break
         epoch += 1
-    model.load_state_dict(best_state)
+    if not mitigation.averages_weights:
+        model.load_state_dict(best_state)
+    if curve:  # at least one epoch trained
+        mitigation.after_fit(model, train)
+    if mitigation.averages_weights and curve:  # the averaged weights' own validation score and loss
+        model.eval()
+        with torch.no_grad():
+            best, best_loss = validate(model)
     return EpochsFit(best_epoch, float(best), float(best_loss), curve)

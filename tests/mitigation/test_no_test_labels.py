@@ -18,7 +18,7 @@ from fairmedbench.tasks.base import get_task
 # trains, and their loss hooks see the same training batches as every other method's)
 METHODS = [n for n in MITIGATIONS.names() if make_mitigation(n).serves(get_task("classification"))
            and not MITIGATIONS.get(n).needs_trainable_representation]
-CHEAP = {"jtt", "sam", "cfair"}  # the restart, the two-step update and a training-split count: the cheap sibling
+CHEAP = {"jtt", "sam", "cfair", "dfr"}  # the restart, the two-step update, a training-split count, the refit
 PARAMS = [pytest.param(n, marks=() if n in CHEAP else pytest.mark.slow) for n in METHODS]
 
 
