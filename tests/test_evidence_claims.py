@@ -70,9 +70,8 @@ def summary_checks(pack: Path) -> str:
     return text
 
 
-def monitor_commands(text: str) -> list[list[str]]:
-    """The command lines of the Art. 72 section's code blocks."""
-    plan = text[text.index("## EU AI Act Art. 72"):]
+def monitor_commands(plan: str) -> list[list[str]]:
+    """The command lines of the code blocks in `plan` (the Art. 72 section, or a part of it)."""
     return [shlex.split(line) for block in re.findall(r"```\n(.*?)```", plan, flags=re.S)
             for line in block.splitlines() if line.strip()]
 
@@ -85,14 +84,23 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 
 # ---------------------------------------------------------------------------------------------------- compare
 
-@needs_sha256sum
-def test_compare_pack(shared: tuple[Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+COMPARE = ["compare", "--model", "moco-cxr", "--dataset", "synth-contrast", "--attribute", "sex", "--mitigations",
+           "erm,resampling", "--seeds", "0,1", *TINY]
+
+
+@pytest.fixture(scope="module")
+def compare_pack(shared: tuple[Path, list[str]]) -> Path:
+    """A tiny comparison (ERM and resampling, seeds 0 and 1) with its evidence pack."""
     root, where = shared
     pack = root / "compare-pack"
-    argv = ["compare", "--model", "moco-cxr", "--dataset", "synth-contrast", "--attribute", "sex", "--mitigations",
-            "erm,resampling", "--seeds", "0,1", *TINY, *where, "--evidence", str(pack)]
-    assert main(argv) == 0
-    assert "evidence pack: " in capsys.readouterr().err
+    assert main([*COMPARE, *where, "--evidence", str(pack)]) == 0
+    return pack
+
+
+@needs_sha256sum
+def test_compare_pack(shared: tuple[Path, list[str]], compare_pack: Path, tmp_path: Path,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    pack = compare_pack
     names = {p.relative_to(pack).as_posix() for p in pack.rglob("*") if p.is_file()}
     runs = {f"runs/synth-contrast/{m}/seed{s}.{ext}" for m in ("erm", "resampling") for s in (0, 1)
             for ext in ("json", "predictions.parquet")}
@@ -120,10 +128,33 @@ def test_compare_pack(shared: tuple[Path, list[str]], tmp_path: Path, capsys: py
     (tmp_path / "mine" / "notes.txt").write_text("x")
     for force in ([], ["--force"]):
         capsys.readouterr()
-        assert main([*argv[:-1], str(tmp_path / "mine"), *force]) == 2
+        assert main([*COMPARE, *shared[1], "--evidence", str(tmp_path / "mine"), *force]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "not an evidence pack" in err[0]
     assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+
+
+def test_compare_pack_monitoring_plan_runs(compare_pack: Path, tmp_path: Path) -> None:
+    """ERM's Art. 72 commands run as written (in a copy of the pack): the evaluate audit of seed 0's predictions
+    gives the run's threshold and group AUCs back, and the monitor reads it."""
+    copy = Path(shutil.copytree(compare_pack, tmp_path / "plan"))
+    text = (copy / "summary.md").read_text()
+    erm_plan = text[text.index("### synth-contrast / erm (seed 0)", text.index("## EU AI Act Art. 72")):]
+    audit, watch = monitor_commands(erm_plan)[:2]
+    later = pd.read_parquet(copy / "runs/synth-contrast/erm/seed0.predictions.parquet").query("split == 'test'")
+    later.assign(WINDOW=np.arange(len(later)) % 2).to_parquet(copy / "LATER.parquet")
+    monkey = pytest.MonkeyPatch()
+    monkey.chdir(copy)
+    try:
+        assert main([*audit[1:], "--n-boot", "0"]) == 0 and main([*watch[1:], "--n-boot", "0"]) == 0
+    finally:
+        monkey.undo()
+    seed0 = json.loads((copy / "runs/synth-contrast/erm/seed0.json").read_text())["result"]
+    again = json.loads((copy / "runs/synth-contrast/erm/audit.json").read_text())["result"]
+    assert again["meta"]["thresholds"]["label:label"]["value"] == seed0["meta"]["thresholds"]["label"]["value"]
+    assert (again["reports"][0]["metrics"]["auc"]["female"]["value"]
+            == seed0["reports"][0]["metrics"]["auc"]["female"]["value"])
+    assert (copy / "runs/synth-contrast/erm/monitor/alerts.json").is_file()
 
 
 # ------------------------------------------------------------------------------------------------------ study
@@ -260,7 +291,7 @@ def test_evaluate_pack_monitoring_plan_runs(tmp_path: Path, capsys: pytest.Captu
     mde = sex["tests"]["auc_gap"]["mde"]
     assert f"- k from the audit's ΔAUC MDE: sex {mde:.3f}" in text
     assert "(Bonferroni over 5 groups: 0.035 in all)" in text  # rule_text for F, M and the three age groups
-    [command] = monitor_commands(text)
+    [command] = monitor_commands(text[text.index("## EU AI Act Art. 72"):])
     assert command[:2] == ["benchmark", "monitor"]
     later = pd.read_parquet(pack / doc["files"]["predictions"])
     later.assign(WINDOW=np.arange(len(later)) % 3).to_parquet(pack / "LATER.parquet")

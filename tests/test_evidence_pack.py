@@ -94,7 +94,7 @@ def test_run_evidence_pack(tmp_path: Path) -> None:
                    "## EU AI Act Art. 14: what a human overseer should watch",
                    "## EU AI Act Art. 72: post-market monitoring plan", "benchmark evaluate --predictions "
                    "results/seed0.predictions.parquet --label label:label --score score:label --attribute "
-                   "attr:sex,attr:age --patient-column patient_id --threshold val_youden --out results/audit.json",
+                   "attr:sex,attr:age --threshold val_youden --out results/audit.json",
                    "benchmark monitor --baseline results/audit.json --stream LATER.parquet"):
         assert needle in summary, needle
     assert _check(pack).returncode == 0

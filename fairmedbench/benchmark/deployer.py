@@ -51,7 +51,8 @@ class Audit:
 
 def result_audit(doc: dict[str, Any], name: str, intended_use: str, folder: str = "") -> Audit:
     """The Audit of one run seed's result document (`doc`, stored in the pack as `folder`/seed<k>.json beside its
-    predictions): the monitor's baseline is an evaluate audit of that seed's test and validation rows."""
+    predictions): the monitor's baseline is an evaluate audit of that seed's test and validation rows (evaluate
+    finds the runs' patient_id column by its name)."""
     result = doc["result"]
     block = doc.get("predictions") or {}
     cols = block.get("columns") or {}
@@ -65,8 +66,7 @@ def result_audit(doc: dict[str, Any], name: str, intended_use: str, folder: str 
     out = f"{folder}/audit.json" if folder else "audit.json"
     step = shlex.join(["benchmark", "evaluate", "--predictions", pred, "--label", ",".join(labels.values()),
                        "--score", ",".join(scores[t] for t in labels), "--attribute", ",".join(attrs.values()),
-                       "--patient-column", "patient_id", *(["--threshold", str(policy)] if policy else []),
-                       "--out", out])
+                       *(["--threshold", str(policy)] if policy else []), "--out", out])
     return Audit(name, result["reports"], result["meta"]["kind"], intended_use, out, (step,), labels, attrs,
                  result["meta"].get("n_samples"), tuple(str(e.get("label")) for e in doc.get("external", [])))
 
