@@ -256,8 +256,13 @@ def test_board_row_packs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     verifies_and_fails_after_an_edit(pack, tmp_path, capsys, "row.json")
     # rebuilt: the pack is replaced, a user's file beside it kept; once the row is no longer verified, its pack goes
     (pack / "mine.txt").write_text("kept")
-    build_board(BOARD, root)
-    assert (pack / "mine.txt").read_text() == "kept" and sha256sum_c(pack) == 0
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 32)
+    secret.chmod(0o600)
+    build_board(BOARD, root, sign_key=f"hmac:{secret}")  # signed: verify --key checks MANIFEST.sig
+    assert (pack / "mine.txt").read_text() == "kept" and sha256sum_c(pack) == 0 and (pack / SIGNATURE).is_file()
+    capsys.readouterr()
+    assert main(["evidence", "verify", str(pack), "--key", f"hmac:{secret}"]) == 0
     (subs["alpha-fm"] / "verification.json").unlink()
     build_board(BOARD, root)
     assert [p.relative_to(pack).as_posix() for p in pack.rglob("*")] == ["mine.txt"]

@@ -355,8 +355,7 @@ def row_pack(folder: Path, board_dir: Path, board: dict[str, Any], row: dict[str
              ("results/seed<s>.predictions.parquet", "per-sample labels, scores and groups of each seed",
               evidence.TRACE)]
     use = (f"model {md(row['model'])} revision {md(row['revision'])}, usage {md(row['usage'])}, on board "
-           f"{md(suite['name'])}'s pinned test set of dataset {md(row['dataset'])}; the numbers hold there, at the "
-           "operating threshold above.")
+           f"{md(suite['name'])}'s pinned test set of dataset {md(row['dataset'])}; the numbers hold there.")
     audit = result_audit(docs[0], f"{row['model']} {row['revision']}, {row['entry']} (seed "
                          f"{docs[0]['spec'].get('seed')})", use, "results")
     _finish(folder, ["benchmark", "leaderboard", "build", "--board", str(suite["name"])], docs[0],

@@ -113,6 +113,9 @@ def card(a: Audit) -> list[str]:
     metric = _headline(a.kind)
     head = metric_spec(metric).header
     out = [f"- Intended use (as examined): {a.intended_use}"]
+    if any((rep.get("thresholds") or {}).get("operating") for rep in a.reports):
+        out.append("- Operating point: sensitivity and specificity hold at the operating threshold stated above; a "
+                   "deployment at another threshold has other rates.")
     for rep in a.reports:
         per = rep["metrics"].get(metric) or {}
         counts = rep.get("counts", {})

@@ -543,9 +543,9 @@ def _evaluate_audit(doc: dict[str, Any], placed: dict[str, str], source: str) ->
     cited = (doc.get("files") or {}).get("predictions")
     steps = (("cp", placed["predictions"], str(cited)),) if cited and placed.get("predictions") not in (None, cited) \
         else ()
-    use = (f"the scores in {md(source)} for task(s) {', '.join(md(t) for t in meta.get('tasks', []))}, read at the "
-           f"operating threshold above, on the population of its {meta.get('n_samples', '?')} test rows; the pack "
-           "does not name the model that produced them: the instructions for use must.")
+    use = (f"the scores in {md(source)} for task(s) {', '.join(md(t) for t in meta.get('tasks', []))}, on the "
+           f"population of its {meta.get('n_samples', '?')} test rows; the pack does not name the model that produced "
+           "them: the instructions for use must.")
     return Audit("", doc["result"]["reports"], meta["kind"], use, placed.get("result", "result.json"),
                  tuple(" ".join(step) for step in steps), {str(t): str(t) for t in spec.get("labels") or []},
                  {str(a): str(a) for a in spec.get("attributes") or meta.get("attributes", [])},
@@ -600,8 +600,7 @@ def run_use(spec: dict[str, Any]) -> str:
     """A run's intended use as examined (Art. 13), from its spec."""
     return (f"model {md(spec.get('model'))} (weights {md(spec.get('weights'))}), usage {md(spec.get('usage'))}, "
             f"mitigation {md(spec.get('mitigation'))}, trained and tested on dataset {md(spec.get('dataset'))} "
-            f"(split seed {spec.get('split_seed')}, seed {spec.get('seed')}); the numbers hold on its test split at "
-            "the operating threshold above.")
+            f"(split seed {spec.get('split_seed')}, seed {spec.get('seed')}); the numbers hold on its test split.")
 
 
 def describe(folder: Path) -> str:
