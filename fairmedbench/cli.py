@@ -308,12 +308,12 @@ def _add_controls_and_compare(sub: Subparsers) -> None:
 def _cmd_compare(args: argparse.Namespace) -> int:
     o = _fill(CompareOptions, args, hparams=parse_hparams(args.hparams),
               dataset_options=parse_hparams(args.dataset_options))
-    from fairmedbench.benchmark import claim_packs, evidence
+    from fairmedbench.benchmark import claim_packs
     from fairmedbench.benchmark.signing import pack_key
 
     sign = pack_key(o.evidence, o.sign_key)  # the key read and the pack folder checked before any run
     if o.evidence:
-        evidence.check(o.evidence, args.force)
+        claim_packs.check_pack(o.evidence, args.force, [("--out", args.out_root)])
     with StageProgress(quiet=o.json) as progress:
         outcome = compare_with(o, run_options(args, progress))
     doc, path, report = save_compare(outcome, o.model, o.dataset, args.out_root, report=o.report)
@@ -474,13 +474,14 @@ def _add_studies(sub: Subparsers) -> None:
 def _cmd_study_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from fairmedbench.benchmark import claim_packs, evidence
+    from fairmedbench.benchmark import claim_packs
     from fairmedbench.benchmark.signing import pack_key
 
     o = _fill(sweep.StudyReportOptions, args)
     sign = pack_key(o.evidence, o.sign_key)  # the key read and the pack folder checked before the report
     if o.evidence:
-        evidence.check(o.evidence, o.force)
+        dest = o.dest or sweep.study_dir(o.out, load_study(o.study).name) / "report"
+        claim_packs.check_pack(o.evidence, o.force, [("--out", o.out), ("--dest", dest)])
     report = sweep.study_report(o.study, o.out, o.dest)
     if o.evidence:
         claim_packs.study_with_evidence(o.evidence, o.force, report, sweep.study_dir(o.out, report.study) /

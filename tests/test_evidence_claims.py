@@ -132,6 +132,10 @@ def test_compare_pack(shared: tuple[Path, list[str]], compare_pack: Path, tmp_pa
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "not an evidence pack" in err[0]
     assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+    # the comparison's own results inside the pack folder are refused before any run
+    capsys.readouterr()
+    assert main([*COMPARE, "--out", str(tmp_path / "p" / "results"), "--evidence", str(tmp_path / "p")]) == 2
+    assert "--out" in capsys.readouterr().err and not (tmp_path / "p").exists()
 
 
 def test_compare_pack_monitoring_plan_runs(compare_pack: Path, tmp_path: Path) -> None:
@@ -199,6 +203,13 @@ def test_study_pack_signed(shared: tuple[Path, list[str]], tmp_path: Path,
     verifies_and_fails_after_an_edit(pack, tmp_path, capsys, "study.csv")
     capsys.readouterr()
     assert main(["evidence", "verify", str(pack), "--key", f"hmac:{secret}"]) == 0
+    # the report's own folder inside the pack folder is refused before any work, in one line
+    capsys.readouterr()
+    inside = tmp_path / "p2"
+    assert main(["study", "report", str(study), "--out", where[1], "--dest", str(inside / "page"), "--evidence",
+                 str(inside)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--dest {inside / 'page'} is inside it" in err[0] and not inside.exists(), err
     # a second report into the same folder needs --force, and replaces only the pack's files
     (pack / "mine.txt").write_text("kept")
     assert main(["study", "report", str(study), "--out", where[1], "--evidence", str(pack)]) == 2

@@ -151,11 +151,25 @@ def _finish(folder: Path, command: Sequence[str], doc: dict[str, Any], claim: Cl
 
 
 def _copy_result(doc_path: Path, doc: dict[str, Any], dest: Path) -> None:
-    """A run seed's result JSON and the predictions file it cites, into `dest` (its folder in the pack)."""
+    """A run seed's result JSON and the predictions files it cites (its test set's and each other site's), into
+    `dest` (its folder in the pack)."""
     evidence._copy(doc_path, dest / doc_path.name)
-    pred = (doc.get("predictions") or {}).get("file")
-    if pred:
-        evidence._copy(doc_path.parent / str(pred), dest / str(pred))
+    cited = [(doc.get("predictions") or {}).get("file"), *(e.get("predictions") for e in doc.get("external", []))]
+    for pred in cited:
+        if pred:
+            evidence._copy(doc_path.parent / str(pred), dest / str(pred))
+
+
+def check_pack(pack: str, force: bool, outputs: Sequence[tuple[str, str | Path]]) -> Path:
+    """Before any work: the pack folder (evidence.check), and none of the command's own output folders (flag,
+    path) inside it (they would be files of no pack there)."""
+    folder = evidence.check(pack, force).resolve()
+    for flag, path in outputs:
+        where = Path(path).resolve()
+        if where == folder or folder in where.parents:
+            raise InputError(f"--evidence {pack}: {flag} {path} is inside it; give the evidence pack a folder of its "
+                             "own")
+    return folder
 
 
 def _summary_cell(cell: dict[str, Any] | None) -> str:
@@ -389,5 +403,5 @@ def board_packs(board_dir: Path, board: dict[str, Any], key: Key | None = None) 
     return out
 
 
-__all__ = ["BOARD_EVIDENCE", "board_packs", "check_board_evidence", "compare_pack", "compare_with_evidence",
-           "row_name", "study_pack", "study_with_evidence", "write_page"]
+__all__ = ["BOARD_EVIDENCE", "board_packs", "check_board_evidence", "check_pack", "compare_pack",
+           "compare_with_evidence", "row_name", "study_pack", "study_with_evidence", "write_page"]
