@@ -344,3 +344,20 @@ def test_summary_page_has_no_sideways_scroll(tmp_path: Path, chromium: Any) -> N
                                                "return [de.scrollWidth, de.clientWidth];")
         assert wide <= client, (width, wide, client)
         assert chromium.execute_script("return document.querySelector('table').closest('.scroll') !== null;")
+
+
+def test_a_result_travels_with_every_predictions_file_it_cites(tmp_path: Path) -> None:
+    """A run result copied into a claim pack brings its test predictions and each other site's (run
+    --eval-dataset), so the pack can recompute every number its JSON holds."""
+    from fairmedbench.benchmark.claim_packs import _copy_result
+
+    run = tmp_path / "run"
+    run.mkdir()
+    doc = {"predictions": {"file": "seed0.predictions.parquet"},
+           "external": [{"label": "site-a", "predictions": "seed0.external0.predictions.parquet"}]}
+    (run / "seed0.json").write_text(json.dumps(doc))
+    for name in ("seed0.predictions.parquet", "seed0.external0.predictions.parquet", "seed1.predictions.parquet"):
+        (run / name).write_bytes(name.encode())
+    _copy_result(run / "seed0.json", doc, tmp_path / "pack" / "runs" / "x")
+    copied = sorted(p.name for p in (tmp_path / "pack" / "runs" / "x").iterdir())
+    assert copied == ["seed0.external0.predictions.parquet", "seed0.json", "seed0.predictions.parquet"]
