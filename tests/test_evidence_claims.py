@@ -294,6 +294,9 @@ def test_board_row_packs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_evaluate_pack_monitoring_plan_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The Art. 72 command line of an evaluate pack runs as written, in the pack, on a later stream."""
+    from fairmedbench.benchmark.deployer import md
+    from fairmedbench.metrics.specs import metric_spec
+
     pack = tmp_path / "pack"
     assert main(["evaluate", "--demo", "--n-boot", "20", "--evidence", str(pack)]) == 0
     text = (pack / "summary.md").read_text()
@@ -302,8 +305,12 @@ def test_evaluate_pack_monitoring_plan_runs(tmp_path: Path, capsys: pytest.Captu
     doc = json.loads((pack / "result.json").read_text())
     sex = next(r for r in doc["result"]["reports"] if r["attribute"] == "sex")
     f = sex["metrics"]["auc"]["F"]
-    assert (f"- Watch F (label by sex): the lowest AUC, {f['value']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}]"
-            in text)
+    assert (f"- Watch F (label by sex): the worst AUC of its groups, {f['value']:.3f} [{f['ci_low']:.3f}, "
+            f"{f['ci_high']:.3f}], where ΔAUC is larger than chance." in text)
+    fpr = sex["metrics"]["fpr_at_tpr95"]  # higher is worse: the group with the larger FPR@95TPR is named
+    worst = max(("F", "M"), key=lambda g: fpr[g]["value"])
+    head = md(metric_spec("fpr_at_tpr95").header)
+    assert f"- Watch {worst} (label by sex): the worst {head} of its groups, {fpr[worst]['value']:.3f}" in text
     mde = sex["tests"]["auc_gap"]["mde"]
     assert f"- k from the audit's ΔAUC MDE: sex {mde:.3f}" in text
     assert "(Bonferroni over 5 groups: 0.035 in all)" in text  # rule_text for F, M and the three age groups

@@ -140,23 +140,39 @@ def card(a: Audit) -> list[str]:
     return out
 
 
-def oversight(a: Audit) -> list[str]:
-    """Art. 14: per (task, attribute) the verdict (report/verdicts.py) and, where a gap is larger than chance, the
-    group to watch; groups never called positive or negative; what a monitoring alert means."""
-    from fairmedbench.metrics.specs import metric_spec
-    from fairmedbench.report.verdicts import pair_answer
+def _worst(rep: dict[str, Any], metric: str) -> str | None:
+    """The group with the worst value of a per-group `metric` by its direction (None: no direction, or fewer than
+    two groups with a value)."""
+    from fairmedbench.metrics.specs import find_spec
 
-    metric = _headline(a.kind)
+    spec = find_spec(metric)
+    per = rep["metrics"].get(metric) or {}
+    defined = [g for g in rep["groups"] if (per.get(g) or {}).get("value") is not None]
+    if spec is None or spec.higher_is_better is None or len(defined) < 2:
+        return None
+    pick = min if spec.higher_is_better else max
+    return pick(defined, key=lambda g: per[g]["value"])
+
+
+def oversight(a: Audit) -> list[str]:
+    """Art. 14: per (task, attribute) the verdict (report/verdicts.py) and, for each gap larger than chance, the
+    group with the worst value of the metric it is a gap of; groups never called positive or negative; what a
+    monitoring alert means."""
+    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.report.verdicts import gap_name, pair_answer
+
     out = []
     for rep in a.reports:
         pair = pair_answer(rep)
-        low = _lowest(rep, metric)
-        if pair.key == "disparity" and low is not None:
-            cell = (rep["metrics"].get(metric) or {}).get(low)
-            out.append(f"- Watch {md(low)} ({md(rep['task'])} by {md(rep['attribute'])}): the lowest "
-                       f"{metric_spec(metric).header}, {_value(cell)}; {md(pair.sentence)}")
-        else:
-            out.append(f"- {md(pair.sentence)}")
+        out.append(f"- {md(pair.sentence)}")
+        for m, _, _ in pair.hits:
+            base = m.removesuffix("_gap") if m.endswith("_gap") else m.removesuffix("_diff")
+            group = _worst(rep, base) if base in rep["metrics"] else None
+            if group is not None:
+                cell = _value(rep["metrics"][base][group])
+                out.append(f"- Watch {md(group)} ({md(rep['task'])} by {md(rep['attribute'])}): the worst "
+                           f"{md(metric_spec(base).header)} of its groups, {cell}, where {md(gap_name(rep, m))} is "
+                           "larger than chance.")
     out += [f"- Watch: {z}." for rep in a.reports for z in _zero_rates(rep)]
     if a.kind == MONITORED_KIND:
         out.append("- An alert of the monitoring rule (Art. 72 below) names a group whose AUC fell beyond the "
