@@ -46,7 +46,7 @@ every file against the sha256 that `{manifest}` lists. {signed}
 
 {examined}
 
-## Performance per group (each audited model's first seed; 95% bootstrap intervals)
+## Performance per group (each audited model's first seed; bootstrap intervals)
 
 {per_group}
 
@@ -86,7 +86,7 @@ def _per_group(audits: Sequence[Audit]) -> list[str]:
     out = []
     for a in audits:
         out += [f"### {md(a.name)}", "", *evidence._operating(a.reports, "as the run resolved it"), "",
-                *evidence._per_group(a.reports, a.kind, 95), ""]
+                *evidence._per_group(a.reports, a.kind, a.level), ""]
     return out
 
 

@@ -47,6 +47,7 @@ class Audit:
     attribute_columns: dict[str, str] = field(default_factory=dict)  # attribute -> its column in the baseline
     n_rows: int | None = None  # test rows evaluated
     sites: tuple[str, ...] = ()  # other test sites measured (run --eval-dataset)
+    level: int = 95  # the intervals' confidence level in percent (the result's meta.ci_level)
 
 
 def result_audit(doc: dict[str, Any], name: str, intended_use: str, folder: str = "") -> Audit:
@@ -68,7 +69,13 @@ def result_audit(doc: dict[str, Any], name: str, intended_use: str, folder: str 
                        "--score", ",".join(scores[t] for t in labels), "--attribute", ",".join(attrs.values()),
                        *(["--threshold", str(policy)] if policy else []), "--out", out])
     return Audit(name, result["reports"], result["meta"]["kind"], intended_use, out, (step,), labels, attrs,
-                 result["meta"].get("n_samples"), tuple(str(e.get("label")) for e in doc.get("external", [])))
+                 result["meta"].get("n_samples"), tuple(str(e.get("label")) for e in doc.get("external", [])),
+                 level_of(result["meta"]))
+
+
+def level_of(meta: dict[str, Any]) -> int:
+    """The intervals' confidence level of a result, in percent (its meta.ci_level; 95 when it records none)."""
+    return round(100 * float(meta.get("ci_level", 0.95)))
 
 
 def _headline(kind: str) -> str:
@@ -123,12 +130,13 @@ def card(a: Audit) -> list[str]:
                           for g in rep["groups"])
         low = _lowest(rep, metric)
         lowest = f"; lowest: {md(low)}" if low is not None and len(rep["groups"]) > 1 else ""
-        out.append(f"- Measured performance, {md(rep['task'])} by {md(rep['attribute'])} ({head}, 95% "
+        out.append(f"- Measured performance, {md(rep['task'])} by {md(rep['attribute'])} ({head}, {a.level}% "
                    f"interval): all {_value(per.get('__overall__'))}; {cells}{lowest}.")
-    limits = [*(f"{md(rep['task'])} by {md(rep['attribute'])}: {head} undefined in group(s) "
-                f"{', '.join(md(g) for g in rep['groups'] if ((rep['metrics'].get(metric) or {}).get(g) or {}).get('value') is None)}"  # noqa: E501
-                for rep in a.reports
-                if any(((rep["metrics"].get(metric) or {}).get(g) or {}).get("value") is None for g in rep["groups"])),
+    undefined = {(rep["task"], rep["attribute"]): [g for g in rep["groups"]
+                                                   if ((rep["metrics"].get(metric) or {}).get(g) or {}).get("value")
+                                                   is None] for rep in a.reports}
+    limits = [*(f"{md(task)} by {md(attr)}: {head} undefined in group(s) {', '.join(md(g) for g in groups)}"
+                for (task, attr), groups in undefined.items() if groups),
               *(z for rep in a.reports for z in _zero_rates(rep)),
               *(md(n) for rep in a.reports for n in result_notes(rep) if "resampl" not in n),
               *(md(w) for w in result_answer(a.reports).why)]
@@ -229,4 +237,4 @@ def articles(audits: Sequence[Audit]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["Audit", "articles", "card", "md", "monitoring_plan", "oversight", "result_audit"]
+__all__ = ["Audit", "articles", "card", "level_of", "md", "monitoring_plan", "oversight", "result_audit"]

@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from fairmedbench.benchmark.deployer import Audit, articles, md, result_audit
+from fairmedbench.benchmark.deployer import Audit, articles, level_of, md, result_audit
 from fairmedbench.benchmark.signing import MANIFEST, SIGNATURE, Key, sign_manifest
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
@@ -549,7 +549,7 @@ def _evaluate_audit(doc: dict[str, Any], placed: dict[str, str], source: str) ->
     return Audit("", doc["result"]["reports"], meta["kind"], use, placed.get("result", "result.json"),
                  tuple(" ".join(step) for step in steps), {str(t): str(t) for t in spec.get("labels") or []},
                  {str(a): str(a) for a in spec.get("attributes") or meta.get("attributes", [])},
-                 meta.get("n_samples"))
+                 meta.get("n_samples"), level=level_of(meta))
 
 
 def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str], key: Key | None = None) -> Path:
