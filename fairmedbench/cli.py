@@ -306,11 +306,11 @@ def _add_controls_and_compare(sub: Subparsers) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    o = _fill(CompareOptions, args, hparams=parse_hparams(args.hparams),
-              dataset_options=parse_hparams(args.dataset_options))
     from fairmedbench.benchmark import claim_packs
     from fairmedbench.benchmark.signing import pack_key
 
+    o = _fill(CompareOptions, args, hparams=parse_hparams(args.hparams),
+              dataset_options=parse_hparams(args.dataset_options))
     sign = pack_key(o.evidence, o.sign_key)  # the key read and the pack folder checked before any run
     if o.evidence:
         claim_packs.check_pack(o.evidence, args.force, [("--out", args.out_root)])
