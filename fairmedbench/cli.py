@@ -306,11 +306,19 @@ def _add_controls_and_compare(sub: Subparsers) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from fairmedbench.benchmark import claim_packs
+    from fairmedbench.benchmark.signing import pack_key
+
     o = _fill(CompareOptions, args, hparams=parse_hparams(args.hparams),
               dataset_options=parse_hparams(args.dataset_options))
+    sign = pack_key(o.evidence, o.sign_key)  # the key read and the pack folder checked before any run
+    if o.evidence:
+        claim_packs.check_pack(o.evidence, args.force, [("--out", args.out_root)])
     with StageProgress(quiet=o.json) as progress:
         outcome = compare_with(o, run_options(args, progress))
     doc, path, report = save_compare(outcome, o.model, o.dataset, args.out_root, report=o.report)
+    if o.evidence:
+        claim_packs.compare_with_evidence(o.evidence, args.force, outcome, doc, args.command_line, sign)
     if o.json:
         return _json(doc)
     terminal.render_compare_saved(doc, path, report, _console())
@@ -374,7 +382,8 @@ def _add_boards(sub: Subparsers) -> None:
              [_compute_parent()], VerifyOptions)
     board = sub.add_parser("leaderboard", help="build a board's page from its accepted submissions")
     _command(board.add_subparsers(dest="action", metavar="ACTION", required=True), "build", _cmd_board,
-             "write index.html, leaderboard.md and board.json", options=BoardOptions)
+             "write index.html, leaderboard.md and board.json, and one evidence pack per verified row under "
+             "evidence/<row>/", options=BoardOptions)
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
@@ -398,7 +407,8 @@ def _cmd_board(args: argparse.Namespace) -> int:
 
 
 def _add_evidence(sub: Subparsers) -> None:
-    pack = sub.add_parser("evidence", help="check an evidence pack (evaluate/run --evidence)")
+    pack = sub.add_parser("evidence", help="check an evidence pack (--evidence of evaluate, run, compare and study "
+                                           "report; a board row's pack)")
     _command(pack.add_subparsers(dest="action", metavar="ACTION", required=True), "verify", _cmd_evidence_verify,
              "check every file against MANIFEST.sha256, and MANIFEST.sig with --key",
              "Check every file of an evidence pack against MANIFEST.sha256 (changed, missing or added files) and its "
@@ -454,13 +464,30 @@ def _add_studies(sub: Subparsers) -> None:
              sweep.SweepOptions)
     study = sub.add_parser("study", help="a swept study's report (tidy Parquet, FairMedFM-style figures, one HTML "
                                          "page)")
-    _command(study.add_subparsers(dest="study_command", required=True), "report",
-             lambda a: _lines([terminal.study_report_text(sweep.study_report(a.study, a.out, a.dest))]),
+    _command(study.add_subparsers(dest="study_command", required=True), "report", _cmd_study_report,
              "aggregate a study's finished runs into a Parquet table, figures and a page",
              "Read <out>/studies/<name>/plan.json (written by benchmark sweep) and every finished run it names; write "
              "study.parquet/.csv, PNG and SVG figures (ΔAUC/ΔDSC per FM x dataset, ES trade-offs, per-group utility, "
              "mitigations vs ERM, Friedman-Nemenyi ranks, fairness laws, imbalance) and study.html.",
              options=sweep.StudyReportOptions)
+
+
+def _cmd_study_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from fairmedbench.benchmark import claim_packs
+    from fairmedbench.benchmark.signing import pack_key
+
+    o = _fill(sweep.StudyReportOptions, args)
+    sign = pack_key(o.evidence, o.sign_key)  # the key read and the pack folder checked before the report
+    if o.evidence:
+        dest = o.dest or sweep.study_dir(o.out, load_study(o.study).name) / "report"
+        claim_packs.check_pack(o.evidence, o.force, [("--out", o.out), ("--dest", dest)])
+    report = sweep.study_report(o.study, o.out, o.dest)
+    if o.evidence:
+        claim_packs.study_with_evidence(o.evidence, o.force, report, sweep.study_dir(o.out, report.study) /
+                                        "plan.json", Path(o.out), args.command_line, sign)
+    return _lines([terminal.study_report_text(report)])
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

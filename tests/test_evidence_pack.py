@@ -88,6 +88,15 @@ def test_run_evidence_pack(tmp_path: Path) -> None:
     assert len(across) == 2 and all("ΔAUC" in line for line in across)  # label by sex, label by age
     folder = next((tmp_path / "r" / "runs").rglob("summary.json")).parent
     assert f"- Result id: {folder.name}" in summary
+    # issue 34.3: the deployer sections (deployer.py) of seed 0; the monitor's baseline is an evaluate audit of it
+    for needle in ("## EU AI Act Art. 13: for deployers (model card)", "- Intended use (as examined): model "
+                   "imagenet-resnet50 (weights random:seed=0), usage lp, mitigation erm",
+                   "## EU AI Act Art. 14: what a human overseer should watch",
+                   "## EU AI Act Art. 72: post-market monitoring plan", "benchmark evaluate --predictions "
+                   "results/seed0.predictions.parquet --label label:label --score score:label --attribute "
+                   "attr:sex,attr:age --threshold val_youden --out results/audit.json",
+                   "benchmark monitor --baseline results/audit.json --stream LATER.parquet"):
+        assert needle in summary, needle
     assert _check(pack).returncode == 0
     with (pack / "results" / "seed1.json").open("ab") as fh:
         fh.write(b"\n")

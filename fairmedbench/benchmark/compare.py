@@ -116,6 +116,13 @@ class CompareOptions:
         "checkpoint selection on validation (default: the task's first rule: val_loss for classification, val_dsc "
         "for segmentation)"))
     report: bool = field(default=False, metadata=option("also write a utility-fairness Pareto page"))
+    evidence: str | None = field(default=None, metadata=option(
+        "write an evidence pack of the comparison (its JSON and page, every run's results and predictions, command, "
+        "environment, summary.md/.html with the Art. 10/13/14/15/72 and FDA mapping, MANIFEST.sha256); DIR must be "
+        "new, empty, or an earlier pack (replaced with --force)", metavar="DIR"))
+    sign_key: str | None = field(default=None, metadata=option(
+        "with --evidence: sign MANIFEST.sha256 into MANIFEST.sig with hmac:FILE or ed25519:FILE; default: "
+        "$FMB_SIGN_KEY", metavar="KEY"))
     json: bool = field(default=False, metadata=option())
     weights: str | None = None
     n_boot: int = N_BOOT_COMPARE

@@ -35,6 +35,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from fairmedbench.benchmark.deployer import Audit, articles, level_of, md, result_audit
 from fairmedbench.benchmark.signing import MANIFEST, SIGNATURE, Key, sign_manifest
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
@@ -46,9 +47,12 @@ if TYPE_CHECKING:
 VERSIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib", "jinja2", "torch")
 
 
-#: top-level names a pack may write (evaluate and run packs); an unlisted one in an earlier pack's folder is refused
+#: top-level names a pack may write; an unlisted one in an earlier pack's folder is refused
 PACK_NAMES = ("audit.html", "report.html", "result.json", "result.predictions.parquet", "predictions.parquet",
-              "table.csv", "command.txt", "environment.json", "summary.md")
+              "table.csv", "command.txt", "environment.json", "summary.md",
+              # compare, study and board-row packs (claim_packs.py)
+              "summary.html", "compare.json", "compare.html", "study.html", "study.parquet", "study.csv", "plan.json",
+              "row.json", "verification.json")
 _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 
@@ -245,18 +249,6 @@ def write_manifest(folder: Path, key: Key | None = None) -> Path:
     else:
         (folder / SIGNATURE).unlink(missing_ok=True)
     return manifest
-
-
-#: characters that start markdown or HTML inside a line: backslash-escaped (CommonMark escapes any ASCII
-#: punctuation), and <, >, & as entities (HTML blocks and tags; entities render as the characters)
-_MD_ESCAPE = str.maketrans({**{c: "\\" + c for c in "\\`*_[]|~#!"}, "<": "&lt;", ">": "&gt;", "&": "&amp;",
-                            "\n": " ", "\r": " "})
-
-
-def md(text: object) -> str:
-    """`text` (a group, column or file name, a sentence built from them) as literal markdown: no emphasis, link,
-    code, table cell break or HTML can come from it."""
-    return str(text).translate(_MD_ESCAPE)
 
 
 def _code(name: str) -> str:
@@ -469,10 +461,12 @@ def _across_seeds(summary: dict[str, Any]) -> list[str]:
 
 
 def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str, str]], title: str,
-                  source: str, more: Sequence[str] = (), key: Key | None = None) -> Path:
+                  source: str, more: Sequence[str] = (), key: Key | None = None,
+                  audits: Sequence[Audit] = ()) -> Path:
     """summary.md: what the manifest proves, what was examined, the operating threshold, sensitivity and
     specificity per group, the findings as sentences (`more`, markdown lines, after the result's own), each file
-    and the provision each fact bears on; every name from the data escaped."""
+    and the provision each fact bears on, then the Art. 13/14/72 sections of `audits` (deployer.py); every name
+    from the data escaped."""
     result = doc["result"]
     meta = result.get("meta", {})
     task = meta["kind"]  # the metric engine's kind: the task whose metrics the result holds (schema-required)
@@ -489,7 +483,7 @@ def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str,
         operating="\n".join(operating) or "- none: no task of this result is thresholded",
         per_group="\n".join(_per_group(result["reports"], task, level)),
         facts="\n".join([*_facts(result["reports"], task), *more]), rows=rows)
-    return store.write_text(folder / "summary.md", text)
+    return store.write_text(folder / "summary.md", text + (f"\n{articles(audits)}" if audits else ""))
 
 
 BIAS = "EU AI Act Art. 10(2)(f)-(g): examination in view of possible biases"
@@ -536,8 +530,26 @@ def evaluate_pack(folder: Path, outcome: EvaluateOutcome, command: Sequence[str]
              ("command.txt", "the exact command line", TRACE),
              ("environment.json", "package versions, platform, fairmedbench version and git commit", TRACE),
              *_manifest_rows(key)]
-    write_summary(folder, doc, files, f"evaluate {Path(source).name}", source, key=key)
+    write_summary(folder, doc, files, f"evaluate {Path(source).name}", source, key=key,
+                  audits=[_evaluate_audit(doc, placed, source)])
     return write_manifest(folder, key)
+
+
+def _evaluate_audit(doc: dict[str, Any], placed: dict[str, str], source: str) -> Audit:
+    """The deployer sections' view of an evaluate result: the pack's result.json is the monitor's baseline (the
+    predictions it cites copied to that name first when the pack holds them under another)."""
+    meta = doc["result"]["meta"]
+    spec = doc.get("spec") or {}
+    cited = (doc.get("files") or {}).get("predictions")
+    steps = (("cp", placed["predictions"], str(cited)),) if cited and placed.get("predictions") not in (None, cited) \
+        else ()
+    use = (f"the scores in {md(source)} for task(s) {', '.join(md(t) for t in meta.get('tasks', []))}, on the "
+           f"population of its {meta.get('n_samples', '?')} test rows; the pack does not name the model that produced "
+           "them: the instructions for use must.")
+    return Audit("", doc["result"]["reports"], meta["kind"], use, placed.get("result", "result.json"),
+                 tuple(" ".join(step) for step in steps), {str(t): str(t) for t in spec.get("labels") or []},
+                 {str(a): str(a) for a in spec.get("attributes") or meta.get("attributes", [])},
+                 meta.get("n_samples"), level=level_of(meta))
 
 
 def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str], key: Key | None = None) -> Path:
@@ -578,9 +590,17 @@ def run_pack(folder: Path, outcome: RunOutcome, command: Sequence[str], key: Key
              *_manifest_rows(key)]
     write_summary(folder, {**doc, "run_id": outcome.config.run_id}, files,  # the run's id: its folder's name
                   f"run {spec.get('model')} on {spec.get('dataset')}", source,
-                  _across_seeds(outcome.summary) if len(outcome.seed_docs) > 1 else (), key=key)
+                  _across_seeds(outcome.summary) if len(outcome.seed_docs) > 1 else (), key=key,
+                  audits=[result_audit(doc, "", run_use(spec), "results")])
     write_manifest(folder, key)
     return page
+
+
+def run_use(spec: dict[str, Any]) -> str:
+    """A run's intended use as examined (Art. 13), from its spec."""
+    return (f"model {md(spec.get('model'))} (weights {md(spec.get('weights'))}), usage {md(spec.get('usage'))}, "
+            f"mitigation {md(spec.get('mitigation'))}, trained and tested on dataset {md(spec.get('dataset'))} "
+            f"(split seed {spec.get('split_seed')}, seed {spec.get('seed')}); the numbers hold on its test split.")
 
 
 def describe(folder: Path) -> str:

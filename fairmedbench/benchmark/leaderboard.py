@@ -35,6 +35,9 @@ class BoardOptions:
 
     board: str = field(metadata=option(required=True))
     root: str = field(default=DEFAULT_ROOT, metadata=option())
+    sign_key: str | None = field(default=None, metadata=option(
+        "sign each verified row's evidence pack (<board>/evidence/<row>/MANIFEST.sig) with hmac:FILE or "
+        "ed25519:FILE; default: $FMB_SIGN_KEY", metavar="KEY"))
 
 
 def _board(board: str, root: Path | str) -> tuple[Suite, Path]:
@@ -58,14 +61,23 @@ def submit_bundle(bundle: Path | str, board: str, root: Path | str = DEFAULT_ROO
     return submit(bundle, suite, folder, limits)
 
 
-def build_board(board: str, root: Path | str = DEFAULT_ROOT,
-                progress: Callable[[str], None] | None = None) -> dict[str, Path]:
+def build_board(board: str, root: Path | str = DEFAULT_ROOT, progress: Callable[[str], None] | None = None,
+                sign_key: str | None = None) -> dict[str, Path]:
     """Render root/<board>/index.html, leaderboard.md and board.json from the accepted submissions, each one's seal
-    checked and every number recomputed first (`progress` gets a line per submission)."""
+    checked and every number recomputed first (`progress` gets a line per submission), then one evidence pack per
+    verified row under root/<board>/evidence/<row>/ (claim_packs.board_packs; keys 'evidence:<row>')."""
+    import json
+
+    from fairmedbench.benchmark.claim_packs import board_packs, check_board_evidence
+    from fairmedbench.benchmark.signing import signing_key
     from fairmedbench.leaderboards import board as pages
 
     suite, folder = _board(board, root)
     if not pages.submission_dirs(folder):
         raise InputError(f"board {board!r} has no accepted submissions under {folder / 'submissions'}; "
                          f"submit one with `benchmark submit BUNDLE --board {board}`")
-    return pages.build(folder, suite, progress)
+    key = signing_key(sign_key)  # read (or refused) before any work, as the evidence folder is checked
+    check_board_evidence(folder)
+    built = pages.build(folder, suite, progress)
+    packs = board_packs(folder, json.loads(built["json"].read_text()), key)
+    return {**built, **{f"evidence:{p.name}": p for p in packs}}

@@ -20,18 +20,19 @@ from fairmedbench.metrics.bootstrap import N_BOOT, missing_id
 from fairmedbench.metrics.groups import Attribute, Bins, make_attribute
 from fairmedbench.metrics.sequential import (
     CUSUM_K,
-    N_SIM,
+    MONITOR_ALPHA,
+    MONITOR_HORIZON,
+    PERFORMANCE_SHARE,
     auc_look,
     clustered_auc_variance,
     cusum,
     cusum_threshold,
+    rule_text,
 )
 from fairmedbench.spec import option
 
 #: the audit kind monitor reads (binary classification: an AUC and an operating threshold per task)
 BASELINE_KIND = "evaluate-classification"
-#: the share of --alpha spent on the AUC rule; the rest on the score-drift tests
-PERFORMANCE_SHARE = 0.7
 
 
 @dataclass
@@ -61,10 +62,10 @@ class MonitorOptions:
     patient_column: str | None = field(default=None, metadata=option(
         "resample whole patients by this column (default: the audit's, or 'patient_id' / 'Patient ID' when "
         "present; 'none' resamples rows)", metavar="COL"))
-    alpha: float = field(default=0.05, metadata=option(
+    alpha: float = field(default=MONITOR_ALPHA, metadata=option(
         "false-alarm rate of the whole monitor over the horizon, split evenly between the AUC rule and the drift "
         "tests"))
-    horizon: int = field(default=12, metadata=option(
+    horizon: int = field(default=MONITOR_HORIZON, metadata=option(
         "windows the false-alarm rate covers (at least the number of windows given)"))
     n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples per window interval (0 = none)"))
     seed: int = field(default=0, metadata=option("seed of the bootstrap and of the threshold simulation"))
@@ -251,8 +252,8 @@ def _window_metrics(b: Baseline, w: Window, n_boot: int, seed: int) -> dict[tupl
     return out
 
 
-def monitor_windows(b: Baseline, windows: list[Window], alpha: float = 0.05, horizon: int = 12,
-                    n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+def monitor_windows(b: Baseline, windows: list[Window], alpha: float = MONITOR_ALPHA,
+                    horizon: int = MONITOR_HORIZON, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """Per window and group: the rates with intervals, the CUSUM look and the drift test; the alerts; the rule."""
     from scipy.stats import ks_2samp
 
@@ -341,22 +342,6 @@ def monitor_windows(b: Baseline, windows: list[Window], alpha: float = 0.05, hor
             "alpha_auc_per_group": a_auc, "alpha_drift_per_test": a_drift, "horizon": horizon,
             "n_groups": n_groups, "text": rule_text(alpha, horizon, n_groups)}
     return {"rule": rule, "windows": [w.name for w in windows], "rows": rows, "alerts": alerts}
-
-
-def rule_text(alpha: float, horizon: int, n_groups: int) -> str:
-    """The alert rule and its error rate, in words."""
-    return ("Each group's look at a window is z = (audited AUC - window AUC) / sqrt(v_audit + v_window), both "
-            "variances patient-clustered DeLong (Obuchowski 1997); a one-sided CUSUM S = max(0, S + z - k) alerts "
-            "when S > h and then restarts, with k half the audit's ΔAUC MDE in that look's standard deviations "
-            f"(the drop the audit could detect; {CUSUM_K} without one). h is calibrated by simulation ({N_SIM:,} "
-            "null paths with the audit's error shared by every look, on the looks' variances so far) so that a "
-            f"group with no change alerts within {horizon} windows with probability "
-            f"{alpha * PERFORMANCE_SHARE / n_groups:.3g} (Bonferroni over {n_groups} groups: "
-            f"{alpha * PERFORMANCE_SHARE:g} in all). Each window's scores per group (one row per patient) are tested "
-            "against the audit's by a two-sample KS test at "
-            f"{alpha * (1 - PERFORMANCE_SHARE) / (n_groups * horizon):.3g} (Bonferroni over groups x windows: "
-            f"{alpha * (1 - PERFORMANCE_SHARE):g} in all). Together: at most {alpha:g} of streams with no change "
-            f"raise an alert within {horizon} windows.")
 
 
 def _check_options(opts: MonitorOptions) -> None:

@@ -83,6 +83,15 @@ class StudyReportOptions:
         "a shipped study's name or a study YAML file (as given to benchmark sweep)", flag="study"))
     out: str = field(default=RunOptions.out_root, metadata=option("the results folder the sweep wrote into"))
     dest: str | None = field(default=None, metadata=option("report folder (default: <out>/studies/<name>/report)"))
+    evidence: str | None = field(default=None, metadata=option(
+        "write an evidence pack of the study report (page, tidy table, figures, plan, every run's results and "
+        "predictions, command, environment, summary.md/.html with the Art. 10/13/14/15/72 and FDA mapping, "
+        "MANIFEST.sha256); DIR must be new, empty, or an earlier pack (replaced with --force)", metavar="DIR"))
+    force: bool = field(default=False, metadata=option("with --evidence: replace the earlier pack in DIR (only the "
+                                                       "files its MANIFEST.sha256 lists)"))
+    sign_key: str | None = field(default=None, metadata=option(
+        "with --evidence: sign MANIFEST.sha256 into MANIFEST.sig with hmac:FILE or ed25519:FILE; default: "
+        "$FMB_SIGN_KEY", metavar="KEY"))
 
 
 @dataclass

@@ -18,6 +18,11 @@ from fairmedbench.errors import InputError
 CUSUM_K = 0.5
 #: simulated null paths per threshold calibration
 N_SIM = 20_000
+#: `benchmark monitor`'s defaults: the false-alarm rate of the whole monitor and the windows it covers
+MONITOR_ALPHA = 0.05
+MONITOR_HORIZON = 12
+#: the share of the false-alarm rate spent on the AUC rule; the rest on the score-drift tests
+PERFORMANCE_SHARE = 0.7
 
 
 def clustered_auc_variance(y: np.ndarray, s: np.ndarray, clusters: np.ndarray | None = None) -> float:
@@ -119,3 +124,19 @@ def _null_draws(n_sim: int, horizon: int, seed: int) -> tuple[np.ndarray, np.nda
     own, shared = rng.standard_normal((n_sim, horizon)), rng.standard_normal(n_sim)
     own.flags.writeable = shared.flags.writeable = False
     return own, shared
+
+
+def rule_text(alpha: float, horizon: int, n_groups: int) -> str:
+    """The alert rule and its error rate, in words."""
+    return ("Each group's look at a window is z = (audited AUC - window AUC) / sqrt(v_audit + v_window), both "
+            "variances patient-clustered DeLong (Obuchowski 1997); a one-sided CUSUM S = max(0, S + z - k) alerts "
+            "when S > h and then restarts, with k half the audit's ΔAUC MDE in that look's standard deviations "
+            f"(the drop the audit could detect; {CUSUM_K} without one). h is calibrated by simulation ({N_SIM:,} "
+            "null paths with the audit's error shared by every look, on the looks' variances so far) so that a "
+            f"group with no change alerts within {horizon} windows with probability "
+            f"{alpha * PERFORMANCE_SHARE / n_groups:.3g} (Bonferroni over {n_groups} groups: "
+            f"{alpha * PERFORMANCE_SHARE:g} in all). Each window's scores per group (one row per patient) are tested "
+            "against the audit's by a two-sample KS test at "
+            f"{alpha * (1 - PERFORMANCE_SHARE) / (n_groups * horizon):.3g} (Bonferroni over groups x windows: "
+            f"{alpha * (1 - PERFORMANCE_SHARE):g} in all). Together: at most {alpha:g} of streams with no change "
+            f"raise an alert within {horizon} windows.")
