@@ -1,11 +1,18 @@
-"""FairCLIP's Sinkhorn loss (Luo et al., "FairCLIP", CVPR 2024; official `finetune_FairCLIP.py`, defaults of
-`scripts/finetune_FairCLIP.sh`: lambda 1e-6, Sinkhorn blur 1e-4): the task loss plus
-lambda x sum over groups of the Sinkhorn distance (geomloss, p = 2) between the distribution of the batch's
-image-to-own-text similarities and each group's.
+"""FairCLIP's Sinkhorn loss (Luo et al., "FairCLIP", CVPR 2024; official `finetune_FairCLIP.py`): the task loss
+plus lambda x sum over groups of geomloss's Sinkhorn divergence (`SamplesLoss("sinkhorn", p=2, blur)`, default
+scaling) between the distribution of the batch's image-to-own-text similarities and a group's. There the
+similarities are the diagonal of `logits_per_image @ logits_per_text.T` (sums of 32 products of logits at CLIP's
+logit scale 100: of order 1e4); a group's (a separate 32-sample minibatch, no gradient) are divided by their sum
+(~1/32 each), the batch's are not (Harvard-Ophthalmology-AI-Lab/FairCLIP issue #8), so the term measures that
+scale gap, not a group gap.
 
-With the normalisation the official code lacks (Harvard-Ophthalmology-AI-Lab/FairCLIP issue #8: the group's
-similarities are divided by their sum, the batch's are not, so the two distributions differ in scale by about
-the batch size and the loss measures that, not a group gap) both are divided by their sums here.
+Here both are divided by one scale, the batch's mean similarity (no gradient): positions stay ~1 whatever the
+similarities' scale or the group sizes, equal similarities give 0, and a group whose similarities are lower than
+the batch's stays apart from it. Dividing each by its own sum instead (the issue's reading) puts a group of n_a at
+~1/n_a and the batch at ~1/B: a penalty for group size whose gradient is ~1e-5 of the task loss's per unit
+lambda on a 256-sample batch, so at the published lambda 1e-6 the model was ERM's bit for bit. On the scale used
+here lambda 1e-6 is as void; the default 2 makes the term's gradient 4-13% of the task loss's on a 256-sample
+batch whose groups' mean true-label probabilities differ by 0.02-0.07.
 
 A frozen-feature head has no text tower to fine-tune: the similarity of a sample with its own caption is read as
 the probability the head gives the sample's true label (a CLIP zero-shot or clip-adapt head's softmax over its
@@ -29,34 +36,40 @@ if TYPE_CHECKING:
     import torch
 
 
-def fairclip_penalty(sim: torch.Tensor, groups: torch.Tensor, blur: float, normalise: bool = True) -> torch.Tensor:
-    """sum_a Sinkhorn(batch similarities / their sum, group a's similarities / their sum (no gradient));
-    `normalise=False` leaves the batch's unnormalised, as the official code does."""
+def fairclip_penalty(sim: torch.Tensor, groups: torch.Tensor, blur: float, official: bool = False) -> torch.Tensor:
+    """sum_a Sinkhorn(batch similarities / m, group a's similarities / m (no gradient)), m the batch's mean (no
+    gradient); `official=True`: the official code's term, the batch's unscaled and each group's / its own sum."""
     import torch
 
-    batch = sim / sim.sum() if normalise else sim
+    scale = sim.detach().mean().clamp_min(torch.finfo(sim.dtype).tiny)
+    batch = sim if official else sim / scale
     total = sim.sum() * 0.0
     for a in torch.unique(groups).tolist():
         g = sim[groups == a].detach()
-        total = total + sinkhorn(batch, g / g.sum(), blur)
+        total = total + sinkhorn(batch, g / g.sum() if official else g / scale, blur)
     return total
 
 
 @register_mitigation
 @dataclass
 class FairCLIPLoss(Mitigation):
-    """Task loss + lambda x sum_a Sinkhorn(normalised batch similarities, normalised group-a similarities)."""
+    """Task loss + lambda x sum_a Sinkhorn(batch similarities, group-a similarities), both / the batch's mean."""
 
     name: ClassVar[str] = "fairclip"
     needs_attribute_at_training: bool = True
     needs: ClassVar[Mapping[str, object]] = {"head": "classifier"}
     other_tasks: ClassVar[str] = ("its distributions are of per-sample similarities to the sample's own label, "
                                   "which a mask decoder does not give")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 1e-6, "blur": 1e-4}
-    REFERENCE: ClassVar[str] = ("Luo et al. CVPR 2024 (FairCLIP); official lambda 1e-6 (swept 1e-7 .. 1e-4), "
-                                "blur 1e-4; both distributions normalised (FairCLIP issue #8)")
-    # search space: the official sweep of lambda
-    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "lambda": LogUniform(1e-7, 1e-4)}
+    # lambda 2: the term's gradient is 4-13% of the task loss's (module docstring); blur 1e-4, the official
+    # argparse default, and the script's 1e-6 give the same divergence to 1e-8 at positions ~1
+    DEFAULTS: ClassVar[dict[str, Any]] = {"lambda": 2.0, "blur": 1e-4}
+    REFERENCE: ClassVar[str] = ("Luo et al. CVPR 2024 (FairCLIP); official script lambda 1e-6 (swept 1e-7 .. 1e-4), "
+                                "blur 1e-6 (argparse default 1e-4), on unscaled batch similarities of order 1e4 "
+                                "(FairCLIP issue #8); here both distributions are divided by the batch's mean, "
+                                "where lambda 1e-6 changes nothing, so lambda 2")
+    # search space: lambda from a term ~0.1-0.3% of the task loss's gradient (0.05) to 2-7x it (100); the
+    # official sweep 1e-7 .. 1e-4 is void on this scale
+    SEARCH_SPACE: ClassVar[Mapping[str, SearchRange]] = {**TRAINING_SPACE, "lambda": LogUniform(0.05, 100.0)}
 
     def __post_init__(self) -> None:
         self.hparams = merge_hparams(self.name, self.DEFAULTS, self.hparams)
@@ -64,7 +77,7 @@ class FairCLIPLoss(Mitigation):
         check_positive(self.name, "blur", self.hparams["blur"])
 
     def loss(self, per_sample: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Mean task loss + lambda x the normalised Sinkhorn penalty."""
+        """Mean task loss + lambda x the Sinkhorn penalty on batch-mean-scaled similarities."""
         if batch.groups is None:
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
         sim = true_label_probability(batch.logits, batch.y, self.n_classes)
@@ -76,4 +89,4 @@ class FairCLIPLoss(Mitigation):
         return {**super().describe(), "reference": self.REFERENCE,
                 "notes": "needs group labels at training and a classifier head; similarity = the head's "
                          "probability of the true label (CLIP fine-tunes both towers on captions; here the head "
-                         "only); batch and group similarity distributions both divided by their sums"}
+                         "only); batch and group similarity distributions both divided by the batch's mean similarity"}

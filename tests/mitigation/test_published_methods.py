@@ -73,22 +73,63 @@ def test_fis_weights_match_the_official_formula_by_hand() -> None:
         make_mitigation("fis", coef=1.5)
 
 
-def test_fairclip_penalty_is_normalised_as_the_issue_thread_shows() -> None:
-    """Similarities 0.2, 0.2 (group 0), 0.6 (group 1), blur 1e-4: group 0 normalised is a Dirac at 0.5, group 1
-    at 1, so the penalty is E|s - 0.5|^2/2 + E|s - 1|^2/2 = 0.095/3 + 0.72/3 = 0.271667, whatever the scale of
-    the similarities; the official, unnormalised batch term gives 10.2917 at 10x the scale."""
-    s = torch.tensor([0.2, 0.2, 0.6], dtype=torch.float64)
+def test_fairclip_penalty_by_hand_on_one_scale() -> None:
+    """Similarities 0.2, 0.2 (group 0), 0.6 (group 1), blur 1e-4: / the batch mean 1/3 the batch is 0.6, 0.6, 1.8,
+    group 0 a Dirac at 0.6, group 1 at 1.8: E|x - 0.6|^2/2 + E|x - 1.8|^2/2 = 0.24 + 0.48 = 0.72 at any scale;
+    d/ds = (x - 0.6 + x - 1.8) / 3 x 3 = -1.2, -1.2, +1.2 (descent narrows the gap). The official term (batch
+    unscaled, each group / its own sum) at 10x the scale: (2.25 + 2.25 + 30.25)/6 + (1 + 1 + 25)/6 = 10.2917."""
+    s = torch.tensor([0.2, 0.2, 0.6], dtype=torch.float64, requires_grad=True)
     g = torch.tensor([0, 0, 1])
-    assert float(fairclip_penalty(s, g, 1e-4)) == pytest.approx(0.815 / 3, abs=1e-4)
-    assert float(fairclip_penalty(10 * s, g, 1e-4)) == pytest.approx(0.815 / 3, abs=1e-4)
-    assert float(fairclip_penalty(10 * s, g, 1e-4, normalise=False)) == pytest.approx(
-        (2.25 + 15.125) / 3 + (1 + 12.5) / 3, abs=1e-3)
-    m = make_mitigation("fairclip", **{"lambda": 1.0})
-    logits = torch.tensor([[0.0], [0.0], [0.0]], dtype=torch.float64)  # probability 0.5 of every true label
+    out = fairclip_penalty(s, g, 1e-4)
+    assert float(out.detach()) == pytest.approx(0.72, abs=1e-4)
+    out.backward()
+    assert s.grad is not None and torch.allclose(s.grad, torch.tensor([-1.2, -1.2, 1.2], dtype=torch.float64),
+                                                 atol=1e-3)
+    s = s.detach()
+    assert float(fairclip_penalty(10 * s, g, 1e-4)) == pytest.approx(0.72, abs=1e-4)
+    assert float(fairclip_penalty(10 * s, g, 1e-4, official=True)) == pytest.approx(
+        (2.25 + 2.25 + 30.25) / 6 + (1 + 1 + 25) / 6, abs=1e-3)
+    # two points per group: 0.1, 0.5 (group 0) and 0.3, 0.7 (group 1) / 0.4 -> the batch's quartiles 0.25, 0.75,
+    # 1.25, 1.75 against each group's halves: W2^2 / 2 = (0.5^2 + 0.5^2) / 4 / 2 = 0.0625 per group
+    s4 = torch.tensor([0.1, 0.3, 0.5, 0.7], dtype=torch.float64)
+    assert float(fairclip_penalty(s4, torch.tensor([0, 1, 0, 1]), 1e-4)) == pytest.approx(0.125, abs=2e-3)
+
+
+def test_fairclip_is_zero_for_equal_similarities_whatever_the_group_sizes() -> None:
+    """Every true label at probability 0.5, groups of 2 and 1: one point cloud, penalty 0 (dividing each group by
+    its own sum put group 0 at 1/2 and group 1 at 1 against a batch at 1/3 and charged 1/72 + 2/9 for the sizes);
+    lambda is refused below 0."""
+    m = make_mitigation("fairclip")
+    logits = torch.tensor([[0.0], [0.0], [0.0]], dtype=torch.float64)
     out = m.loss(torch.zeros(3, dtype=torch.float64), Batch(logits, torch.tensor([[1.0], [0.0], [1.0]]),
-                                                             g, None))
-    # batch 1/3 each vs group 0's Dirac at 1/2 and group 1's at 1: (1/6)^2/2 + (2/3)^2/2
-    assert float(out) == pytest.approx(1 / 72 + 2 / 9, abs=1e-4)
+                                                             torch.tensor([0, 0, 1]), None))
+    assert float(out) == 0.0
+    with pytest.raises(InputError, match="lambda"):
+        make_mitigation("fairclip", **{"lambda": -1.0})
+
+
+def test_fairclip_default_changes_the_trained_head(toy) -> None:
+    """Groups whose labels lie on different features (the minority 10% harder): at the default lambda the head
+    differs from ERM's and its groups' mean training true-label probabilities lie closer; at lambda 0 it is
+    ERM's bit for bit."""
+    train, val, test = toy(n=400)
+    cfg = TrainConfig(epochs=30, patience=30, batch_size=128)
+
+    def fit(name: str, **hp: float) -> np.ndarray:
+        runs = run_classification(train, val, np.concatenate([test.x, train.x]), make_linear_head,
+                                  lambda: make_mitigation(name, **hp), [0], cfg)
+        return runs[0].test_scores[:, 0]
+
+    erm, fair, zero = fit("erm"), fit("fairclip"), fit("fairclip", **{"lambda": 0.0})
+    assert np.array_equal(erm, zero)
+    assert np.abs(erm - fair).max() > 0.01
+
+    def gap(scores: np.ndarray) -> float:
+        p = scores[len(test.x):]
+        own = np.where(train.y > 0.5, p, 1 - p)
+        return float(own[train.groups == 0].mean() - own[train.groups == 1].mean())
+
+    assert 0 < gap(fair) < gap(erm)
 
 
 def test_sam_and_asam_two_step_update_by_hand() -> None:
