@@ -22,6 +22,7 @@ from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES
 from fairmedbench.metrics.calibration import Segments, decompose
+from fairmedbench.metrics.defaults import CI_LEVEL, ECE_BINS, MIN_GROUP_SIZE, threshold_policy
 from fairmedbench.metrics.groups import Attribute, make_attribute
 from fairmedbench.metrics.groups import intersect as cross
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
@@ -47,7 +48,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:g}".replace(".", "p")
 
 
-def equal_width_binner(n_bins: int = 15) -> Binner:
+def equal_width_binner(n_bins: int = ECE_BINS) -> Binner:
     """Bins k/B <= p < (k+1)/B on [0, 1], last bin closed: bin = min(floor(p*B), B-1)."""
 
     def bin_of(s: np.ndarray) -> np.ndarray:
@@ -555,11 +556,11 @@ def evaluate_classification(
     profile: str | Profile = "default",
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
-    ci_level: float = 0.95,
-    min_group_size: int = 30,
+    ci_level: float = CI_LEVEL,
+    min_group_size: int = MIN_GROUP_SIZE,
     fpr_at_tpr: float = 0.95,
     rates_at_fpr: float = 0.2,
-    ece_bins: int = 15,
+    ece_bins: int = ECE_BINS,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
     patient_ids: ArrayLike | None = None,
@@ -609,7 +610,7 @@ def evaluate_classification(
     names = _Names(fpr_at_tpr, rates_at_fpr)
     n_bins = prof.ece_bins if prof.ece_bins is not None else ece_bins
     binner = observed_range_binner(n_bins) if prof.ece_binning == "observed_range" else equal_width_binner(n_bins)
-    policy = prof.threshold_policy or threshold or ("val_youden" if vy is not None else "fixed:0.5")
+    policy = prof.threshold_policy or threshold or threshold_policy(vy is not None)
     comparator = prof.comparator
     reports = []
     thresholds = {}

@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.auc import auc_from_sorted
+from fairmedbench.metrics.defaults import CI_LEVEL, MIN_GROUP_SIZE
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
 
@@ -270,8 +271,8 @@ def evaluate_multiclass(
     intersect: bool = False,
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
-    ci_level: float = 0.95,
-    min_group_size: int = 30,
+    ci_level: float = CI_LEVEL,
+    min_group_size: int = MIN_GROUP_SIZE,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
     patient_ids: ArrayLike | None = None,

@@ -11,6 +11,7 @@ from numpy.typing import ArrayLike
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.classification import patient_column_values, resampling_unit_description, resolve_attributes
+from fairmedbench.metrics.defaults import CI_LEVEL, MIN_GROUP_SIZE
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.profiles import Profile, get_profile
 from fairmedbench.metrics.result import (
@@ -92,8 +93,8 @@ def evaluate_segmentation(
     profile: str | Profile = "default",
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
-    ci_level: float = 0.95,
-    min_group_size: int = 30,
+    ci_level: float = CI_LEVEL,
+    min_group_size: int = MIN_GROUP_SIZE,
     patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
