@@ -38,6 +38,7 @@ from fairmedbench.metrics.result import (
     resampling_record,
     signed_differences,
 )
+from fairmedbench.metrics.specs import has_gap
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
@@ -292,8 +293,11 @@ class _Names:
         return f"youden_j_at_fpr{_pct(self.fpr_target)}"
 
 
-GAP_BASE = ("auc", "ap", "brier", "balanced_brier", *CALIBRATION_NAMES, "ece", "tpr", "fpr", "tnr", "ppv", "acc", "f1",
-            "selection_rate", "youden_j", "youden_j_max", "sauroc")
+#: the order of the engine's gaps (its tidy table's rows), besides the operating points, which _Names names by
+#: their targets; which metrics have a gap is metrics.specs.has_gap's (tests/test_metric_gaps.py: all listed)
+_GAP_ORDER = ("auc", "ap", "brier", "balanced_brier", *CALIBRATION_NAMES, "ece", "tpr", "fpr", "tnr", "ppv", "acc",
+              "f1", "selection_rate", "youden_j", "youden_j_max", "sauroc")
+GAP_BASE = tuple(m for m in _GAP_ORDER if has_gap(m))
 
 
 DIFF_BASE = ("auc", "ap", "tpr", "fpr", "ece", "balanced_brier")

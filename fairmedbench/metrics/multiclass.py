@@ -19,6 +19,7 @@ from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.defaults import CI_LEVEL, MIN_GROUP_SIZE
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
+from fairmedbench.metrics.specs import gap_bases
 
 
 def _labels_1d(x: ArrayLike, name: str) -> np.ndarray:
@@ -99,7 +100,8 @@ def cohen_kappa(
 # class probabilities (ties: lowest class index).
 
 MC_KAPPA = {"kappa": None, "kappa_linear": "linear", "kappa_quadratic": "quadratic"}
-MC_GAP_BASE = ("macro_auc", "balanced_accuracy", "accuracy", *MC_KAPPA)
+#: the per-group metrics with a gap (metrics.specs.has_gap) but the per-class rates, whose names carry the class
+MC_GAP_BASE = tuple(m for m in gap_bases("multiclass") if m != "class_tpr")
 #: metrics whose best group is the reference of `<metric>_vs_best` (every one: all are higher-is-better)
 MC_VS_BEST = MC_GAP_BASE
 #: two-group attributes: `<metric>_diff` = second group - first, as the binary engine's (controls read these)

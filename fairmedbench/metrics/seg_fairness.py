@@ -26,6 +26,7 @@ from fairmedbench.metrics.result import (
     resampling_record,
     signed_differences,
 )
+from fairmedbench.metrics.specs import gap_bases
 
 
 def _per_sample(name: str, values: ArrayLike, n: int | None, allow_nan: bool = False) -> np.ndarray:
@@ -71,8 +72,8 @@ def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]
     with np.errstate(divide="ignore", invalid="ignore"):
         out["dsc_skew_ratio"] = np.where(hi < 1.0, (1.0 - lo) / (1.0 - hi), np.nan)
     out["dsc_skew_ratio"] = np.where(np.isnan(gap), np.nan, out["dsc_skew_ratio"])
-    for m in ("iou", "hd95"):
-        if m in per:
+    for m in gap_bases("segmentation"):  # dsc's gap is above, with the worst group
+        if m != "dsc" and m in per:
             out[f"{m}_gap"] = gap_stats(per[m], defined[m])[0]
     out.update(signed_differences(per, [g for g in per["dsc"] if g != OVERALL], ("dsc", "iou")))
     if profile.es_std_name and len(defined["dsc"]) >= 2:

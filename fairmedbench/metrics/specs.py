@@ -236,6 +236,19 @@ def find_spec(name: str) -> MetricSpec | None:
         return None
 
 
+def has_gap(metric: str) -> bool:
+    """Whether a per-group metric has a gap (`<metric>_gap`, max - min over groups): stated only by the gap's
+    registration here (`_gap`), read by every engine (operating points with another target and per-class rates
+    resolve to their family)."""
+    spec = find_spec(f"{metric}_gap")
+    return spec is not None and spec.kind == "gap"
+
+
+def gap_bases(task: str) -> tuple[str, ...]:
+    """The task's per-group metrics that have a gap, in registration order."""
+    return tuple(s.name for s in task_metrics(task) if s.kind == "group" and has_gap(s.name))
+
+
 def task_metrics(task: str) -> list[MetricSpec]:
     """Specs of one task in display order."""
     return [s for s in METRIC_SPECS.values() if s.task == task]
