@@ -1,6 +1,6 @@
 """Epistemic uncertainty and subgroup disparity, after Lu, Lemay, Hoebel & Kalpathy-Cramer, "Evaluating
 subgroup disparity using epistemic uncertainty in mammography", ICML 2021 Workshop on Interpretable ML in
-Healthcare, arXiv:2107.02716 (Eqs. 1-5; METRICS.md "Uncertainty-based subgroup disparity").
+Healthcare, arXiv:2107.02716 (Eqs. 1-5).
 
 (Not Mehta, Shui & Arbel, "Evaluating the Fairness of Deep Learning Uncertainty Estimates in Medical Image
 Analysis", MIDL 2023: that paper studies fairness methods' effect on uncertainty and defines no δ.)

@@ -1,4 +1,5 @@
-"""Binary classification metrics per group with a vectorised, stratified bootstrap (METRICS.md).
+"""Binary classification metrics per group with a vectorised, stratified bootstrap (definitions:
+fairmedbench/metrics/specs.py).
 
 Every metric is computed from per-sample weights: ones for the point estimate, resample counts for the
 bootstrap, so the point value and each resample go through the same code. Scores of a subset are sorted
@@ -570,7 +571,7 @@ def evaluate_classification(
     patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
-    """Every classification metric of METRICS.md per task and attribute, with bootstrap CIs.
+    """Every classification metric of fairmedbench/metrics/specs.py per task and attribute, with bootstrap CIs.
 
     `y_true`/`y_score` are (n,) or (n, K) for K tasks (multi-label: one binary task per column, never
     one-hot). The operating threshold comes from `threshold`, a policy ('val_*' policies use only the

@@ -1,7 +1,7 @@
 """Multi-class / ordinal metrics: Cohen's kappa and the per-group multi-class evaluation (`evaluate_multiclass`).
 
-Pure numpy. Definitions follow METRICS.md ("kappa" row). The uncertainty measures and the uncertainty-based
-subgroup disparity δ of Lu et al. (2021) are in fairmedbench.analysis.uncertainty.
+Pure numpy. Definitions: fairmedbench/metrics/specs.py (the kappa rows). The uncertainty measures and the
+uncertainty-based subgroup disparity δ of Lu et al. (2021) are in fairmedbench.analysis.uncertainty.
 """
 
 from __future__ import annotations
@@ -280,7 +280,8 @@ def evaluate_multiclass(
     patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
-    """Multi-class metrics per attribute and group with stratified bootstrap CIs (METRICS.md, multi-class).
+    """Multi-class metrics per attribute and group with stratified bootstrap CIs (definitions:
+    fairmedbench/metrics/specs.py, multi-class).
 
     `y_true` (n,) integer class indices 0..C-1; `y_score` (n, C) class probabilities (rows sum to 1; logits with
     `logits=True` go through the softmax); `classes` names the C columns (default '0'..'C-1'). Per group:

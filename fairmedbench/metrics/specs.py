@@ -1,8 +1,8 @@
 """The MetricSpec registry: what every metric the engine emits is (direction, bounds, role, one-line definition).
 
 The run summary, compare, terminal tables, HTML report and leaderboards read this one source; no other module
-lists metric names with their direction. Definitions follow shared/design/METRICS.md. Registration order is
-display order.
+lists metric names with their direction. The docs site's metric sheet is generated from it
+(fairmedbench/report/docs.py). Registration order is display order.
 """
 
 from __future__ import annotations
