@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fairmedbench.errors import InputError
-from fairmedbench.metrics.defaults import CI_LEVEL, ECE_BINS, MIN_GROUP_SIZE, N_BOOT, N_PERM
+from fairmedbench.metrics.defaults import CI_LEVEL, ECE_BINS, MIN_GROUP_SIZE, N_BOOT, N_PERM, THRESHOLD_WITH_VAL
 
 #: the mitigation every other is compared against: plain ERM (mitigation.base.Mitigation)
 BASELINE_MITIGATION = "erm"
@@ -49,8 +49,8 @@ class RunSpec:
         "PATH, 'random' (smoke tests) or default: the card's source"))
     profile: str = "default"
     threshold: str | None = field(default=None, metadata=option(  # None: the profile's rule, else val_youden
-        "fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a profile that chooses "
-        "its own threshold, such as fairmedfm, refuses one)", metavar="POLICY"))
+        f"fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: {THRESHOLD_WITH_VAL}; a profile that "
+        "chooses its own threshold, such as fairmedfm, refuses one)", metavar="POLICY"))
     n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
     n_perm: int = field(default=N_PERM, metadata=option(
         "permutations testing each gap and two-group difference (0 = no tests)"))

@@ -48,6 +48,8 @@ def test_the_threshold_policy_is_chosen_on_validation_rows_else_fixed_at_one_hal
     assert (defaults.threshold_policy(True), defaults.threshold_policy(False)) == ("val_youden", "fixed:0.5")
     help_text = next(a.help for a in _parser("evaluate")._actions if a.dest == "threshold")
     assert "default: val_youden with validation rows, else fixed:0.5" in (help_text or "")
+    run_help = next(a.help for a in _parser("run")._actions if a.dest == "threshold")
+    assert "(default: val_youden;" in (run_help or "")
     y, s = np.array([0, 1, 0, 1]), np.array([0.1, 0.4, 0.6, 0.9])
     sex = {"sex": np.array(["F", "F", "M", "M"])}
     without = evaluate_classification(y, s, sex, n_boot=0, n_perm=0)
