@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fairmedbench.errors import InputError
-from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
+from fairmedbench.metrics.defaults import CI_LEVEL, ECE_BINS, MIN_GROUP_SIZE, N_BOOT, N_PERM, THRESHOLD_WITH_VAL
 
 #: the mitigation every other is compared against: plain ERM (mitigation.base.Mitigation)
 BASELINE_MITIGATION = "erm"
@@ -49,8 +49,8 @@ class RunSpec:
         "PATH, 'random' (smoke tests) or default: the card's source"))
     profile: str = "default"
     threshold: str | None = field(default=None, metadata=option(  # None: the profile's rule, else val_youden
-        "fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden; a profile that chooses "
-        "its own threshold, such as fairmedfm, refuses one)", metavar="POLICY"))
+        f"fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: {THRESHOLD_WITH_VAL}; a profile that "
+        "chooses its own threshold, such as fairmedfm, refuses one)", metavar="POLICY"))
     n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
     n_perm: int = field(default=N_PERM, metadata=option(
         "permutations testing each gap and two-group difference (0 = no tests)"))
@@ -189,15 +189,15 @@ class ScoreSettings:
     n_boot: int = N_BOOT
     n_perm: int = N_PERM  # permutations per gap / two-group difference test (0 = no tests)
     seed: int = 0
-    ci_level: float = 0.95
-    min_group_size: int = 30  # the smallest group that gets an interval
+    ci_level: float = CI_LEVEL
+    min_group_size: int = MIN_GROUP_SIZE  # the smallest group that gets an interval
     bins: Mapping[str, Sequence[float]] = field(default_factory=dict)  # attribute -> bin edges (metrics.groups.Bins)
     intersect: bool = False  # add the crossing of the attributes
     groups: Mapping[str, Sequence[str]] = field(default_factory=dict)  # attribute -> its groups, in this order
     logits: bool = False  # the scores are logits (the engine applies the sigmoid or softmax)
     fpr_at_tpr: float = 0.95
     rates_at_fpr: float = 0.2
-    ece_bins: int = 15
+    ece_bins: int = ECE_BINS
     data_checks: str = "refuse"  # a table the patient/sample-id rules refuse (analysis.data_checks.MODES): refuse
     # it, score it and say so ('override', --i-know), or only record the counts ('record': the caller enforced them)
 

@@ -1,4 +1,4 @@
-"""Hand-computed tests for evaluate_classification (METRICS.md), edge cases and the result views."""
+"""Hand-computed tests for evaluate_classification (fairmedbench/metrics/specs.py), edge cases and the result views."""
 
 from __future__ import annotations
 

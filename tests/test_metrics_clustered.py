@@ -1,4 +1,4 @@
-"""Patient-level resampling and permutation tests of the metric engine (METRICS.md, Statistics)."""
+"""Patient-level resampling and permutation tests of the metric engine (fairmedbench/metrics/bootstrap.py)."""
 
 from __future__ import annotations
 

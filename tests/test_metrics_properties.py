@@ -199,7 +199,7 @@ def test_group_relabeling_invariance(d):
 
 
 def _reference(y, s, g, t=0.5, tpr_x=0.95, fpr_f=0.2):
-    """Direct, loop-based definitions of METRICS.md for every group (slow, obvious)."""
+    """Direct, loop-based definitions of fairmedbench/metrics/specs.py for every group (slow, obvious)."""
     nan = float("nan")
     cand = np.r_[np.unique(s), np.inf]
 

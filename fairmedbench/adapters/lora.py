@@ -21,7 +21,7 @@ import hashlib
 import inspect
 import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +105,27 @@ def lora_settings(hparams: dict[str, Any] | None,
             "head_dropout": float((hparams or {}).get("dropout", 0.0))}
 
 
+def _memoized(memo: dict[tuple, Any], x: torch.Tensor, run: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """`run(x)` once per distinct input in `memo`: found by place when the same memory is still alive and
+    unwritten, else by content."""
+    import torch
+
+    base = x if x._base is None else x._base  # (no detach: a detached tensor is no view of its base)
+    place = (str(x.device), x.data_ptr(), tuple(x.shape), x.stride(), x.dtype)
+    seen = memo.get(place)
+    # the same memory, its tensor still alive (so never freed and reused) and unwritten since (torch's
+    # version counter): the same pixels, found without reading them (mc_predict's chunks of one array)
+    if seen is not None and seen[0]() is base and seen[1] == x._version:
+        return seen[2]
+    # else by content: wrappers (volumes.make_volume_head) build new tensors of the same pixels every pass
+    flat = x.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+    content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat.data, digest_size=32).digest())
+    if content not in memo:
+        memo[content] = run(x)
+    memo[place] = (weakref.ref(base), x._version, memo[content])
+    return memo[content]
+
+
 def make_lora_head(model: FoundationModel, ctx: RunContext, settings: dict[str, Any], n_outputs: int,
                    example: np.ndarray):
     """A fresh LoRA copy of `model`'s module plus a linear layer; returns logits (n, n_outputs).
@@ -164,20 +185,7 @@ def make_lora_head(model: FoundationModel, ctx: RunContext, settings: dict[str, 
             if (memo is None or torch.is_grad_enabled() or x.is_inference()  # (no version counter to check)
                     or any(m.training for m in self.encoder.modules())):
                 return self._run_encoder(x)
-            base = x if x._base is None else x._base  # (no detach: a detached tensor is no view of its base)
-            place = (str(x.device), x.data_ptr(), tuple(x.shape), x.stride(), x.dtype)
-            seen = memo.get(place)
-            # the same memory, its tensor still alive (so never freed and reused) and unwritten since (torch's
-            # version counter): the same pixels, found without reading them (mc_predict's chunks of one array)
-            if seen is not None and seen[0]() is base and seen[1] == x._version:
-                return seen[2]
-            # else by content: wrappers (volumes.make_volume_head) build new tensors of the same pixels every pass
-            flat = x.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-            content = (str(x.dtype), tuple(x.shape), hashlib.blake2b(flat.data, digest_size=32).digest())
-            if content not in memo:
-                memo[content] = self._run_encoder(x)
-            memo[place] = (weakref.ref(base), x._version, memo[content])
-            return memo[content]
+            return _memoized(memo, x, self._run_encoder)
 
         def _run_encoder(self, x: torch.Tensor) -> torch.Tensor:
             with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):

@@ -184,11 +184,16 @@ def check_table(table: PredictionTable, settings: ScoreSettings, label_columns: 
     """`check` on a task's predictions table: its test rows, the attributes encoded as the scorer encodes them
     (binned where the settings bin them), its labels (task name -> column), the patient ids when the settings
     resample patients."""
+    return check_columns(table.test, table.attributes, settings, label_columns)
+
+
+def check_columns(test: Mapping[str, np.ndarray], attributes: Sequence[str], settings: ScoreSettings,
+                  label_columns: Mapping[str, str]) -> DataChecks:
+    """`check_table` on a table's test columns (attr:<name>, labels, patient_id, sample_id) and attributes."""
     from fairmedbench.metrics.groups import Attribute, make_attribute
 
-    test = table.test
     attrs = []
-    for name in table.attributes:
+    for name in attributes:
         values = test[f"attr:{name}"]
         groups = settings.groups.get(name)
         if groups is not None:
@@ -221,11 +226,9 @@ def check_split(samples: pd.DataFrame, positions: np.ndarray, attributes: Sequen
     """The checks of a dataset's split (sample_id, patient_id, attr:<name> and label columns of the rows at
     `positions`), as Task.score will check the table scored on it: what `run` checks before training."""
     from fairmedbench.spec import ScoreSettings
-    from fairmedbench.tasks.base import PredictionTable
 
     test = {f"attr:{a}": samples[f"attr:{a}"].to_numpy()[positions] for a in attributes}
     test.update({f"label:{c}": samples[c].to_numpy()[positions] for c in labels})
     test.update({"patient_id": samples["patient_id"].to_numpy()[positions],
                  SAMPLE_ID_COLUMN: samples["sample_id"].to_numpy()[positions]})
-    return check_table(PredictionTable(test, tuple(labels), tuple(attributes)), ScoreSettings(),
-                       {c: f"label:{c}" for c in labels})
+    return check_columns(test, attributes, ScoreSettings(), {c: f"label:{c}" for c in labels})

@@ -2,7 +2,7 @@
 fixed size. Per share and group: the metric across seeds (mean, t interval); per group an ordinary least-squares
 line of the share means against the share (slope with a t interval, intercept, Pearson r with its Fisher-z
 interval); the interpolation MAE (the line through the two extreme shares' means, scored at the interior shares);
-and Welch's t-test between groups at the balanced share. Definitions: shared/design/METRICS.md, "Statistics".
+and Welch's t-test between groups at the balanced share. Definitions: fairmedbench/metrics/stats.py.
 
 The x axis is always the share of `share_group` (the swept group), for every group: the swept group's line rises
 where the other group's falls.

@@ -169,6 +169,43 @@ def _prompts(x: np.ndarray, member: np.ndarray, held: np.ndarray, text: np.ndarr
     return [Prompt(prompts[i], float(sim[i])) for i in order]
 
 
+def _components(x: np.ndarray, y: np.ndarray, score: np.ndarray, fit: np.ndarray, n_components: int, n_pca: int,
+                error_weight: int, seed: int) -> tuple[np.ndarray, int]:
+    """Each row's mixture component (fitted on the `fit` rows over whitened PCA components and the error term;
+    the other rows by the marginal over the embedding dimensions) and the number of PCA components."""
+    from sklearn.decomposition import PCA
+    from sklearn.mixture import GaussianMixture
+
+    k_pca = min(n_pca, x.shape[1], int(fit.sum()) - 1)
+    z = PCA(n_components=k_pca, whiten=True, random_state=seed).fit(x[fit]).transform(x)
+    err = _error_terms(y.astype(np.float64), score, fit)
+    feats = np.hstack([z, np.repeat(err[:, None], error_weight, axis=1)])
+    gmm = GaussianMixture(n_components, covariance_type="diag", reg_covar=1e-4, n_init=3, random_state=seed)
+    gmm.fit(feats[fit])
+    component = np.empty(len(y), dtype=np.int64)
+    component[fit] = gmm.predict(feats[fit])
+    # held-out rows: the marginal over the embedding dimensions (diagonal covariances: drop the error columns)
+    mu, var = gmm.means_[:, :k_pca], gmm.covariances_[:, :k_pca]
+    zh = z[~fit]
+    loglik = (np.log(gmm.weights_)[None, :]
+              - 0.5 * (((zh[:, None, :] - mu[None]) ** 2) / var[None] + np.log(2 * np.pi * var)[None]).sum(axis=2))
+    component[~fit] = loglik.argmax(axis=1)
+    return component, k_pca
+
+
+def _adjust(slices: list[Slice], correction: str, alpha: float) -> None:
+    """Adjust the tested slices' p-values, and separately their attribute enrichments', over the family."""
+    tested = [s for s in slices if math.isfinite(s.p_value)]
+    if tested:
+        for s, p in zip(tested, adjust_pvalues([s.p_value for s in tested], correction)):
+            s.p_adjusted, s.significant = float(p), bool(p < alpha)
+    family = [e for s in slices for e in s.enrichment]
+    if family:
+        adj = iter(adjust_pvalues([e.p_value for e in family], correction))
+        for s in slices:
+            s.enrichment = [Enrichment(**{**e.__dict__, "p_adjusted": float(next(adj))}) for e in s.enrichment]
+
+
 def discover_slices(x: np.ndarray, y: np.ndarray, score: np.ndarray | None, *, attributes: Sequence[Target] = (),
                     patients: np.ndarray | None = None, n_components: int = 6, n_pca: int = 16,
                     error_weight: int = 1, n_perm: int = 1000, correction: str = "by", alpha: float = 0.05,
@@ -176,9 +213,6 @@ def discover_slices(x: np.ndarray, y: np.ndarray, score: np.ndarray | None, *, a
                     prompts: Sequence[str] = (), top_prompts: int = 3) -> Discovery:
     """Fit the error-aware mixture on one half of the patients and test its worse-than-rest components on the
     other half (see the module docstring); `score=None` uses a logistic probe fitted on the discovery half."""
-    from sklearn.decomposition import PCA
-    from sklearn.mixture import GaussianMixture
-
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y)
     _check(x, y, np.zeros(len(y)) if score is None else np.asarray(score, dtype=np.float64))
@@ -203,20 +237,7 @@ def discover_slices(x: np.ndarray, y: np.ndarray, score: np.ndarray | None, *, a
         raise InputError(f"slice discovery: {int(fit.sum())} discovery and {int(held.sum())} held-out rows are too "
                          f"few for {n_components} components and slices of >= {min_size} rows; give more samples "
                          "or fewer --slices")
-    k_pca = min(n_pca, x.shape[1], int(fit.sum()) - 1)
-    z = PCA(n_components=k_pca, whiten=True, random_state=seed).fit(x[fit]).transform(x)
-    err = _error_terms(y.astype(np.float64), score, fit)
-    feats = np.hstack([z, np.repeat(err[:, None], error_weight, axis=1)])
-    gmm = GaussianMixture(n_components, covariance_type="diag", reg_covar=1e-4, n_init=3, random_state=seed)
-    gmm.fit(feats[fit])
-    component = np.empty(len(y), dtype=np.int64)
-    component[fit] = gmm.predict(feats[fit])
-    # held-out rows: the marginal over the embedding dimensions (diagonal covariances: drop the error columns)
-    mu, var = gmm.means_[:, :k_pca], gmm.covariances_[:, :k_pca]
-    zh = z[held]
-    loglik = (np.log(gmm.weights_)[None, :]
-              - 0.5 * (((zh[:, None, :] - mu[None]) ** 2) / var[None] + np.log(2 * np.pi * var)[None]).sum(axis=2))
-    component[held] = loglik.argmax(axis=1)
+    component, k_pca = _components(x, y, score, fit, n_components, n_pca, error_weight, seed)
     notes.insert(0, f"slice discovery: Domino-style mixture ({n_components} diagonal Gaussian components over {k_pca} "
              f"whitened PCA components and the error term x{error_weight}) fitted on {int(fit.sum())} rows; "
              f"tested on {int(held.sum())} held-out rows"
@@ -249,15 +270,7 @@ def discover_slices(x: np.ndarray, y: np.ndarray, score: np.ndarray | None, *, a
             if text is not None:
                 sl.prompts = _prompts(x, member, held, text, prompts, top_prompts)
         slices.append(sl)
-    tested = [s for s in slices if math.isfinite(s.p_value)]
-    if tested:
-        for s, p in zip(tested, adjust_pvalues([s.p_value for s in tested], correction)):
-            s.p_adjusted, s.significant = float(p), bool(p < alpha)
-    family = [e for s in slices for e in s.enrichment]
-    if family:
-        adj = iter(adjust_pvalues([e.p_value for e in family], correction))
-        for s in slices:
-            s.enrichment = [Enrichment(**{**e.__dict__, "p_adjusted": float(next(adj))}) for e in s.enrichment]
+    _adjust(slices, correction, alpha)
     slices.sort(key=lambda s: (not math.isfinite(s.p_adjusted), s.p_adjusted if math.isfinite(s.p_adjusted) else 1,
                                -s.gap if math.isfinite(s.gap) else 0.0))
     settings: dict[str, float | int | str] = {

@@ -1,6 +1,6 @@
 """Epistemic uncertainty and subgroup disparity, after Lu, Lemay, Hoebel & Kalpathy-Cramer, "Evaluating
 subgroup disparity using epistemic uncertainty in mammography", ICML 2021 Workshop on Interpretable ML in
-Healthcare, arXiv:2107.02716 (Eqs. 1-5; METRICS.md "Uncertainty-based subgroup disparity").
+Healthcare, arXiv:2107.02716 (Eqs. 1-5).
 
 (Not Mehta, Shui & Arbel, "Evaluating the Fairness of Deep Learning Uncertainty Estimates in Medical Image
 Analysis", MIDL 2023: that paper studies fairness methods' effect on uncertainty and defines no δ.)
@@ -169,30 +169,13 @@ def _none(v: float) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
-def rejection_curves(y_true: ArrayLike, mean_probs: ArrayLike, unc: ArrayLike, groups: ArrayLike, *,
-                     measure: str = "uncertainty", attribute: str = "group", pm: str | None = None,
-                     retention: Sequence[float] | None = None,
-                     pair_aggregation: str = "sum", min_group_n: int = MIN_GROUP_N) -> RejectionCurves:
-    """Rejection curves per group and δ, as Lu et al. (2021) define them.
-
-    Threshold τ_r at retention r is the global (all cases, every group and those with no group) r-quantile of
-    the uncertainty, taken as the ⌈r·n⌉-th smallest value (numpy "inverted_cdf"); a case is kept when
-    UQ ≤ τ_r, so ⌈r·n⌉ cases are kept unless values tie at τ_r (then all tied cases are; `n_kept` says how many).
-    f(r, A) = PM on the kept cases of group A (`pm`: kappa (linear weights; default for C > 2), kappa_quadratic,
-    accuracy, auc (default for binary)). The paper's Eq. 5:
-
-        δ = (1/|R|) Σ_{r ∈ R} Σ_{unordered pairs {A, A'}} |f(r, A) − f(r, A')|
-
-    a SUM over group pairs and a MEAN over retention levels; `pair_aggregation="mean"` divides each level's
-    sum by its number of pairs instead (comparable across attributes with different numbers of groups; not
-    the paper's δ, and named in the result). The sum is the default because it is the paper's equation and
-    the issue asks for it "exactly" (the earlier library function averaged over pairs). A group whose f is
-    undefined at a level (no kept case, one class for AUC, no expected disagreement for kappa) is left out of
-    that level's pairs and listed; a level with fewer than two defined groups is left out of the mean over R.
-    Cases with a missing group value count for the thresholds but in no group.
-    """
-    if pair_aggregation not in PAIR_AGGREGATIONS:
-        raise InputError(f"pair aggregation {pair_aggregation!r}: choose sum (Lu et al. Eq. 5) or mean")
+def _curve_inputs(y_true: ArrayLike, mean_probs: ArrayLike, unc: ArrayLike, groups: ArrayLike, measure: str,
+                  attribute: str, pm: str | None, retention: Sequence[float] | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, tuple[float, ...], np.ndarray, list[str],
+                             np.ndarray]:
+    """`rejection_curves`' inputs checked (InputError naming what is wrong): class indices, probabilities,
+    uncertainties, the performance measure, the retention grid, which cases have a group, the groups, the group
+    of each case as a string."""
     y = np.asarray(y_true)
     probs = np.asarray(mean_probs, dtype=float)
     if probs.ndim != 2 or probs.shape[0] != y.shape[0] or y.ndim != 1:
@@ -231,6 +214,36 @@ def rejection_curves(y_true: ArrayLike, mean_probs: ArrayLike, unc: ArrayLike, g
     if len(names) < 2:
         raise InputError(f"attribute {attribute!r} has {len(names)} group(s) among the cases; disparity needs two")
     gs = np.array([str(v) for v in g], dtype=object)
+    return yi, probs, u, pm, grid, present, names, gs
+
+
+def rejection_curves(y_true: ArrayLike, mean_probs: ArrayLike, unc: ArrayLike, groups: ArrayLike, *,
+                     measure: str = "uncertainty", attribute: str = "group", pm: str | None = None,
+                     retention: Sequence[float] | None = None,
+                     pair_aggregation: str = "sum", min_group_n: int = MIN_GROUP_N) -> RejectionCurves:
+    """Rejection curves per group and δ, as Lu et al. (2021) define them.
+
+    Threshold τ_r at retention r is the global (all cases, every group and those with no group) r-quantile of
+    the uncertainty, taken as the ⌈r·n⌉-th smallest value (numpy "inverted_cdf"); a case is kept when
+    UQ ≤ τ_r, so ⌈r·n⌉ cases are kept unless values tie at τ_r (then all tied cases are; `n_kept` says how many).
+    f(r, A) = PM on the kept cases of group A (`pm`: kappa (linear weights; default for C > 2), kappa_quadratic,
+    accuracy, auc (default for binary)). The paper's Eq. 5:
+
+        δ = (1/|R|) Σ_{r ∈ R} Σ_{unordered pairs {A, A'}} |f(r, A) − f(r, A')|
+
+    a SUM over group pairs and a MEAN over retention levels; `pair_aggregation="mean"` divides each level's
+    sum by its number of pairs instead (comparable across attributes with different numbers of groups; not
+    the paper's δ, and named in the result). The sum is the default because it is the paper's equation and
+    the issue asks for it "exactly" (the earlier library function averaged over pairs). A group whose f is
+    undefined at a level (no kept case, one class for AUC, no expected disagreement for kappa) is left out of
+    that level's pairs and listed; a level with fewer than two defined groups is left out of the mean over R.
+    Cases with a missing group value count for the thresholds but in no group.
+    """
+    if pair_aggregation not in PAIR_AGGREGATIONS:
+        raise InputError(f"pair aggregation {pair_aggregation!r}: choose sum (Lu et al. Eq. 5) or mean")
+    yi, probs, u, pm, grid, present, names, gs = _curve_inputs(y_true, mean_probs, unc, groups, measure, attribute,
+                                                                pm, retention)
+    n = len(yi)
 
     su = np.sort(u)
     out_g: dict[str, dict[str, list[Any]]] = {a: {"n": [], "pm": []} for a in names}

@@ -25,6 +25,7 @@ import numpy as np
 
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.result import MDE_ALPHA, MDE_POWER
+from fairmedbench.report.verdicts import cite
 from fairmedbench.spec import RunOptions, option
 
 #: the shipped claim files (package data)
@@ -109,15 +110,6 @@ def paired_mde(diffs: np.ndarray) -> float:
         return math.nan
     df = n - 1
     return float((t.ppf(1 - MDE_ALPHA / 2, df) + t.ppf(MDE_POWER, df)) * np.std(diffs, ddof=1) / math.sqrt(n))
-
-
-def cite(paper: str) -> str:
-    """'Idrissi et al. 2022' from 'Idrissi, Arjovsky, .... Title. Venue 2022' (the first author and the last year)."""
-    import re
-
-    first = paper.split(",")[0].split(".")[0].strip()
-    years = re.findall(r"\b(?:19|20)\d\d\b", paper)
-    return f"{first} et al. {years[-1]}" if years else first
 
 
 @dataclass(frozen=True)

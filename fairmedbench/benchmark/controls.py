@@ -4,7 +4,7 @@ For each dataset and usage (linear probe, box-prompted segmentation) the run's s
 difference (e.g. auc_diff = male - female) is compared with what the dataset card declares: an
 injected disparity must be found (its permutation test rejects exchangeable groups, p < 0.05, and the
 difference points the declared way) and the control must show none (p >= 0.05). The verdict reads the
-test (METRICS.md: one verdict per question); the difference's 95% CI is shown beside it.
+test (one verdict per question: fairmedbench/report/verdicts.py); the difference's 95% CI is shown beside it.
 """
 
 from __future__ import annotations

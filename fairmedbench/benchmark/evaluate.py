@@ -17,7 +17,7 @@ from fairmedbench.engine.hparams import check_cost_bounds, cost_values
 from fairmedbench.errors import InputError, MissingResourceError
 from fairmedbench.metrics import FairnessResult
 from fairmedbench.metrics._validate import as_labels, as_scores
-from fairmedbench.metrics.bootstrap import N_BOOT, N_PERM
+from fairmedbench.metrics.defaults import MIN_GROUP_SIZE, N_BOOT, N_PERM, THRESHOLD_WITH_VAL, THRESHOLD_WITHOUT_VAL
 from fairmedbench.metrics.groups import Bins, cell_names, crossed_parts, intersect, make_attribute
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS, apply_margins, parse_margins
@@ -65,8 +65,8 @@ class EvaluateOptions:
         choices=["left", "right"]))
     intersect: bool = field(default=False, metadata=option("also report the attributes crossed (F|>=60)"))
     threshold: str | None = field(default=None, metadata=option(
-        "fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: val_youden with validation rows, else "
-        "fixed:0.5)", metavar="POLICY"))
+        "fixed:T | val_best_f1 | val_youden | val_fpr:F | val_tpr:X (default: "
+        f"{THRESHOLD_WITH_VAL} with validation rows, else {THRESHOLD_WITHOUT_VAL})", metavar="POLICY"))
     profile: str = field(default="default", metadata=option(
         "metric conventions; 'fairmedfm' reproduces that package's numbers (labelled)"))
     n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
@@ -81,7 +81,7 @@ class EvaluateOptions:
         "'none' resamples rows)", metavar="COL"))
     seed: int = 0
     logits: bool = field(default=False, metadata=option("scores are logits: map them through the sigmoid"))
-    min_group_size: int = field(default=30, metadata=option("flag groups smaller than this"))
+    min_group_size: int = field(default=MIN_GROUP_SIZE, metadata=option("flag groups smaller than this"))
     split_column: str = field(default="split", metadata=option(metavar="COL"))
     id_column: str | None = field(default=None, metadata=option(
         "sample id column, kept in the per-sample Parquet", metavar="COL"))

@@ -252,11 +252,43 @@ def _window_metrics(b: Baseline, w: Window, n_boot: int, seed: int) -> dict[tupl
     return out
 
 
+def _drift(b: Baseline, key: tuple[str, str], in_g: np.ndarray, w: Window, n_tests: int) -> dict[str, Any] | None:
+    """This window's scores of the group (one per patient) against the audit's, labelled or not: the KS test
+    (Bonferroni over `n_tests`); None without scores on either side."""
+    from scipy.stats import ks_2samp
+
+    if not (in_g.any() and len(b.scores[key])):
+        return None
+    keep = _first_per_patient(in_g, w.patients)
+    test = ks_2samp(w.s[keep], b.scores[key])
+    return {"ks_d": float(test.statistic), "p_value": float(test.pvalue),
+            "p_bonferroni": min(1.0, float(test.pvalue) * n_tests), "n": int(keep.sum()),
+            "n_baseline": len(b.scores[key]), "median_shift": float(np.median(w.s[keep]) - np.median(b.scores[key]))}
+
+
+def _row_alerts(row: dict[str, Any], attr: str, g: str, audited: float, st: float, h: float, a_drift: float,
+                n_groups: int, horizon: int) -> list[dict[str, Any]]:
+    """A window row's alerts: the CUSUM alarm of its AUC drop, the drift test below its level."""
+    alerts = []
+    if row["alert"]:
+        alerts.append({"window": row["window"], "attribute": attr, "group": g, "metric": "auc",
+                       "value": row["auc"]["value"], "baseline": audited, "statistic": st, "threshold": h,
+                       "reason": (f"{attr}={g}: AUC {row['auc']['value']:.3f} against {audited:.3f} audited (drop "
+                                  f"{audited - row['auc']['value']:.3f}); the CUSUM of standardised drops reached "
+                                  f"{st:.2f} > h = {h:.2f}")})
+    d = row["drift"]
+    if d is not None and d["p_value"] < a_drift:
+        alerts.append({"window": row["window"], "attribute": attr, "group": g, "metric": "score_ks",
+                       "value": d["ks_d"], "baseline": None, "statistic": d["p_value"], "threshold": a_drift,
+                       "reason": (f"{attr}={g}: score distribution moved from the audit's (KS D = {d['ks_d']:.3f}, "
+                                  f"median {d['median_shift']:+.3f}, p = {d['p_value']:.2g} < {a_drift:.2g}, "
+                                  f"Bonferroni over {n_groups} groups x {horizon} windows)")})
+    return alerts
+
+
 def monitor_windows(b: Baseline, windows: list[Window], alpha: float = MONITOR_ALPHA,
                     horizon: int = MONITOR_HORIZON, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """Per window and group: the rates with intervals, the CUSUM look and the drift test; the alerts; the rule."""
-    from scipy.stats import ks_2samp
-
     horizon = max(horizon, len(windows))
     n_groups = sum(len(g) for g in b.attributes.values())
     a_auc = alpha * PERFORMANCE_SHARE / n_groups  # Bonferroni over groups
@@ -302,16 +334,7 @@ def monitor_windows(b: Baseline, windows: list[Window], alpha: float = MONITOR_A
                 hs.append(cusum_threshold(ratios, ks, horizon, a_auc, seed=seed) if math.isfinite(z) else math.nan)
                 row["k"] = ks[-1] if math.isfinite(z) else None
                 looks.append(row)
-                # drift: this window's scores (one per patient) against the audit's, whether labelled or not
-                if in_g.any() and len(b.scores[key]):
-                    keep = _first_per_patient(in_g, w.patients)
-                    test = ks_2samp(w.s[keep], b.scores[key])
-                    row["drift"] = {"ks_d": float(test.statistic), "p_value": float(test.pvalue),
-                                    "p_bonferroni": min(1.0, float(test.pvalue) * n_groups * horizon),
-                                    "n": int(keep.sum()), "n_baseline": len(b.scores[key]),
-                                    "median_shift": float(np.median(w.s[keep]) - np.median(b.scores[key]))}
-                else:
-                    row["drift"] = None
+                row["drift"] = _drift(b, key, in_g, w, n_groups * horizon)
             look_k = iter(ks)
             stats, alarms = cusum(drops, [next(look_k) if math.isfinite(z) else 0.0 for z in drops],
                                   [h if math.isfinite(h) else math.inf for h in hs])
@@ -320,21 +343,7 @@ def monitor_windows(b: Baseline, windows: list[Window], alpha: float = MONITOR_A
                 row["cusum"] = st if math.isfinite(z) else None
                 row["threshold"] = h if math.isfinite(h) else None
                 row["alert"] = bool(alarm)
-                if alarm:
-                    alerts.append({"window": row["window"], "attribute": attr, "group": g, "metric": "auc",
-                                   "value": row["auc"]["value"], "baseline": base["value"], "statistic": st,
-                                   "threshold": h, "reason": (
-                                       f"{attr}={g}: AUC {row['auc']['value']:.3f} against {base['value']:.3f} "
-                                       f"audited (drop {base['value'] - row['auc']['value']:.3f}); the CUSUM of "
-                                       f"standardised drops reached {st:.2f} > h = {h:.2f}")})
-                d = row["drift"]
-                if d is not None and d["p_value"] < a_drift:
-                    alerts.append({"window": row["window"], "attribute": attr, "group": g, "metric": "score_ks",
-                                   "value": d["ks_d"], "baseline": None, "statistic": d["p_value"],
-                                   "threshold": a_drift, "reason": (
-                                       f"{attr}={g}: score distribution moved from the audit's (KS D = "
-                                       f"{d['ks_d']:.3f}, median {d['median_shift']:+.3f}, p = {d['p_value']:.2g} "
-                                       f"< {a_drift:.2g}, Bonferroni over {n_groups} groups x {horizon} windows)")})
+                alerts += _row_alerts(row, attr, g, base["value"], st, h, a_drift, n_groups, horizon)
             rows += looks
     order = {w.name: i for i, w in enumerate(windows)}
     alerts.sort(key=lambda a: (order[a["window"]], a["metric"] != "auc", a["attribute"], a["group"]))

@@ -15,6 +15,7 @@ import numpy as np
 from fairmedbench import __version__
 from fairmedbench.engine.hparams import split_by_owner
 from fairmedbench.errors import InputError, MissingResourceError
+from fairmedbench.metrics.defaults import THRESHOLD_WITH_VAL
 from fairmedbench.spec import BASELINE_MITIGATION, RunConfig, RunSpec
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from fairmedbench.analysis.sampling import Sampling
     from fairmedbench.analysis.shift import EvalRequest
     from fairmedbench.engine.splits import Split
+    from fairmedbench.metrics.profiles import Profile
+    from fairmedbench.mitigation.base import Mitigation
     from fairmedbench.registry.datasets.card import DatasetCard
     from fairmedbench.registry.datasets.dataset import Dataset
     from fairmedbench.registry.models.card import ModelCard
@@ -84,14 +87,60 @@ def choose_usage(spec: RunSpec, model_card: ModelCard, dataset_card: DatasetCard
                      f"{dataset_card.name!r} ({', '.join(dataset_card.tasks)})")
 
 
+def _check_routed(spec: RunSpec, dcard: DatasetCard, usage: Usage, task: Task, train_defaults: dict[str, Any],
+                  train_h: dict[str, Any], usage_h: dict[str, Any]) -> None:
+    """The training and usage hyperparameters once routed to their owners: none that changes no number, a valid
+    slice policy, tasks=all only where the card has extra labels, a selection rule of the task."""
+    from fairmedbench.adapters.volumes import volume_settings
+
+    if not usage.learns:  # `tasks` (the task's own hparam) chooses label columns, which every usage reads
+        unused = sorted(k for k in spec.hparams if k in train_defaults and k not in dict(task.extra_hparams)
+                        and train_h[k] != train_defaults[k])
+        if unused:
+            raise InputError(f"hparam {', '.join(unused)} set how a head or decoder trains; usage {usage.name!r} "
+                             "learns nothing from the train split, so it would change the run id and no number: "
+                             "drop it")
+    if "slices" in usage_h:
+        volume_settings(usage_h)  # validates the slice policy and the aggregation
+    if train_h.get("tasks") == "all":
+        if not dcard.extra_label_columns:
+            raise InputError(f"hparam tasks=all adds the dataset card's extra label columns; {dcard.name!r} has none "
+                             "(its run would be the tasks=main run under another id): drop it")
+        if usage_h.get("slice_agg") == "max":
+            raise InputError("slice_agg=max (the default on volumes) picks one slice by the first label's probability; "
+                             "with tasks=all give --hparam slice_agg=mean or slice_agg=attention")
+    if train_h["select"] not in task.select_rules:
+        raise InputError(f"select={train_h['select']!r} does not apply to {task.name}: choose one of "
+                         f"{', '.join(task.select_rules)}")
+
+
+def _check_plugin(spec: RunSpec, usage: Usage, task: Task, profile: Profile, mit_h: dict[str, Any]) -> Mitigation:
+    """The mitigation built from its hyperparameters (validating them) and checked against the task, the usage
+    and the threshold settings."""
+    from fairmedbench.mitigation import make_mitigation
+
+    plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
+    plugin.check_task(task)
+    if plugin.needs_trainable_representation and usage.caches_features:
+        raise InputError(f"mitigation {plugin.name!r} does not apply to usage {usage.name!r}: "
+                         f"{plugin.needs_trainable_representation}")
+    if plugin.threshold_policy and (spec.threshold is not None or profile.threshold_policy):
+        raise InputError(f"mitigation {plugin.name!r} sets the operating point itself (per-group thresholds chosen by "
+                         f"its policy={plugin.hparams.get('policy')!r}), so "
+                         f"{'--threshold ' + spec.threshold if spec.threshold else f'profile {profile.name!r}'} would "
+                         f"{'be ignored' if spec.threshold else 'undo it'}: use --hparam policy=POLICY and the default "
+                         "profile")
+    return plugin
+
+
 def check_spec(spec: RunSpec) -> Checked:
     """Every name, option and hyperparameter of `spec` validated; cheap (cards and registries only)."""
     from fairmedbench.adapters import USAGES
-    from fairmedbench.adapters.volumes import VOLUME_HPARAMS, volume_settings
+    from fairmedbench.adapters.volumes import VOLUME_HPARAMS
     from fairmedbench.analysis.sampling import check_request
     from fairmedbench.metrics.profiles import check_threshold, get_profile
     from fairmedbench.metrics.thresholds import parse_policy
-    from fairmedbench.mitigation import MITIGATIONS, make_mitigation
+    from fairmedbench.mitigation import MITIGATIONS
     from fairmedbench.registry.datasets import get_card as dataset_card
     from fairmedbench.registry.models import get_card as model_card
     from fairmedbench.tasks.base import get_task
@@ -120,7 +169,7 @@ def check_spec(spec: RunSpec) -> Checked:
     if spec.threshold is not None and not task.thresholded:
         raise InputError(f"--threshold {spec.threshold}: a {task.name} run chooses no decision threshold (the argmax "
                          "over classes, or mask logits > 0, decides); drop --threshold")
-    threshold = profile.threshold_policy or spec.threshold or "val_youden"
+    threshold = profile.threshold_policy or spec.threshold or THRESHOLD_WITH_VAL
     parse_policy(threshold)
     if spec.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {spec.n_boot}")
@@ -143,36 +192,8 @@ def check_spec(spec: RunSpec) -> Checked:
                                            f"usage {usage.name!r}": usage_defaults,
                                            f"mitigation {spec.mitigation!r}": mit_defaults})
     train_h, usage_h, mit_h = routed.values()
-    if not usage.learns:  # `tasks` (the task's own hparam) chooses label columns, which every usage reads
-        unused = sorted(k for k in spec.hparams if k in train_defaults and k not in dict(task.extra_hparams)
-                        and train_h[k] != train_defaults[k])
-        if unused:
-            raise InputError(f"hparam {', '.join(unused)} set how a head or decoder trains; usage {usage.name!r} "
-                             "learns nothing from the train split, so it would change the run id and no number: "
-                             "drop it")
-    if "slices" in usage_h:
-        volume_settings(usage_h)  # validates the slice policy and the aggregation
-    if train_h.get("tasks") == "all":
-        if not dcard.extra_label_columns:
-            raise InputError(f"hparam tasks=all adds the dataset card's extra label columns; {dcard.name!r} has none "
-                             "(its run would be the tasks=main run under another id): drop it")
-        if usage_h.get("slice_agg") == "max":
-            raise InputError("slice_agg=max (the default on volumes) picks one slice by the first label's probability; "
-                             "with tasks=all give --hparam slice_agg=mean or slice_agg=attention")
-    if train_h["select"] not in task.select_rules:
-        raise InputError(f"select={train_h['select']!r} does not apply to {task.name}: choose one of "
-                         f"{', '.join(task.select_rules)}")
-    plugin = make_mitigation(spec.mitigation, **mit_h)  # validates the values (ranges, choices)
-    plugin.check_task(task)
-    if plugin.needs_trainable_representation and usage.caches_features:
-        raise InputError(f"mitigation {plugin.name!r} does not apply to usage {usage.name!r}: "
-                         f"{plugin.needs_trainable_representation}")
-    if plugin.threshold_policy and (spec.threshold is not None or profile.threshold_policy):
-        raise InputError(f"mitigation {plugin.name!r} sets the operating point itself (per-group thresholds chosen by "
-                         f"its policy={plugin.hparams.get('policy')!r}), so "
-                         f"{'--threshold ' + spec.threshold if spec.threshold else f'profile {profile.name!r}'} would "
-                         f"{'be ignored' if spec.threshold else 'undo it'}: use --hparam policy=POLICY and the default "
-                         "profile")
+    _check_routed(spec, dcard, usage, task, train_defaults, train_h, usage_h)
+    plugin = _check_plugin(spec, usage, task, profile, mit_h)
     if prompt is not None and prompt != "bbox" and usage_h.get("box_jitter"):
         raise InputError(f"hparam box_jitter moves the edges of box prompts; --prompt {prompt} gives points, so it "
                          "would change the run id and no number: drop it, or use --prompt bbox")

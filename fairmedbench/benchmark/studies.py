@@ -286,6 +286,75 @@ class _Parser:
             out.append(Rule(match, item.start_mark.line + 1))
         return tuple(out)
 
+    def keys(self, root: yaml.Node | None) -> dict[str, yaml.Node]:
+        """The study file's top-level keys (each a Study field, given once; models and datasets required)."""
+        import difflib
+
+        import yaml
+
+        if not isinstance(root, yaml.MappingNode):
+            raise self.fail(root, "a study file is a mapping of keys (models, datasets, usages, ...)")
+        known = {f.name for f in dataclasses.fields(Study)} - {"source", "sha256"}
+        nodes: dict[str, yaml.Node] = {}
+        for key_node, value_node in root.value:
+            key = self.scalar(key_node, "key")
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=2, cutoff=0.6)
+                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                raise self.fail(key_node, f"unknown key {key!r}.{hint} Known: {', '.join(sorted(known))}")
+            if key in nodes:
+                raise self.fail(key_node, f"key {key!r} is given twice")
+            nodes[key] = value_node
+        for required in ("models", "datasets"):
+            if required not in nodes:
+                raise self.fail(root, f"missing key {required!r}")
+        return nodes
+
+    def hparams(self, node: yaml.Node) -> tuple[dict[str, Any], ...]:
+        """One mapping or a list of them, each of names to single numbers or strings."""
+        import yaml
+
+        sequence = isinstance(node, yaml.SequenceNode)
+        out = tuple(self.mapping(n, "hparams") for n in self.items(node, "hparams")) if sequence else \
+            (self.mapping(node, "hparams"),)
+        for n, h in zip(node.value if sequence else [node], out):
+            bad = [k for k, x in h.items() if not isinstance(k, str) or isinstance(x, (dict, list))]
+            if bad:
+                raise self.fail(n, f"hparams: {bad[0]!r}: keys are names and values single numbers or strings")
+        return out
+
+    def sweeps(self, nodes: dict[str, yaml.Node]) -> dict[str, tuple[float, ...]]:
+        """The train_group_share and prevalence sweeps (their companion keys only with them)."""
+        v = {}
+        if "train_group_share" in nodes:
+            v["train_group_share"] = self.floats(nodes["train_group_share"], "train_group_share",
+                                                 lambda x: 0 <= x <= 1, "a number in [0, 1]")
+        elif "share_group" in nodes or "train_size" in nodes:
+            key = "share_group" if "share_group" in nodes else "train_size"
+            raise self.fail(nodes[key], f"{key} applies to the train_group_share sweep: give train_group_share")
+        if "prevalence" in nodes:
+            v["prevalence"] = self.floats(nodes["prevalence"], "prevalence", lambda x: 0 < x < 1,
+                                          "a number in (0, 1)")
+        elif "prevalence_on" in nodes:
+            raise self.fail(nodes["prevalence_on"], "prevalence_on applies to the prevalence sweep: give prevalence")
+        return v
+
+    def eval_datasets(self, node: yaml.Node) -> tuple[str, ...]:
+        """External sites, each NAME or NAME:KEY=VALUE of a known dataset, listed once."""
+        from fairmedbench.analysis.shift import parse_eval_dataset
+        from fairmedbench.registry.datasets import DATASETS
+
+        items = self.items(node, "eval_datasets")
+        texts = [self.scalar(n, "eval_datasets") for n in items]
+        for n, t in zip(items, texts):
+            if not isinstance(t, str):
+                raise self.fail(n, f"eval_datasets: expected NAME or NAME:KEY=VALUE, got {t!r}")
+            if parse_eval_dataset(t).name not in DATASETS.names():
+                raise self.fail(n, f"eval_datasets: unknown dataset {parse_eval_dataset(t).name!r}")
+        if len(set(texts)) != len(texts):
+            raise self.fail(node, "eval_datasets: a dataset is listed twice")
+        return tuple(texts)
+
     def study(self, root: yaml.Node | None) -> Study:
         import yaml
 
@@ -297,24 +366,7 @@ class _Parser:
         from fairmedbench.registry.datasets import DATASETS
         from fairmedbench.registry.models import MODELS
 
-        if not isinstance(root, yaml.MappingNode):
-            raise self.fail(root, "a study file is a mapping of keys (models, datasets, usages, ...)")
-        known = {f.name for f in dataclasses.fields(Study)} - {"source", "sha256"}
-        nodes: dict[str, yaml.Node] = {}
-        for key_node, value_node in root.value:
-            key = self.scalar(key_node, "key")
-            if key not in known:
-                import difflib
-
-                close = difflib.get_close_matches(str(key), known, n=2, cutoff=0.6)
-                hint = f" Did you mean {', '.join(close)}?" if close else ""
-                raise self.fail(key_node, f"unknown key {key!r}.{hint} Known: {', '.join(sorted(known))}")
-            if key in nodes:
-                raise self.fail(key_node, f"key {key!r} is given twice")
-            nodes[key] = value_node
-        for required in ("models", "datasets"):
-            if required not in nodes:
-                raise self.fail(root, f"missing key {required!r}")
+        nodes = self.keys(root)
         v: dict[str, Any] = {}
         v["models"] = self.names(nodes["models"], "models", MODELS.names())
         v["datasets"] = self.names(nodes["datasets"], "datasets", DATASETS.names())
@@ -333,15 +385,7 @@ class _Parser:
         if "seeds" in nodes:
             v["seeds"] = self.seeds(nodes["seeds"])
         if "hparams" in nodes:
-            node = nodes["hparams"]
-            if isinstance(node, yaml.SequenceNode):
-                v["hparams"] = tuple(self.mapping(n, "hparams") for n in self.items(node, "hparams"))
-            else:
-                v["hparams"] = (self.mapping(node, "hparams"),)
-            for n, h in zip(node.value if isinstance(node, yaml.SequenceNode) else [node], v["hparams"]):
-                bad = [k for k, x in h.items() if not isinstance(k, str) or isinstance(x, (dict, list))]
-                if bad:
-                    raise self.fail(n, f"hparams: {bad[0]!r}: keys are names and values single numbers or strings")
+            v["hparams"] = self.hparams(nodes["hparams"])
         for key, kind, check, rule in (("split_seed", int, lambda x: x >= 0, "an integer >= 0"),
                                        ("n_boot", int, lambda x: x >= 0, "an integer >= 0"),
                                        ("n_perm", int, lambda x: x >= 0, "an integer >= 0"),
@@ -361,31 +405,9 @@ class _Parser:
                 v[key] = value if key not in ("description", "name") else (value or "")
         if "dataset_options" in nodes:
             v["dataset_options"] = self.mapping(nodes["dataset_options"], "dataset_options")
-        if "train_group_share" in nodes:
-            v["train_group_share"] = self.floats(nodes["train_group_share"], "train_group_share",
-                                                 lambda x: 0 <= x <= 1, "a number in [0, 1]")
-        elif "share_group" in nodes or "train_size" in nodes:
-            key = "share_group" if "share_group" in nodes else "train_size"
-            raise self.fail(nodes[key], f"{key} applies to the train_group_share sweep: give train_group_share")
-        if "prevalence" in nodes:
-            v["prevalence"] = self.floats(nodes["prevalence"], "prevalence", lambda x: 0 < x < 1,
-                                          "a number in (0, 1)")
-        elif "prevalence_on" in nodes:
-            raise self.fail(nodes["prevalence_on"], "prevalence_on applies to the prevalence sweep: give prevalence")
+        v.update(self.sweeps(nodes))
         if "eval_datasets" in nodes:
-            from fairmedbench.analysis.shift import parse_eval_dataset
-
-            items = self.items(nodes["eval_datasets"], "eval_datasets")
-            texts = [self.scalar(n, "eval_datasets") for n in items]
-            for n, t in zip(items, texts):
-                if not isinstance(t, str):
-                    raise self.fail(n, f"eval_datasets: expected NAME or NAME:KEY=VALUE, got {t!r}")
-                req = parse_eval_dataset(t)
-                if req.name not in DATASETS.names():
-                    raise self.fail(n, f"eval_datasets: unknown dataset {req.name!r}")
-            if len(set(texts)) != len(texts):
-                raise self.fail(nodes["eval_datasets"], "eval_datasets: a dataset is listed twice")
-            v["eval_datasets"] = tuple(texts)
+            v["eval_datasets"] = self.eval_datasets(nodes["eval_datasets"])
         if "split_seeds" in nodes:
             v["split_seeds"] = self.seeds(nodes["split_seeds"], "split_seeds")
         for key in ("include", "exclude"):

@@ -543,23 +543,13 @@ def read_status(out_root: str | Path, name: str) -> dict[str, Any]:
         if (run_dir / "summary.json").is_file():
             entry["status"], entry["error"] = "done", None
         elif doc is not None and doc["status"] == "running":
-            alive = doc["host"] != platform.node() or _pid_alive(int(doc["pid"]))
+            alive = doc["host"] != platform.node() or store.pid_alive(int(doc["pid"]))
             entry["status"] = "running" if alive else "stale"
             if not alive:
                 entry["error"] = f"killed (pid {doc['pid']} is gone); rerun the sweep to finish it"
         elif doc is not None and doc["status"] == "failed":
             entry["status"], entry["error"] = "failed", doc["error"]
     return plan
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 # ------------------------------------------------------------------------------------------------- rendering

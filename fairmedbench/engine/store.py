@@ -122,7 +122,8 @@ def staging_dir(parent: Path | str, tag: str) -> Path:
     return path
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (a process of another user counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -144,7 +145,7 @@ def remove_stale_staging(parent: Path | str) -> list[Path]:
     removed = []
     for path in parent.glob(f"{STAGING_PREFIX}*"):
         owner = _staging_owner(path.name)
-        if owner is None or owner[1] != platform.node() or _pid_alive(owner[0]):
+        if owner is None or owner[1] != platform.node() or pid_alive(owner[0]):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

@@ -1,6 +1,6 @@
 """The metric engine: pure numpy/scipy, usable on any prediction file on a CPU-only machine.
 
-Definitions follow the project's METRICS.md; importing this package never imports torch.
+Definitions: fairmedbench/metrics/specs.py (the docs site's metric sheet); importing this package never imports torch.
 """
 
 from fairmedbench.metrics.classification import evaluate_classification

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fairmedbench.errors import InputError
+from fairmedbench.metrics.defaults import N_BOOT, N_PERM
+
+__all__ = ["N_BOOT", "N_PERM"]  # read here by the engine (bs.N_BOOT) and by its callers
 
 if TYPE_CHECKING:
     from fairmedbench.metrics.result import AttributeReport
@@ -19,11 +22,6 @@ if TYPE_CHECKING:
 CHUNK_CELLS = 4_000_000
 
 
-#: bootstrap resamples per confidence interval, the default of every run, evaluation and study (METRICS.md)
-N_BOOT = 2000
-
-#: permutations of the group label per gap / two-group difference test (METRICS.md, Statistics)
-N_PERM = 1000
 
 
 def check_settings(n_boot: int, ci_level: float, min_group_size: int, n_perm: int = 0) -> None:

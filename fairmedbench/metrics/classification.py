@@ -1,4 +1,5 @@
-"""Binary classification metrics per group with a vectorised, stratified bootstrap (METRICS.md).
+"""Binary classification metrics per group with a vectorised, stratified bootstrap (definitions:
+fairmedbench/metrics/specs.py).
 
 Every metric is computed from per-sample weights: ones for the point estimate, resample counts for the
 bootstrap, so the point value and each resample go through the same code. Scores of a subset are sorted
@@ -22,6 +23,7 @@ from fairmedbench.metrics._validate import as_labels, as_scores, check_lengths
 from fairmedbench.metrics.auc import auc_from_sorted
 from fairmedbench.metrics.calibration import NAMES as CALIBRATION_NAMES
 from fairmedbench.metrics.calibration import Segments, decompose
+from fairmedbench.metrics.defaults import CI_LEVEL, ECE_BINS, MIN_GROUP_SIZE, threshold_policy
 from fairmedbench.metrics.groups import Attribute, make_attribute
 from fairmedbench.metrics.groups import intersect as cross
 from fairmedbench.metrics.profiles import Profile, check_threshold, get_profile
@@ -37,6 +39,7 @@ from fairmedbench.metrics.result import (
     resampling_record,
     signed_differences,
 )
+from fairmedbench.metrics.specs import has_gap
 from fairmedbench.metrics.thresholds import Threshold, choose_threshold
 
 Binner = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, int]]
@@ -47,7 +50,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:g}".replace(".", "p")
 
 
-def equal_width_binner(n_bins: int = 15) -> Binner:
+def equal_width_binner(n_bins: int = ECE_BINS) -> Binner:
     """Bins k/B <= p < (k+1)/B on [0, 1], last bin closed: bin = min(floor(p*B), B-1)."""
 
     def bin_of(s: np.ndarray) -> np.ndarray:
@@ -291,8 +294,11 @@ class _Names:
         return f"youden_j_at_fpr{_pct(self.fpr_target)}"
 
 
-GAP_BASE = ("auc", "ap", "brier", "balanced_brier", *CALIBRATION_NAMES, "ece", "tpr", "fpr", "tnr", "ppv", "acc", "f1",
-            "selection_rate", "youden_j", "youden_j_max", "sauroc")
+#: the order of the engine's gaps (its tidy table's rows), besides the operating points, which _Names names by
+#: their targets; which metrics have a gap is metrics.specs.has_gap's (tests/test_metric_gaps.py: all listed)
+_GAP_ORDER = ("auc", "ap", "brier", "balanced_brier", *CALIBRATION_NAMES, "ece", "tpr", "fpr", "tnr", "ppv", "acc",
+              "f1", "selection_rate", "youden_j", "youden_j_max", "sauroc")
+GAP_BASE = tuple(m for m in _GAP_ORDER if has_gap(m))
 
 
 DIFF_BASE = ("auc", "ap", "tpr", "fpr", "ece", "balanced_brier")
@@ -555,17 +561,17 @@ def evaluate_classification(
     profile: str | Profile = "default",
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
-    ci_level: float = 0.95,
-    min_group_size: int = 30,
+    ci_level: float = CI_LEVEL,
+    min_group_size: int = MIN_GROUP_SIZE,
     fpr_at_tpr: float = 0.95,
     rates_at_fpr: float = 0.2,
-    ece_bins: int = 15,
+    ece_bins: int = ECE_BINS,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
     patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
-    """Every classification metric of METRICS.md per task and attribute, with bootstrap CIs.
+    """Every classification metric of fairmedbench/metrics/specs.py per task and attribute, with bootstrap CIs.
 
     `y_true`/`y_score` are (n,) or (n, K) for K tasks (multi-label: one binary task per column, never
     one-hot). The operating threshold comes from `threshold`, a policy ('val_*' policies use only the
@@ -609,7 +615,7 @@ def evaluate_classification(
     names = _Names(fpr_at_tpr, rates_at_fpr)
     n_bins = prof.ece_bins if prof.ece_bins is not None else ece_bins
     binner = observed_range_binner(n_bins) if prof.ece_binning == "observed_range" else equal_width_binner(n_bins)
-    policy = prof.threshold_policy or threshold or ("val_youden" if vy is not None else "fixed:0.5")
+    policy = prof.threshold_policy or threshold or threshold_policy(vy is not None)
     comparator = prof.comparator
     reports = []
     thresholds = {}

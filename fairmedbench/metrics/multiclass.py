@@ -1,7 +1,7 @@
 """Multi-class / ordinal metrics: Cohen's kappa and the per-group multi-class evaluation (`evaluate_multiclass`).
 
-Pure numpy. Definitions follow METRICS.md ("kappa" row). The uncertainty measures and the uncertainty-based
-subgroup disparity δ of Lu et al. (2021) are in fairmedbench.analysis.uncertainty.
+Pure numpy. Definitions: fairmedbench/metrics/specs.py (the kappa rows). The uncertainty measures and the
+uncertainty-based subgroup disparity δ of Lu et al. (2021) are in fairmedbench.analysis.uncertainty.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from numpy.typing import ArrayLike
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.auc import auc_from_sorted
+from fairmedbench.metrics.defaults import CI_LEVEL, MIN_GROUP_SIZE
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.result import GAP, OVERALL, AttributeReport, FairnessResult
+from fairmedbench.metrics.specs import gap_bases
 
 
 def _labels_1d(x: ArrayLike, name: str) -> np.ndarray:
@@ -98,7 +100,8 @@ def cohen_kappa(
 # class probabilities (ties: lowest class index).
 
 MC_KAPPA = {"kappa": None, "kappa_linear": "linear", "kappa_quadratic": "quadratic"}
-MC_GAP_BASE = ("macro_auc", "balanced_accuracy", "accuracy", *MC_KAPPA)
+#: the per-group metrics with a gap (metrics.specs.has_gap) but the per-class rates, whose names carry the class
+MC_GAP_BASE = tuple(m for m in gap_bases("multiclass") if m != "class_tpr")
 #: metrics whose best group is the reference of `<metric>_vs_best` (every one: all are higher-is-better)
 MC_VS_BEST = MC_GAP_BASE
 #: two-group attributes: `<metric>_diff` = second group - first, as the binary engine's (controls read these)
@@ -270,14 +273,15 @@ def evaluate_multiclass(
     intersect: bool = False,
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
-    ci_level: float = 0.95,
-    min_group_size: int = 30,
+    ci_level: float = CI_LEVEL,
+    min_group_size: int = MIN_GROUP_SIZE,
     logits: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
     patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:
-    """Multi-class metrics per attribute and group with stratified bootstrap CIs (METRICS.md, multi-class).
+    """Multi-class metrics per attribute and group with stratified bootstrap CIs (definitions:
+    fairmedbench/metrics/specs.py, multi-class).
 
     `y_true` (n,) integer class indices 0..C-1; `y_score` (n, C) class probabilities (rows sum to 1; logits with
     `logits=True` go through the softmax); `classes` names the C columns (default '0'..'C-1'). Per group:

@@ -1,4 +1,4 @@
-"""Metric profiles: named sets of conventions (METRICS.md "Compatibility profiles") as registered objects.
+"""Metric profiles: named sets of conventions as registered objects.
 
 A profile is one frozen record of every rule it changes, read by the engine, the CLI and the board; adding a
 profile is one `PROFILES.add` here, never a `profile == ...` branch elsewhere.
@@ -51,7 +51,7 @@ class Profile:
 PROFILES: Registry[Profile] = Registry("metric profile")
 
 PROFILES.add_named(Profile(
-    "default", "the project's conventions (METRICS.md): threshold chosen on validation, '>=', ECE 15 equal-width "
+    "default", "the project's conventions: threshold chosen on validation, '>=', ECE 15 equal-width "
                "bins, one-class groups left out only of the metrics undefined for them"))
 PROFILES.add_named(Profile(
     "fairmedfm", "FairMedFM compatibility: best-F1 threshold on the evaluated set, '>', ECE 10 bins over the "

@@ -11,6 +11,7 @@ from numpy.typing import ArrayLike
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import bootstrap as bs
 from fairmedbench.metrics.classification import patient_column_values, resampling_unit_description, resolve_attributes
+from fairmedbench.metrics.defaults import CI_LEVEL, MIN_GROUP_SIZE
 from fairmedbench.metrics.groups import Attribute
 from fairmedbench.metrics.profiles import Profile, get_profile
 from fairmedbench.metrics.result import (
@@ -25,6 +26,7 @@ from fairmedbench.metrics.result import (
     resampling_record,
     signed_differences,
 )
+from fairmedbench.metrics.specs import gap_bases
 
 
 def _per_sample(name: str, values: ArrayLike, n: int | None, allow_nan: bool = False) -> np.ndarray:
@@ -70,8 +72,8 @@ def _between(per: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]
     with np.errstate(divide="ignore", invalid="ignore"):
         out["dsc_skew_ratio"] = np.where(hi < 1.0, (1.0 - lo) / (1.0 - hi), np.nan)
     out["dsc_skew_ratio"] = np.where(np.isnan(gap), np.nan, out["dsc_skew_ratio"])
-    for m in ("iou", "hd95"):
-        if m in per:
+    for m in gap_bases("segmentation"):  # dsc's gap is above, with the worst group
+        if m != "dsc" and m in per:
             out[f"{m}_gap"] = gap_stats(per[m], defined[m])[0]
     out.update(signed_differences(per, [g for g in per["dsc"] if g != OVERALL], ("dsc", "iou")))
     if profile.es_std_name and len(defined["dsc"]) >= 2:
@@ -92,8 +94,8 @@ def evaluate_segmentation(
     profile: str | Profile = "default",
     n_boot: int = bs.N_BOOT,
     seed: int = 0,
-    ci_level: float = 0.95,
-    min_group_size: int = 30,
+    ci_level: float = CI_LEVEL,
+    min_group_size: int = MIN_GROUP_SIZE,
     patient_ids: ArrayLike | None = None,
     n_perm: int = bs.N_PERM,
 ) -> FairnessResult:

@@ -1,6 +1,6 @@
 """Per-sample segmentation metrics: binarisation, Dice (DSC), IoU, HD95 and per-volume pooled Dice.
 
-Pure numpy/scipy. Conventions follow shared/design/METRICS.md "Segmentation metrics":
+Pure numpy/scipy. Conventions (definitions: fairmedbench/metrics/specs.py, segmentation):
 DSC = 2|P∩G| / (|P| + |G|); both masks empty -> `empty_score` (default 1.0); empty G with a
 non-empty P -> 0.0. Group statistics (means, gaps, equity scaling, CIs) live elsewhere.
 """

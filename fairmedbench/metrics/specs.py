@@ -1,8 +1,8 @@
 """The MetricSpec registry: what every metric the engine emits is (direction, bounds, role, one-line definition).
 
 The run summary, compare, terminal tables, HTML report and leaderboards read this one source; no other module
-lists metric names with their direction. Definitions follow shared/design/METRICS.md. Registration order is
-display order.
+lists metric names with their direction. The docs site's metric sheet is generated from it
+(fairmedbench/report/docs.py). Registration order is display order.
 """
 
 from __future__ import annotations
@@ -234,6 +234,19 @@ def find_spec(name: str) -> MetricSpec | None:
         return metric_spec(name)
     except (InputError, KeyError):
         return None
+
+
+def has_gap(metric: str) -> bool:
+    """Whether a per-group metric has a gap (`<metric>_gap`, max - min over groups): stated only by the gap's
+    registration here (`_gap`), read by every engine (operating points with another target and per-class rates
+    resolve to their family)."""
+    spec = find_spec(f"{metric}_gap")
+    return spec is not None and spec.kind == "gap"
+
+
+def gap_bases(task: str) -> tuple[str, ...]:
+    """The task's per-group metrics that have a gap, in registration order."""
+    return tuple(s.name for s in task_metrics(task) if s.kind == "group" and has_gap(s.name))
 
 
 def task_metrics(task: str) -> list[MetricSpec]:

@@ -1,7 +1,7 @@
 """Statistics for fairness results: multiple-testing correction, KS tests between groups,
 summaries across training seeds, Welch's t-test, and Friedman/Nemenyi over many datasets.
 
-Pure numpy/scipy. Definitions follow METRICS.md, section "Statistics".
+Pure numpy/scipy. Each function's docstring defines its statistic.
 """
 
 from __future__ import annotations

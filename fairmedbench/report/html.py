@@ -530,7 +530,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
 def write_claims_report(path: Path, doc: dict[str, Any]) -> Path:
     """The claims page (benchmark claims --report): one sentence per claim first, then a table of each claim's
     paper, table, setting, claimed and measured difference and answer."""
-    from fairmedbench.benchmark.claims import cite
+    from fairmedbench.report.verdicts import cite
 
     css = {"holds": "no", "contradicted": "yes", "not-supported": "na", "undefined": "na"}
     rows = []

@@ -446,7 +446,8 @@ class _Builder:
     def _bias_answer(self, sub: pd.DataFrame, names: dict[str, MetricSpec], kind: str, sec: _Section) -> None:
         """A configuration shows bias when the signed group difference is larger than chance in every seed (each
         seed's permutation test p < ALPHA: the largest p decides) and points the same way in every seed; the
-        verdict reads the test, the intervals are shown beside it (METRICS.md: one verdict per question)."""
+        verdict reads the test, the intervals are shown beside it (one verdict per question:
+        fairmedbench/report/verdicts.py)."""
         diff = sub[(sub["metric"] == names["diff"].name) & (sub["scope"] == "between")]
         rows, hits, untested = [], 0, 0
         for _, r in diff.iterrows():
@@ -515,7 +516,7 @@ class _Builder:
             sec.figures.append(self._save(paths, f"{names['es'].header} against {names['util'].header}"))
         if no_es:
             sec.text.append(f"Not drawn for {', '.join(no_es)}: the {' and '.join(no_es)} task has no equity-scaled "
-                            "score (METRICS.md).")
+                            "score.")
         if not sec.figures:
             sec.note = "no run has both a utility and an equity-scaled score" + (
                 f" (the {' and '.join(no_es)} task has no equity-scaled score)" if no_es else "")

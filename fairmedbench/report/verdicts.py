@@ -25,6 +25,7 @@ Pure Python (plus the MetricSpec registry): no torch, no numpy.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,13 @@ _SHORT = {"disparity": "larger than chance", "no-evidence": "within chance", "no
           "undefined": "undefined", "better": "better than ERM", "worse": "worse than ERM",
           "changed": "differs from ERM", "no-difference": "no difference beyond chance",
           "shifted": "beyond sampling error", "not-shifted": "within sampling error"}
+
+
+def cite(paper: str) -> str:
+    """'Idrissi et al. 2022' from 'Idrissi, Arjovsky, .... Title. Venue 2022' (the first author and the last year)."""
+    first = paper.split(",")[0].split(".")[0].strip()
+    years = re.findall(r"\b(?:19|20)\d\d\b", paper)
+    return f"{first} et al. {years[-1]}" if years else first
 
 
 def fmt_p(p: float) -> str:

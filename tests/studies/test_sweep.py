@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from numbers_support import differences
 
 from fairmedbench.benchmark import costs, sweep
 from fairmedbench.benchmark.run import RunOptions
@@ -118,8 +119,8 @@ def test_ray_launcher_gives_the_local_results(local) -> None:
     assert (ray_result.encodes, ray_result.ran, ray_result.failed) == (4, 8, [])
     local_runs, ray_runs = _results(out), _results(root / "ray")
     assert sorted(local_runs) == sorted(ray_runs) and len(local_runs) == 8
-    for run_id, files in local_runs.items():
-        assert files == ray_runs[run_id], run_id
+    for run_id, files in local_runs.items():  # bit-identical on this AMD EPYC; within the kernel tolerance anywhere
+        assert differences(files, ray_runs[run_id]) == [], run_id
     assert any("done: run" in line for line in lines)
 
 

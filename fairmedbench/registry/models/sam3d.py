@@ -2,7 +2,7 @@
 
 The modules come from the `medim` package (uni-medical, the SAM-Med3D authors' model zoo); its module tree
 has exactly the parameter names and shapes of uni-medical/SAM-Med3D's segment_anything/modeling/*3D.py
-(checked key by key in tests/models/test_sam3d_layout.py). FastSAM3D's distilled encoder (arcadelab/FastSAM3D,
+(checked key by key in tests/models/test_sam3d.py). FastSAM3D's distilled encoder (arcadelab/FastSAM3D,
 distillation.py build_model + modeling/image_encoder3D.py) is medim's encoder with two changes no package
 provides, written here: its first two blocks have no attention, and every block normalises the residual
 stream after attention (`x = norm2(x + attn(norm1(x))); x = x + mlp(x)`).
