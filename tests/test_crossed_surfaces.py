@@ -75,3 +75,47 @@ def test_inspect_model_features_cross_the_cards_attributes(tmp_path: Path, capsy
     assert doc["attributes"] == {"sex*age": ["female|<60", "female|>=60", "male|<60", "male|>=60"]}
     cells = {"female|<60", "female|>=60", "male|<60", "male|>=60"}
     assert {r["group"] for r in doc["split_probe"]} == {*cells, "__macro__"}  # one against the rest, and their mean
+
+
+# ---------------------------------------------------------------------------------------------------------- compare
+
+def test_compare_reports_each_crossed_cell_and_tests_the_crossed_gap(tmp_path: Path) -> None:
+    from rich.console import Console
+    from scipy.stats import t
+
+    from fairmedbench.benchmark.compare import compare, save_compare
+    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.report.terminal import render_compare
+
+    opts = RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu")
+    out = compare("imagenet-resnet50", ["synth-crossed"], "sex*age", "lp", ["resampling"], (0, 1), opts,
+                  weights="random", n_boot=20, dataset_options={"n": 80}, hparams={"epochs": 5})
+    cells = ["female|<60", "female|>=60", "male|<60", "male|>=60"]
+    for row in out.table:
+        assert list(row["cells"]) == cells
+        runs = out.runs[("synth-crossed", row["method"])].seeds
+        reports = [next(r for r in res.fairness().reports if r.attribute == "sex*age") for res in runs]
+        assert sum(row["cells"][g]["n"] for g in cells) == runs[0].doc["inputs"]["dataset"]["n_test"]
+        for g in cells:
+            c = row["cells"][g]
+            assert c["n"] == reports[0].counts[g]["n"] and c["n_pos"] + c["n_neg"] == c["n"]
+            values = [rep.value("auc", g) for rep in reports]
+            if all(np.isfinite(values)):
+                assert c["mean"] == pytest.approx(np.mean(values))
+                if values[0] != values[1]:  # the t interval over the two seeds
+                    half = t.ppf(0.975, 1) * abs(values[0] - values[1]) / 2
+                    assert c["ci_high"] == pytest.approx(min(1.0, np.mean(values) + half))
+            else:
+                assert c["mean"] is None
+            # every cell of 24 test samples is below the minimum group size: a point estimate and the reason
+            assert c["reason"] is not None and ("minimum group size" in c["reason"] or "positive" in c["reason"]
+                                                or "negative" in c["reason"])
+    # the crossed gap is tested against ERM, and the paired bootstrap resamples the cells
+    assert {r["metric"] for r in out.versus_erm} >= {"auc_gap", "worst_group_auc"}
+    assert out.test_bootstrap["synth-crossed"]["groups"] == cells
+    doc, _, page = save_compare(out, "imagenet-resnet50", ["synth-crossed"], str(tmp_path / "r"), report=True)
+    console = Console(record=True, width=220)
+    render_compare(doc, console)
+    text = console.export_text()
+    assert "AUC per crossed cell" in text and "female|>=60 (n=" in text and "minimum group size" in text
+    assert page is not None and "per crossed cell" in page.read_text() and "female|&gt;=60 (n=" in page.read_text()

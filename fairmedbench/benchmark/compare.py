@@ -19,6 +19,9 @@ the paired test against ERM takes the split as its unit (each split's seed-mean 
 t-test over splits), and the paired test-set bootstrap pools every split x seed run on the one test set.
 Other sites (`--eval-dataset`): each external test set is compared as a dataset of its own, `<dataset>@<site>`,
 from the same trained heads (paired over seeds or splits, with its own paired test-set bootstrap).
+A crossed attribute (`sex*age`): every method trains and reports with its cells as groups; each table row also
+holds each cell's headline value over seeds with its counts and the reason a cell has no value or interval
+(`crossed_cells`), and the gap against ERM is the gap over the cells.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from fairmedbench.engine import store
 from fairmedbench.engine.results import RunResult
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
+from fairmedbench.metrics.groups import CROSS
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
 from fairmedbench.spec import RunOptions, RunSpec, option
@@ -263,7 +267,9 @@ def _summarise(out: CompareOutcome, name: str, cells: dict[str, list[list[RunRes
         out.table.append({"dataset": name, "method": m, "n_seeds": len(splits[0]), "n_splits": n_splits,
                           "unit": unit, "n_units": len(units[(m, task.summary_metrics[0])]), **{
                               k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
-                              for k, v in s.items()}})
+                              for k, v in s.items()},
+                          **({"cells": crossed_cells(splits, attribute, task.headline)} if CROSS in attribute
+                             else {})})
     for m in out.methods[1:]:
         for metric in task.versus_erm:
             a, b = units[(m, metric)], units[(BASELINE, metric)]
@@ -278,6 +284,32 @@ def _summarise(out: CompareOutcome, name: str, cells: dict[str, list[list[RunRes
     if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
         flat = {m: [r for split in splits for r in split] for m, splits in cells.items()}
         out.test_bootstrap[name] = _test_bootstrap(out, flat, name, attribute, n_boot)
+
+
+def crossed_cells(splits: list[list[RunResult]], attribute: str, metric: str) -> dict[str, dict[str, Any]]:
+    """Each cell of a crossed attribute (sex*age) for one method: its test counts, the mean [t 95% CI] of `metric`
+    over the units (seeds, or each split's seed mean), and why a cell has no value or no interval in a run (no
+    positive or no negative patient; below the minimum group size: a point estimate only)."""
+    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.stats import seed_summary
+
+    reports = [[next(r for r in res.fairness().reports if r.attribute == attribute) for res in split]
+               for split in splits]
+    first = reports[0][0]
+    out: dict[str, dict[str, Any]] = {}
+    for g in first.groups:
+        values = [[rep.value(metric, g) for rep in split] for split in reports]
+        per = np.array([np.mean(v) for v in values] if len(values) > 1 else values[0])
+        c = first.counts.get(g, {})
+        why = first.skipped.get(g) or ("below the minimum group size: a point estimate in each run, no interval"
+                                       if g in first.small_groups else None)
+        cell: dict[str, Any] = {"n": c.get("n"), "n_pos": c.get("n_pos"), "n_neg": c.get("n_neg"), "reason": why,
+                                "mean": None, "ci_low": None, "ci_high": None}
+        if np.isfinite(per).all():
+            ss = seed_summary(per, bounds=metric_spec(metric).bounds)
+            cell.update(mean=ss.mean, ci_low=ss.ci_low, ci_high=ss.ci_high)
+        out[g] = cell
+    return out
 
 
 def _paired_p(diffs: np.ndarray) -> float | None:
