@@ -119,3 +119,28 @@ def test_compare_reports_each_crossed_cell_and_tests_the_crossed_gap(tmp_path: P
     text = console.export_text()
     assert "AUC per crossed cell" in text and "female|>=60 (n=" in text and "minimum group size" in text
     assert page is not None and "per crossed cell" in page.read_text() and "female|&gt;=60 (n=" in page.read_text()
+
+
+# ---------------------------------------------------------------------------------------------------- evidence pack
+
+def test_the_evidence_pack_lists_each_crossed_cell_with_counts_and_reasons(tmp_path: Path) -> None:
+    """12 rows in each (sex, age) cell, half positive, except women aged 60+: 5 rows, all positive."""
+    rows = []
+    for sex, age, labels in (("F", 30, [0, 1] * 6), ("F", 70, [1] * 5), ("M", 30, [0, 1] * 6),
+                             ("M", 65, [0, 1] * 6)):
+        rows += [{"label": y, "score": 0.3 + 0.4 * y + 0.01 * k, "sex": sex, "age": age} for k, y in enumerate(labels)]
+    table = tmp_path / "p.csv"
+    pd.DataFrame(rows).to_csv(table, index=False)
+    pack = tmp_path / "pack"
+    assert main(["evaluate", "--predictions", str(table), "--label", "label", "--score", "score", "--attribute",
+                 "sex*age", "--bins", "age=0,60,200", "--min-group-size", "10", "--n-boot", "50", "--n-perm", "50",
+                 "--evidence", str(pack)]) == 0
+    summary = (pack / "summary.md").read_text()
+    line = next(x for x in summary.splitlines() if "crosses" in x)
+    from fairmedbench.benchmark.evidence import md
+
+    cells = [f"{md(g)} n={n} ({p} positive, {q} negative)" for g, n, p, q in
+             (("F|<60", 12, 6, 6), ("F|>=60", 5, 5, 0), ("M|<60", 12, 6, 6), ("M|>=60", 12, 6, 6))]
+    assert f"crosses sex, age into 4 cells: {'; '.join(cells)}." in line
+    assert f"a point estimate and no interval: {md('F|>=60')}." in line
+    assert "no negative" in line.split(f"{md('F|>=60')}: ", 1)[1]  # the engine's reason, after the cell's name
