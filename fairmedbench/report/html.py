@@ -108,7 +108,7 @@ def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = Fal
 def verdict_cell(v: Verdict) -> Cell:
     """A report.verdicts.Verdict as a table cell: its short answer, the full sentence and evidence as tooltip."""
     css = {"disparity": "yes", "no-evidence": "no", "raw-only": "na", "better": "no", "worse": "yes", "changed": "yes",
-           "no-difference": "no", "shifted": "yes", "not-shifted": "no"}.get(v.key, "na")
+           "no-difference": "no", "shifted": "yes", "not-shifted": "no", "equivalent": "no"}.get(v.key, "na")
     return Cell(v.short, css, f"{v.sentence} Evidence: {v.evidence}.")
 
 

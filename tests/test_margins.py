@@ -1,0 +1,110 @@
+"""`--margin` beyond evaluate: on `run` (into the run identity and every seed's two-group differences), on `compare`
+(the paired difference from ERM: equivalent within ±m, or inconclusive with what the paired t-test could detect),
+in study files and board suites. Hand-computed values and simulations against a known truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import t
+
+from fairmedbench.benchmark.compare import paired_power
+from fairmedbench.cli import main
+from fairmedbench.metrics.result import equivalent_within
+from fairmedbench.report.verdicts import versus_erm
+
+# ------------------------------------------------------------------------------------------- compare: the rule
+
+
+def test_paired_power_by_hand() -> None:
+    # differences 0.01, 0.03, 0.02: mean 0.02, sd 0.01, se 0.01/sqrt(3); t_0.95,2 = 2.919986,
+    # t_0.975,2 = 4.302653, t_0.8,2 = 1.060660
+    out = paired_power(np.array([0.01, 0.03, 0.02]))
+    se = 0.01 / np.sqrt(3)
+    assert out["tost_interval"] == pytest.approx([0.02 - 2.919986 * se, 0.02 + 2.919986 * se], abs=1e-6)
+    assert out["mde"] == pytest.approx((4.302653 + 1.060660) * se, abs=1e-6)
+    assert paired_power(np.array([0.02, 0.02, 0.02])) == {} and paired_power(np.array([0.1])) == {}
+
+
+def _row(**kw: object) -> dict:
+    return {"dataset": "d", "method": "groupdro", "metric": "auc_gap", "mean_diff": 0.01, "ci_low": -0.03,
+            "ci_high": 0.05, "paired_p": 0.4, "tost_interval": [-0.02, 0.04], "mde": 0.061, **kw}
+
+
+def test_versus_erm_says_equivalent_or_what_it_could_have_detected() -> None:
+    same = versus_erm(_row(margin=0.05), n_seeds=5)
+    assert same.key == "equivalent" and same.short == "equivalent within the margin (p = 0.4)"
+    assert "equivalent to ERM on ΔAUC within ±0.05" in same.sentence and "[-0.020, +0.040]" in same.sentence
+    # the 90% interval reaches past the margin: inconclusive, with the paired test's detectable difference
+    wide = versus_erm(_row(margin=0.03), n_seeds=5)
+    assert wide.key == "no-difference"
+    assert ("no evidence either way: the paired t-test over seeds could only detect differences ≥ 0.061; not shown "
+            "equivalent within ±0.03") in wide.sentence
+    # the test-set bootstrap must lie inside the margin too, where compare ran it
+    boot = {"value": 0.01, "ci_low": -0.06, "ci_high": 0.07}
+    assert versus_erm(_row(margin=0.05), n_seeds=5, boot=boot).key == "no-difference"
+    assert versus_erm(_row(margin=0.1), n_seeds=5, boot=boot).key == "equivalent"
+    # no margin: inconclusive, with the detectable difference; a change beyond chance stays a change
+    assert "could only detect differences ≥ 0.061" in versus_erm(_row(), n_seeds=5).sentence
+    assert versus_erm(_row(paired_p=0.01, ci_low=0.005, ci_high=0.02, margin=0.05), n_seeds=5).key == "worse"
+
+
+def test_paired_mde_and_tost_hold_their_rates_by_simulation() -> None:
+    """5 units, sd 0.02: with the true mean difference at the paired MDE (from the true sd) the t-test detects it in
+    70-90% of 2,000 replicates, with none in <= 6%; at a true difference equal to the margin 'equivalent' is said in
+    <= 5%, and with none and 20 units in >= 80%."""
+    rng = np.random.default_rng(0)
+    sd, n = 0.02, 5
+    true_mde = (t.ppf(0.975, n - 1) + t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
+
+    def verdicts(effect: float, units: int, margin: float | None = None) -> list[str]:
+        keys = []
+        for _ in range(2000):
+            d = rng.normal(effect, sd, units)
+            p = float(2 * t.sf(abs(d.mean()) / (d.std(ddof=1) / np.sqrt(units)), units - 1))
+            row = {"method": "m", "metric": "auc", "mean_diff": float(d.mean()), "paired_p": p, **paired_power(d),
+                   **({"margin": margin} if margin else {})}
+            keys.append(versus_erm(row, units).key)
+        return keys
+
+    detected = np.mean([k != "no-difference" for k in verdicts(true_mde, n)])
+    false_alarm = np.mean([k != "no-difference" for k in verdicts(0.0, n)])
+    assert 0.70 <= detected <= 0.90 and false_alarm <= 0.06, (detected, false_alarm)
+    at_margin = np.mean([k == "equivalent" for k in verdicts(0.02, n, margin=0.02)])
+    none = np.mean([k == "equivalent" for k in verdicts(0.0, 20, margin=0.02)])
+    assert at_margin <= 0.05 and none >= 0.80, (at_margin, none)
+
+
+# ----------------------------------------------------------------------------------------------------------- run
+
+RUN = ["run", "--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-control", "--dataset-option",
+       "n=80", "--attribute", "sex", "--usage", "lp", "--n-boot", "100", "--n-perm", "100", "--device", "cpu"]
+
+
+def test_run_margin_reaches_every_seed_and_the_answer(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pack = tmp_path / "pack"
+    assert main([*RUN, "--margin", "auc=0.9", "--out", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"),
+                 "--evidence", str(pack)]) == 0
+    out = capsys.readouterr().out
+    (run_dir,) = (tmp_path / "r" / "runs").glob("*/*/*/*")
+    assert json.loads((run_dir / "config.json").read_text())["margins"] == {"auc": 0.9}
+    doc = json.loads((run_dir / "seed0.json").read_text())
+    test = next(r for r in doc["result"]["reports"] if r["attribute"] == "sex")["tests"]["auc_diff"]
+    lo, hi = test["tost_interval"]
+    assert test["margin"] == 0.9 and test["equivalent"] == (-0.9 < lo and hi < 0.9) == equivalent_within(test, 0.9)
+    words = ("AUC difference male − female equivalent within ±0.9" if test["equivalent"] and test["p_adjusted"] >= 0.05
+             else "not shown equivalent")
+    assert words in out and words in (pack / "summary.md").read_text()
+    # the margin names the difference's metric: the other differences keep no margin
+    assert all("margin" not in v for k, v in next(r for r in doc["result"]["reports"])["tests"].items()
+               if k != "auc_diff")
+
+
+def test_a_bad_margin_exits_2_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main([*RUN, "--margin", "auc=-1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--margin auc=-1" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
