@@ -108,3 +108,44 @@ def test_a_bad_margin_exits_2_before_any_work(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert "--margin auc=-1" in err and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------------------------------------------- compare
+
+def test_compare_margin_reaches_every_run_and_each_difference_from_erm(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from fairmedbench.benchmark.compare import compare
+    from fairmedbench.benchmark.run import RunOptions
+    from fairmedbench.errors import InputError
+    from fairmedbench.report.terminal import render_compare
+
+    opts = RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu")
+    args = ("imagenet-resnet50", ["synth-control"], "sex", "lp", ["resampling"], (0, 1, 2), opts)
+    kw = {"weights": "random", "n_boot": 20, "dataset_options": {"n": 60}, "hparams": {"epochs": 3}}
+    with pytest.raises(InputError, match="--margin 0.05,x"):
+        compare(*args, margin="0.05,x", **kw)  # type: ignore[arg-type]
+    assert not (tmp_path / "r").exists()
+    out = compare(*args, margin="auc_gap=0.3,0.2", **kw)  # type: ignore[arg-type]
+    assert all(r.config.margins == {"auc_gap": 0.3, "*": 0.2} for r in out.runs.values())
+    assert out.to_dict()["margins"] == {"auc_gap": 0.3, "*": 0.2}
+    for row in out.versus_erm:
+        a = np.array(out.values[("synth-control", row["method"], row["metric"])])
+        b = np.array(out.values[("synth-control", "erm", row["metric"])])
+        assert row["margin"] == (0.3 if row["metric"] == "auc_gap" else 0.2)
+        power = paired_power(a - b)
+        assert row.get("mde") == power.get("mde") and row.get("tost_interval") == power.get("tost_interval")
+        verdict = row["verdict"]
+        if verdict["key"] == "equivalent":
+            lo, hi = row["tost_interval"]
+            assert -row["margin"] < lo and hi < row["margin"]
+        elif verdict["key"] == "no-difference":
+            assert f"not shown equivalent within ±{row['margin']:g}" in verdict["sentence"]
+    console = Console(record=True, width=2000)  # no wrapping: each answer on one line
+    render_compare(out.to_dict(), console)
+    text = console.export_text()
+    assert any(row["verdict"]["key"] == "equivalent" for row in out.versus_erm)  # at these margins, on these seeds
+    for row in out.versus_erm:  # an equivalence is said in the table and in the answer
+        if row["verdict"]["key"] == "equivalent":
+            assert row["verdict"]["sentence"].split(" (")[0] in text
+    assert "equivalent within the margin" in text
