@@ -161,6 +161,7 @@ class Task:
             from fairmedbench.metrics.result import apply_margins
 
             apply_margins(result.reports, dict(settings.margins))
+            result.meta["margins"] = dict(settings.margins)  # recorded, so a recomputation applies the same
         return result
 
     def config_defaults(self) -> dict[str, Any]:
