@@ -87,7 +87,7 @@ RUN = ["run", "--model", "imagenet-resnet50", "--weights", "random", "--dataset"
 def test_run_margin_reaches_every_seed_and_the_answer(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pack = tmp_path / "pack"
     assert main([*RUN, "--margin", "auc=0.9", "--out", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"),
-                 "--evidence", str(pack)]) == 0
+                 "--evidence", str(pack), "--report"]) == 0
     out = capsys.readouterr().out
     (run_dir,) = (tmp_path / "r" / "runs").glob("*/*/*/*")
     assert json.loads((run_dir / "config.json").read_text())["margins"] == {"auc": 0.9}
@@ -98,6 +98,7 @@ def test_run_margin_reaches_every_seed_and_the_answer(tmp_path: Path, capsys: py
     words = ("AUC difference male − female equivalent within ±0.9" if test["equivalent"] and test["p_adjusted"] >= 0.05
              else "not shown equivalent")
     assert words in out and words in (pack / "summary.md").read_text()
+    assert words in (run_dir / "report.html").read_text()
     # the margin names the difference's metric: the other differences keep no margin
     assert all("margin" not in v for k, v in next(r for r in doc["result"]["reports"])["tests"].items()
                if k != "auc_diff")
@@ -149,3 +150,14 @@ def test_compare_margin_reaches_every_run_and_each_difference_from_erm(tmp_path:
         if row["verdict"]["key"] == "equivalent":
             assert row["verdict"]["sentence"].split(" (")[0] in text
     assert "equivalent within the margin" in text
+
+
+def test_compare_headline_says_what_the_paired_tests_could_detect() -> None:
+    from fairmedbench.report.verdicts import compare_headline
+
+    rows = [_row(method=m, metric="auc", mde=d) for m, d in (("a", 0.061), ("b", 0.09))]
+    doc = {"datasets": ["d"], "table": [{"dataset": "d", "method": m, "n_seeds": 5} for m in ("erm", "a", "b")],
+           "versus_erm": rows}
+    (line,) = compare_headline(doc)
+    assert line == ("d: no mitigation changed AUC against ERM beyond chance (p ≥ 0.4 for all 2); no evidence either "
+                    "way: the paired t-test could only detect differences ≥ 0.061 to 0.090.")

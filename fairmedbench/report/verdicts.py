@@ -459,7 +459,11 @@ def compare_headline(doc: dict[str, Any]) -> list[str]:
                 ps = [v.p for v in vs if v.p is not None]
                 bound = (f" (p = {fmt_p(ps[0])})" if len(ps) == 1 else
                          f" (p ≥ {fmt_p(min(ps))} for all {len(ps)})" if ps else "")
-                parts.append(f"no mitigation changed {head} against ERM beyond chance{bound}")
+                mdes = [r["mde"] for r, v in mine if r["metric"] == metric and v.key == "no-difference"
+                        and _finite(r.get("mde"))]
+                could = ("" if not mdes else f"; no evidence either way: the paired t-test could only detect "
+                         f"differences ≥ {min(mdes):.3f}" + ("" if len(mdes) == 1 else f" to {max(mdes):.3f}"))
+                parts.append(f"no mitigation changed {head} against ERM beyond chance{bound}{could}")
         out.append(f"{ds}: " + "; ".join(parts) + ".")
     return out
 
