@@ -161,3 +161,24 @@ def test_compare_headline_says_what_the_paired_tests_could_detect() -> None:
     (line,) = compare_headline(doc)
     assert line == ("d: no mitigation changed AUC against ERM beyond chance (p ≥ 0.4 for all 2); no evidence either "
                     "way: the paired t-test could only detect differences ≥ 0.061 to 0.090.")
+
+
+# --------------------------------------------------------------------------------------------------------- cards
+
+def test_a_cards_margins_apply_when_the_run_gives_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from fairmedbench.benchmark.resolve import resolve_run
+    from fairmedbench.registry.datasets import DATASETS, get_card
+    from fairmedbench.spec import RunSpec
+
+    base = get_card("synth-control")
+    card = replace(base, margins={"auc": 0.03})
+    monkeypatch.setattr(DATASETS, "get", lambda name: card if name == "synth-control" else base)
+    kw = dict(model="imagenet-resnet50", dataset="synth-control", weights="random", dataset_options={"n": 24})
+    assert resolve_run(RunSpec(**kw), device="cpu").config.margins == {"auc": 0.03}  # type: ignore[arg-type]
+    given = resolve_run(RunSpec(**kw, margin="0.1"), device="cpu").config  # type: ignore[arg-type]
+    assert given.margins == {"*": 0.1}  # --margin replaces the card's
+    assert card.to_dict()["margins"] == {"auc": 0.03}
+    with pytest.raises(ValueError, match="each margin is a number in"):
+        replace(base, margins={"auc": 2.0})

@@ -406,7 +406,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
         sampling=sampling.identity(),
         threshold=checked.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
         n_perm=spec.n_perm, seeds=tuple(spec.seeds), eval_datasets=eval_meta, split_seeds=tuple(spec.split_seeds),
-        margins=parse_margins(spec.margin))
+        margins=parse_margins(spec.margin) or dict(checked.dataset_card.margins))
     return Resolved(checked, config, ds, split, weights, device, externals)
 
 
