@@ -185,6 +185,8 @@ class Suite:
         keys = [e.key for e in self.entries]
         if len(set(keys)) != len(keys):
             raise ValueError(f"suite {self.name!r} lists an entry twice")
+        if not self.tolerances or not all(0 <= t < 1 for _, t in self.tolerances):
+            raise ValueError(f"suite {self.name!r}: each verification tolerance is an absolute difference in [0, 1)")
         if not all(isinstance(m, str) and m and 0 < v < 1 for m, v in self.margins):
             raise ValueError(f"suite {self.name!r}: each margin is (metric or '*', a number in (0, 1))")
 
@@ -192,8 +194,6 @@ class Suite:
     def margin(self) -> str | None:
         """The margins as `--margin` takes them ('0.05', 'auc=0.02,ece=0.01'); None when the suite declares none."""
         return ",".join(f"{v:g}" if m == "*" else f"{m}={v:g}" for m, v in self.margins) or None
-        if not self.tolerances or not all(0 <= t < 1 for _, t in self.tolerances):
-            raise ValueError(f"suite {self.name!r}: each verification tolerance is an absolute difference in [0, 1)")
 
     def tolerance(self, precision: str) -> float:
         """The board's verification tolerance for a run in `precision` (an unknown precision: the widest declared)."""
