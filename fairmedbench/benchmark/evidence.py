@@ -375,15 +375,17 @@ def crossed_cells(reports: Sequence[dict[str, Any]]) -> list[str]:
     """One line per (task, crossed attribute) (sex*age): the attributes it crosses, every cell's test count with its
     positives and negatives, the cells below the minimum size (point estimates, no interval) and those with no
     positive or no negative (the engine's skip reason)."""
+    from fairmedbench.metrics.groups import CROSS
+
     out = []
     for rep in reports:
-        if "*" not in rep["attribute"]:
+        if CROSS not in rep["attribute"]:
             continue
         counts = rep.get("counts", {})
         cells = "; ".join(f"{md(g)} n={c.get('n', 0)}" + (f" ({c['n_pos']} positive, {c['n_neg']} negative)"
                                                             if "n_pos" in c and "n_neg" in c else "")
                           for g in rep["groups"] for c in [counts.get(g, {})])
-        parts = ", ".join(md(p) for p in rep["attribute"].split("*"))
+        parts = ", ".join(md(p) for p in rep["attribute"].split(CROSS))
         n_cells = len(rep["groups"])
         line = f"- {md(rep['task'])} by {md(rep['attribute'])} crosses {parts} into {n_cells} cells: {cells}."
         if rep.get("small_groups"):
