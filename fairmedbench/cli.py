@@ -253,8 +253,8 @@ def _add_run(sub: Subparsers) -> None:
                  "the mitigation, select checkpoint and threshold on validation, and report utility and fairness "
                  "metrics with CIs on test.", parents=[_numbers_parent(), _compute_parent()])
     _options(p, RunSpec, "model", "dataset", "attributes", "usage", "mitigation", "seeds", "split_seed", "split_seeds",
-             "split_file", "eval_datasets", "profile", "threshold", "prompt", profile={"choices": profile_names()},
-             prompt={"choices": list(PROMPT_MODES)})
+             "split_file", "eval_datasets", "profile", "threshold", "prompt", "margin",
+             profile={"choices": profile_names()}, prompt={"choices": list(PROMPT_MODES)})
     _options(p.add_argument_group("sampling after feature extraction (seeded per run seed; part of the run's "
                                   "identity)"), RunSpec, "train_group_share", "share_group", "train_size", "prevalence",
              "prevalence_on", "test_resample")

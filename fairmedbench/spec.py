@@ -54,6 +54,10 @@ class RunSpec:
     n_boot: int = field(default=N_BOOT, metadata=option("bootstrap resamples (0 = no CIs)"))
     n_perm: int = field(default=N_PERM, metadata=option(
         "permutations testing each gap and two-group difference (0 = no tests)"))
+    margin: str | None = field(default=None, metadata=option(
+        "equivalence margin of the two-group differences: VALUE, or metric=VALUE pairs (auc=0.02,ece=0.01); a "
+        "difference within chance whose 90%% bootstrap interval lies inside ±VALUE reads 'equivalent within ±VALUE' "
+        "(two one-sided tests); part of the run's identity", metavar="M"))
     precision: str = field(default="auto", metadata=option(
         "encoder precision: auto = bf16 on CUDA or a CPU that runs bf16 natively (measured once per machine), else "
         "fp32; the choice is printed and recorded"))
@@ -110,7 +114,7 @@ def _canonical(value: Any) -> Any:
 
 
 #: RunConfig fields added after run ids were published: absent from the identity while empty
-OMITTED_WHEN_EMPTY = ("eval_datasets", "split_seeds")
+OMITTED_WHEN_EMPTY = ("eval_datasets", "split_seeds", "margins")
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,8 @@ class RunConfig:
     # () : the split of split_seed as it is; (s,): its test kept, train/val re-drawn with seed s; several: one
     # run per split seed, summarised across splits (benchmark.run.run_split_seeds)
     split_seeds: tuple[int, ...] = ()
+    # equivalence margins of the two-group differences (metrics.result.parse_margins): they change the verdict
+    margins: dict[str, float] = field(default_factory=dict)
 
     def identity(self) -> dict[str, Any]:
         """The canonical JSON-ready identity (sorted keys, lists for tuples). The external-evaluation and
@@ -195,6 +201,7 @@ class ScoreSettings:
     intersect: bool = False  # add the crossing of the attributes
     groups: Mapping[str, Sequence[str]] = field(default_factory=dict)  # attribute -> its groups, in this order
     logits: bool = False  # the scores are logits (the engine applies the sigmoid or softmax)
+    margins: Mapping[str, float] = field(default_factory=dict)  # equivalence margins (metrics.result.apply_margins)
     fpr_at_tpr: float = 0.95
     rates_at_fpr: float = 0.2
     ece_bins: int = ECE_BINS

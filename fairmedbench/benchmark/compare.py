@@ -19,6 +19,9 @@ the paired test against ERM takes the split as its unit (each split's seed-mean 
 t-test over splits), and the paired test-set bootstrap pools every split x seed run on the one test set.
 Other sites (`--eval-dataset`): each external test set is compared as a dataset of its own, `<dataset>@<site>`,
 from the same trained heads (paired over seeds or splits, with its own paired test-set bootstrap).
+A crossed attribute (`sex*age`): every method trains and reports with its cells as groups; each table row also
+holds each cell's headline value over seeds with its counts and the reason a cell has no value or interval
+(`crossed_cells`), and the gap against ERM is the gap over the cells.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from fairmedbench.engine import store
 from fairmedbench.engine.results import RunResult
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
+from fairmedbench.metrics.groups import CROSS
 from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
+from fairmedbench.metrics.result import parse_margins
 from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
 from fairmedbench.spec import RunOptions, RunSpec, option
 
@@ -73,12 +78,14 @@ class CompareOutcome:
     split_seeds: list[int] = field(default_factory=list)  # repeated splits: the unit of the paired test
     sites: dict[str, str] = field(default_factory=dict)  # <dataset>@<site> -> the dataset trained on
     hparam_search: dict[str, Any] = field(default_factory=dict)  # (dataset|method) -> the search record
+    margins: dict[str, float] = field(default_factory=dict)  # equivalence margins (metrics.result.parse_margins)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (values per seed included)."""
         return store.jsonable({"attribute": self.attribute, "methods": self.methods, "datasets": self.datasets,
                 "task": self.task, "metrics": list(self.metrics), "notes": self.notes, "table": self.table,
                 "split_seeds": self.split_seeds, "sites": self.sites, "hparam_search": self.hparam_search,
+                **({"margins": self.margins} if self.margins else {}),
                 "versus_erm": self.versus_erm,
                 "test_bootstrap": self.test_bootstrap, "ranks": self.ranks, "seconds": self.seconds,
                 "per_seed": {"|".join(k): v for k, v in self.values.items()},
@@ -115,6 +122,11 @@ class CompareOptions:
     select: str | None = field(default=None, metadata=option(
         "checkpoint selection on validation (default: the task's first rule: val_loss for classification, val_dsc "
         "for segmentation)"))
+    margin: str | None = field(default=None, metadata=option(
+        "equivalence margin: VALUE, or metric=VALUE pairs by the compared metric (auc=0.02,auc_gap=0.03): a method "
+        "within chance whose 90%% paired t interval against ERM (and the test-set bootstrap interval where it ran) "
+        "lies inside ±VALUE is equivalent to ERM; every run also applies it to its two-group differences",
+        metavar="M"))
     report: bool = field(default=False, metadata=option("also write a utility-fairness Pareto page"))
     evidence: str | None = field(default=None, metadata=option(
         "write an evidence pack of the comparison (its JSON and page, every run's results and predictions, command, "
@@ -142,7 +154,7 @@ def compare_with(o: CompareOptions, opts: RunOptions) -> CompareOutcome:
     return compare(o.model, o.dataset, o.attribute, o.usage, list(o.mitigations), parse_seeds(o.seeds), opts,
                    select=o.select, weights=o.weights, n_boot=o.n_boot, precision=o.precision, skip_bad=o.skip_bad,
                    dataset_options=o.dataset_options, hparams=o.hparams, split_file=o.split_file,
-                   split_seeds=split_seeds, eval_datasets=sites, hparam_search=o.hparam_search)
+                   split_seeds=split_seeds, eval_datasets=sites, hparam_search=o.hparam_search, margin=o.margin)
 
 
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
@@ -150,7 +162,8 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
             precision: str = RunSpec.precision, skip_bad: bool = False, split_file: str | None = None,
             split_seeds: tuple[int, ...] = (), eval_datasets: tuple[str, ...] = (),
-            hparam_search: int = 0, sampling: dict[str, Any] | None = None) -> CompareOutcome:
+            hparam_search: int = 0, sampling: dict[str, Any] | None = None,
+            margin: str | None = None) -> CompareOutcome:
     """Run every method on every dataset with the same seeds (and split seeds); summarise and test against ERM,
     on each dataset and each of its `eval_datasets` sites.
 
@@ -158,6 +171,8 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
     before the first one starts, so a mistyped name or hyperparameter fails at once. `hparam_search` N > 0 picks
     each method's hyperparameters on validation first (benchmark/search.py). `sampling`: RunSpec's sampling fields
     (train_group_share, share_group, train_size, ...) for every run, e.g. a minority share kept on re-drawn splits.
+    `margin` (parse_margins): the equivalence margin of each difference from ERM (by metric name, else the single
+    value) and of every run's two-group differences.
     """
     from fairmedbench.benchmark.resolve import check_spec
     from fairmedbench.tasks.base import get_task
@@ -177,7 +192,7 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                            weights=weights, n_boot=n_boot, hparams=dict(hparams or {}),
                            dataset_options=dict(dataset_options or {}), precision=precision, skip_bad=skip_bad,
                            split_file=split_file, split_seeds=tuple(split_seeds), eval_datasets=tuple(eval_datasets),
-                           **(sampling or {}))
+                           margin=margin, **(sampling or {}))
             checked = check_spec(spec)
             if not checked.usage.learns:
                 raise InputError(f"compare trains: usage {usage!r} learns nothing from the train split")
@@ -197,7 +212,7 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
     task = get_task(task_of[datasets[0]])
     t0 = time.perf_counter()
     out = CompareOutcome(attribute, methods, list(datasets), task.name, task.summary_metrics,
-                         split_seeds=list(split_seeds))
+                         split_seeds=list(split_seeds), margins=parse_margins(margin))
     for ds in datasets:
         for m in methods:
             if hparam_search:
@@ -270,7 +285,9 @@ def _summarise(out: CompareOutcome, name: str, cells: dict[str, list[list[RunRes
         out.table.append({"dataset": name, "method": m, "n_seeds": len(splits[0]), "n_splits": n_splits,
                           "unit": unit, "n_units": len(units[(m, task.summary_metrics[0])]), **{
                               k: None if v is None else {"mean": v.mean, "ci_low": v.ci_low, "ci_high": v.ci_high}
-                              for k, v in s.items()}})
+                              for k, v in s.items()},
+                          **({"cells": crossed_cells(splits, attribute, task.headline)} if CROSS in attribute
+                             else {})})
     for m in out.methods[1:]:
         for metric in task.versus_erm:
             a, b = units[(m, metric)], units[(BASELINE, metric)]
@@ -278,13 +295,59 @@ def _summarise(out: CompareOutcome, name: str, cells: dict[str, list[list[RunRes
                 continue
             paired = seed_summary(a - b, bounds=metric_spec(metric).diff_bounds)
             w = welch_test(a, b)
+            margin = out.margins.get(metric, out.margins.get("*"))
             out.versus_erm.append({"dataset": name, "method": m, "metric": metric, "unit": unit, "n_units": len(a),
                                    "mean_diff": paired.mean, "ci_low": paired.ci_low, "ci_high": paired.ci_high,
                                    "paired_p": _paired_p(a - b), "welch_t": w.t,
-                                   "welch_p": w.p_value, "welch_note": w.note})
+                                   "welch_p": w.p_value, "welch_note": w.note, **paired_power(a - b),
+                                   **({"margin": margin} if margin is not None else {})})
     if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
         flat = {m: [r for split in splits for r in split] for m, splits in cells.items()}
         out.test_bootstrap[name] = _test_bootstrap(out, flat, name, attribute, n_boot)
+
+
+def crossed_cells(splits: list[list[RunResult]], attribute: str, metric: str) -> dict[str, dict[str, Any]]:
+    """Each cell of a crossed attribute (sex*age) for one method: its test counts, the mean [t 95% CI] of `metric`
+    over the units (seeds, or each split's seed mean), and why a cell has no value or no interval in a run (no
+    positive or no negative patient; below the minimum group size: a point estimate only)."""
+    from fairmedbench.metrics.specs import metric_spec
+    from fairmedbench.metrics.stats import seed_summary
+
+    reports = [[next(r for r in res.fairness().reports if r.attribute == attribute) for res in split]
+               for split in splits]
+    first = reports[0][0]
+    out: dict[str, dict[str, Any]] = {}
+    for g in first.groups:
+        values = [[rep.value(metric, g) for rep in split] for split in reports]
+        per = np.array([np.mean(v) for v in values] if len(values) > 1 else values[0])
+        c = first.counts.get(g, {})
+        why = first.skipped.get(g) or ("below the minimum group size: a point estimate in each run, no interval"
+                                       if g in first.small_groups else None)
+        cell: dict[str, Any] = {"n": c.get("n"), "n_pos": c.get("n_pos"), "n_neg": c.get("n_neg"), "reason": why,
+                                "mean": None, "ci_low": None, "ci_high": None}
+        if np.isfinite(per).all():
+            ss = seed_summary(per, bounds=metric_spec(metric).bounds)
+            cell.update(mean=ss.mean, ci_low=ss.ci_low, ci_high=ss.ci_high)
+        out[g] = cell
+    return out
+
+
+def paired_power(diffs: np.ndarray) -> dict[str, Any]:
+    """What the paired t-test over units can say beside its p: `tost_interval`, the 90% t interval of the mean
+    difference (two one-sided tests at 5% call it equivalent within ±m when it lies inside (-m, m)), and `mde`, the
+    smallest true mean difference it detects with 80% power at two-sided 5%, (t_{0.975,n-1} + t_{0.8,n-1}) · sd/√n
+    (the normal approximation of the noncentral t); {} when the differences have no spread."""
+    from scipy.stats import t
+
+    from fairmedbench.metrics.result import MDE_ALPHA, MDE_POWER
+
+    n = len(diffs)
+    if n < 2 or not np.isfinite(diffs).all() or np.ptp(diffs) == 0:
+        return {}
+    se = float(np.std(diffs, ddof=1)) / np.sqrt(n)
+    mean, half = float(np.mean(diffs)), float(t.ppf(1 - MDE_ALPHA, n - 1)) * se
+    mde = (float(t.ppf(1 - MDE_ALPHA / 2, n - 1)) + float(t.ppf(MDE_POWER, n - 1))) * se
+    return {"tost_interval": [mean - half, mean + half], "mde": mde}
 
 
 def _paired_p(diffs: np.ndarray) -> float | None:

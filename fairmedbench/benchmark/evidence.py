@@ -363,6 +363,31 @@ def _facts(reports: Sequence[dict[str, Any]], task: str) -> list[str]:
     return out
 
 
+def crossed_cells(reports: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per (task, crossed attribute) (sex*age): the attributes it crosses, every cell's test count with its
+    positives and negatives, the cells below the minimum size (point estimates, no interval) and those with no
+    positive or no negative (the engine's skip reason)."""
+    from fairmedbench.metrics.groups import CROSS
+
+    out = []
+    for rep in reports:
+        if CROSS not in rep["attribute"]:
+            continue
+        counts = rep.get("counts", {})
+        cells = "; ".join(f"{md(g)} n={c.get('n', 0)}" + (f" ({c['n_pos']} positive, {c['n_neg']} negative)"
+                                                            if "n_pos" in c and "n_neg" in c else "")
+                          for g in rep["groups"] for c in [counts.get(g, {})])
+        parts = ", ".join(md(p) for p in rep["attribute"].split(CROSS))
+        n_cells = len(rep["groups"])
+        line = f"- {md(rep['task'])} by {md(rep['attribute'])} crosses {parts} into {n_cells} cells: {cells}."
+        if rep.get("small_groups"):
+            small = ", ".join(md(g) for g in rep["small_groups"])
+            line += f" Below the minimum size, a point estimate and no interval: {small}."
+        line += "".join(f" {md(g)}: {md(why)}." for g, why in rep.get("skipped", {}).items())
+        out.append(line)
+    return out
+
+
 SUMMARY = """# Evidence pack: {title}
 
 Written by fairmedbench {version} on {created}. Every number below is in the files listed. This summary states
@@ -482,7 +507,7 @@ def write_summary(folder: Path, doc: dict[str, Any], files: list[tuple[str, str,
         level=level, resampling=f", resampling unit: {md(unit)}" if unit else "", run_id=doc.get("run_id"),
         operating="\n".join(operating) or "- none: no task of this result is thresholded",
         per_group="\n".join(_per_group(result["reports"], task, level)),
-        facts="\n".join([*_facts(result["reports"], task), *more]), rows=rows)
+        facts="\n".join([*_facts(result["reports"], task), *crossed_cells(result["reports"]), *more]), rows=rows)
     return store.write_text(folder / "summary.md", text + (f"\n{articles(audits)}" if audits else ""))
 
 

@@ -72,7 +72,8 @@ class InspectOptions:
         "test only these label classes against each other, e.g. 'Pleural Effusion:No Finding' (default: every "
         "pair)", flag="--label-pair", action="append", default=[], metavar="A:B"))
     attributes: list[str] = field(default_factory=list, metadata=option(
-        "attribute column(s) (default: sex, gender, race where present; the card's with --model)",
+        "attribute column(s) (default: sex, gender, race where present; the card's with --model); sex*age crosses "
+        "two into one attribute whose groups are the cells (F|>=60)",
         flag="--attribute", action="append", csv=True, default=None, metavar="COLS"))
     patient_column: str | None = field(default=None, metadata=option(
         "keep a patient's rows on one side of the probe split (default: patient_id when present)", metavar="COL"))
@@ -274,11 +275,37 @@ def _variables(meta: pd.DataFrame, opts: InspectOptions, source: str, notes: lis
         raise InputError(f"{label!r} is both the label and an attribute; give different columns")
     if not opts.label:
         notes.append(f"label: {label!r} (choose with --label)")
-    missing = [c for c in [label, *attributes] if c not in cols]
+    missing = [c for c in [label, *columns_read(attributes)] if c not in cols]
     if missing:
         raise InputError(f"column(s) {missing} not in {source}; its columns are: {', '.join(cols[:40])}")
     return (make_target(label, meta[label].to_numpy(), what="label"),
-            [make_target(a, meta[a].to_numpy()) for a in attributes])
+            [make_target(a, crossed_values(meta, a)) for a in attributes])
+
+
+def columns_read(attributes: list[str]) -> list[str]:
+    """The columns the attributes read: each plain one, and each part of a crossed one (sex*age)."""
+    from fairmedbench.metrics.groups import crossed_parts
+
+    return list(dict.fromkeys(c for a in attributes for c in (crossed_parts(a) or (a,))))
+
+
+def crossed_values(meta: pd.DataFrame, name: str) -> np.ndarray:
+    """A column's values, or a crossed attribute's cell per row ('F|>=60': its parts' values joined by '|'; None
+    where any part is missing)."""
+    import pandas as pd
+
+    from fairmedbench.metrics.groups import crossed_parts
+
+    parts = crossed_parts(name)
+    if not parts:
+        return meta[name].to_numpy()
+    columns = [meta[p].to_numpy(dtype=object) for p in parts]
+    missing = np.zeros(len(meta), dtype=bool)
+    for col in columns:
+        missing |= pd.isna(col)
+    cells = np.array(["|".join(str(v) for v in row) for row in zip(*columns)] + [""], dtype=object)[:-1]
+    cells[missing] = None
+    return cells
 
 
 def _check_variables(label: Target, attributes: list[Target], opts: InspectOptions, notes: list[str]) -> None:
@@ -399,11 +426,12 @@ def load_model_features(opts: InspectOptions, progress: Callable[[str, int, int]
         raise InputError(f"inspect: dataset {card.name!r} has no label column to probe")
     order = np.concatenate([split.train, split.val, split.test])
     n_fit = len(split.train) + len(split.val)
-    samples = ds.samples.iloc[order]
-    label = make_target(card.label_column, samples[card.label_column].to_numpy(), what="label")
     names = opts.attributes or [a.name for a in card.attributes if not a.name.endswith("_bins")]
     for a in names:
-        card.attribute(a)
+        card.attribute_parts(a)
+    ds.add_crossed(names)  # the cell column attr:sex*age of each crossed attribute
+    samples = ds.samples.iloc[order]
+    label = make_target(card.label_column, samples[card.label_column].to_numpy(), what="label")
     attributes = [make_target(a, samples[f"attr:{a}"].to_numpy()) for a in names]
     _check_variables(label, attributes, opts, notes)
     if opts.discover:

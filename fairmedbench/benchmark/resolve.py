@@ -139,6 +139,7 @@ def check_spec(spec: RunSpec) -> Checked:
     from fairmedbench.adapters.volumes import VOLUME_HPARAMS
     from fairmedbench.analysis.sampling import check_request
     from fairmedbench.metrics.profiles import check_threshold, get_profile
+    from fairmedbench.metrics.result import parse_margins
     from fairmedbench.metrics.thresholds import parse_policy
     from fairmedbench.mitigation import MITIGATIONS
     from fairmedbench.registry.datasets import get_card as dataset_card
@@ -171,6 +172,7 @@ def check_spec(spec: RunSpec) -> Checked:
                          "over classes, or mask logits > 0, decides); drop --threshold")
     threshold = profile.threshold_policy or spec.threshold or THRESHOLD_WITH_VAL
     parse_policy(threshold)
+    parse_margins(spec.margin)  # a bad --margin fails here, before any work
     if spec.n_boot < 0:
         raise InputError(f"--n-boot must be >= 0, got {spec.n_boot}")
     if spec.n_perm < 0:
@@ -389,6 +391,7 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
     from fairmedbench.benchmark.datasets import load_with_split
     from fairmedbench.engine.device import resolve_precision, select_device
     from fairmedbench.engine.store import sha256_file
+    from fairmedbench.metrics.result import parse_margins
     from fairmedbench.registry.models.weights import resolve_weights
 
     checked = check_spec(spec)
@@ -423,7 +426,8 @@ def resolve_run(spec: RunSpec, *, data_root: str | None = None, device: str = "a
         split_seed=spec.split_seed if not spec.split_file else -1, split_fingerprint=split_fp,
         sampling=sampling.identity(),
         threshold=checked.threshold, profile=spec.profile, precision=precision, n_boot=spec.n_boot,
-        n_perm=spec.n_perm, seeds=tuple(spec.seeds), eval_datasets=eval_meta, split_seeds=tuple(spec.split_seeds))
+        n_perm=spec.n_perm, seeds=tuple(spec.seeds), eval_datasets=eval_meta, split_seeds=tuple(spec.split_seeds),
+        margins=parse_margins(spec.margin) or dict(checked.dataset_card.margins))
     return Resolved(checked, config, ds, split, weights, device, externals)
 
 

@@ -16,6 +16,8 @@ A study file (shipped ones: `fairmedbench/studies/*.yaml`, package data; see `sh
     split_seed: 0                    # settings of every run (RunSpec fields; left out: RunSpec's defaults)
     n_boot: 500                      # bootstrap resamples per interval
     n_perm: 200                      # permutations per gap / difference test (0 = none)
+    margin: 0.05                     # or {auc: 0.02, ece: 0.01}: equivalence margin of the two-group differences
+                                     #   (`benchmark run --margin`; part of each run's identity)
     profile: default
     weights: random                  # null: each card's own weights; 'random' for smoke tests
     precision: fp32
@@ -113,6 +115,7 @@ class Study:
     split_seed: int = RunSpec.split_seed
     n_boot: int = RunSpec.n_boot
     n_perm: int = RunSpec.n_perm
+    margin: str | None = RunSpec.margin  # as `--margin` takes it: '0.05' or 'auc=0.02,ece=0.01'
     profile: str = RunSpec.profile
     weights: str | None = RunSpec.weights
     precision: str = RunSpec.precision
@@ -242,6 +245,26 @@ class _Parser:
         if len(set(vals)) != len(vals):
             raise self.fail(node, f"{what}: values repeat")
         return tuple(vals)
+
+    def margin(self, node: yaml.Node) -> str:
+        """`margin:` as `--margin` takes it: one number for every difference, or a mapping of metric to number."""
+        import yaml
+
+        from fairmedbench.errors import InputError
+        from fairmedbench.metrics.result import parse_margins
+
+        if isinstance(node, yaml.MappingNode):
+            text = ",".join(f"{k}={v}" for k, v in self.mapping(node, "margin").items())
+        else:
+            value = self.scalar(node, "margin")
+            text = "" if isinstance(value, bool) else str(value)
+        try:
+            if not parse_margins(text):
+                raise InputError(f"--margin {text}: give a positive number")
+        except InputError as exc:
+            raise self.fail(node, f"margin: {str(exc).removeprefix('--margin ')}; e.g. margin: 0.05, or margin: "
+                                  "{auc: 0.02, ece: 0.01}") from None
+        return text
 
     def mapping(self, node: yaml.Node, what: str) -> dict[str, Any]:
         import yaml
@@ -410,6 +433,8 @@ class _Parser:
             v["eval_datasets"] = self.eval_datasets(nodes["eval_datasets"])
         if "split_seeds" in nodes:
             v["split_seeds"] = self.seeds(nodes["split_seeds"], "split_seeds")
+        if "margin" in nodes:
+            v["margin"] = self.margin(nodes["margin"])
         for key in ("include", "exclude"):
             if key in nodes:
                 v[key] = self.rules(nodes[key], key)
@@ -456,7 +481,7 @@ def expand(study: Study) -> list[Cell]:
             spec_kw = dict(model=model, dataset=dataset, attributes=tuple(study.attributes), usage=usage_name,
                            mitigation=mitigation, seeds=tuple(study.seeds), split_seed=study.split_seed,
                            weights=study.weights, profile=study.profile, n_boot=study.n_boot,
-                           n_perm=study.n_perm, precision=study.precision, hparams=dict(hp),
+                           n_perm=study.n_perm, margin=study.margin, precision=study.precision, hparams=dict(hp),
                            dataset_options=dict(study.dataset_options),
                            eval_datasets=tuple(study.eval_datasets),
                            split_seeds=() if split_seed is None else (split_seed,))

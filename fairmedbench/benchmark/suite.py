@@ -70,8 +70,8 @@ def suite_with(o: SuiteOptions, opts: RunOptions) -> Path:
 def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weights: str | None = None,
               n_boot: int = N_BOOT, revision: str | None = None, entries: Sequence[str] = ()) -> Path:
     """Run each entry (or only those named in `entries`) for each of its seeds (reusing finished runs), evaluating
-    the entry's external datasets (--eval-dataset), and write the bundle; returns its path. Entries on a real test
-    set run on the board's split (`board_split_file`)."""
+    the entry's external datasets (--eval-dataset) with the suite's equivalence margins, and write the bundle;
+    returns its path. Entries on a real test set run on the board's split (`board_split_file`)."""
     import pandas as pd
 
     suite = get_suite(suite_name)
@@ -84,7 +84,7 @@ def run_suite(suite_name: str, model: str, bundle: Path, opts: RunOptions, weigh
         spec = RunSpec(model=model, dataset=entry.dataset, attributes=entry.attributes, usage=entry.usage,
                        seeds=entry.seeds, weights=weights, profile=entry.profile, n_boot=n_boot,
                        dataset_options=entry.dataset_options, split_file=board_split_file(entry, opts, suite),
-                       eval_datasets=tuple(x.dataset for x in entry.externals))
+                       eval_datasets=tuple(x.dataset for x in entry.externals), margin=suite.margin)
         outcome = run(spec, replace(opts))
         if outcome.reused and any(_predates_empty_rows(d) for d in outcome.seed_docs):
             opts.say(f"{entry.key}: the stored run predates one predictions row per test sample; recomputing it")

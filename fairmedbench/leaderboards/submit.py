@@ -486,6 +486,10 @@ def _score_settings(rel: str, res: dict[str, Any], attrs_named: list[str], tasks
             raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
         policy = policies.pop()
     default = ScoreSettings()
+    margins = meta.get("margins", {})  # equivalence margins the run applied (results without any carry none)
+    if not (isinstance(margins, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                              for v in margins.values())):
+        raise _Stop([f"{rel}: result.meta.margins must map metric names to positive numbers, got {margins!r}"])
 
     def recorded(path: tuple[str, ...], value: Any) -> Any:  # operating points, ECE bins: where the engine records them
         return _setting(meta, path, rel) if path[0] in meta else value
@@ -497,7 +501,7 @@ def _score_settings(rel: str, res: dict[str, Any], attrs_named: list[str], tasks
         groups={a: tuple(first[a]["groups"]) for a in attrs_named},
         fpr_at_tpr=recorded(("operating_points", "fpr_at_tpr"), default.fpr_at_tpr),
         rates_at_fpr=recorded(("operating_points", "rates_at_fpr"), default.rates_at_fpr),
-        ece_bins=recorded(("ece", "bins"), default.ece_bins))
+        ece_bins=recorded(("ece", "bins"), default.ece_bins), margins=margins)
 
 
 def weights_identity(sha: str | None, run_weights: Any) -> str | None:

@@ -115,8 +115,9 @@ class Entry:
 
     @property
     def key(self) -> str:
-        """Folder name of this entry inside a bundle: dataset__usage__attr1+attr2."""
-        return f"{self.dataset}__{self.usage}__{'+'.join(self.attributes)}"
+        """Folder name of this entry inside a bundle: dataset__usage__attr1+attr2 (a crossed attribute sex*age as
+        sex-x-age: bundle file names keep to [A-Za-z0-9._+-])."""
+        return f"{self.dataset}__{self.usage}__{'+'.join(a.replace('*', '-x-') for a in self.attributes)}"
 
     @property
     def kind(self) -> str:
@@ -179,6 +180,9 @@ class Suite:
     description: str
     entries: tuple[Entry, ...]
     tolerances: tuple[tuple[str, float], ...] = DEFAULT_TOLERANCES
+    # equivalence margins every entry's run applies to its two-group differences (`benchmark run --margin`):
+    # (metric, margin) pairs, metric '*' for every difference; () for none
+    margins: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         keys = [e.key for e in self.entries]
@@ -186,6 +190,13 @@ class Suite:
             raise ValueError(f"suite {self.name!r} lists an entry twice")
         if not self.tolerances or not all(0 <= t < 1 for _, t in self.tolerances):
             raise ValueError(f"suite {self.name!r}: each verification tolerance is an absolute difference in [0, 1)")
+        if not all(isinstance(m, str) and m and 0 < v < 1 for m, v in self.margins):
+            raise ValueError(f"suite {self.name!r}: each margin is (metric or '*', a number in (0, 1))")
+
+    @property
+    def margin(self) -> str | None:
+        """The margins as `--margin` takes them ('0.05', 'auc=0.02,ece=0.01'); None when the suite declares none."""
+        return ",".join(f"{v:g}" if m == "*" else f"{m}={v:g}" for m, v in self.margins) or None
 
     def tolerance(self, precision: str) -> float:
         """The board's verification tolerance for a run in `precision` (an unknown precision: the widest declared)."""

@@ -108,7 +108,7 @@ def metric_cell(rep: dict[str, Any], metric: str, group: str, signed: bool = Fal
 def verdict_cell(v: Verdict) -> Cell:
     """A report.verdicts.Verdict as a table cell: its short answer, the full sentence and evidence as tooltip."""
     css = {"disparity": "yes", "no-evidence": "no", "raw-only": "na", "better": "no", "worse": "yes", "changed": "yes",
-           "no-difference": "no", "shifted": "yes", "not-shifted": "no"}.get(v.key, "na")
+           "no-difference": "no", "shifted": "yes", "not-shifted": "no", "equivalent": "no"}.get(v.key, "na")
     return Cell(v.short, css, f"{v.sentence} Evidence: {v.evidence}.")
 
 
@@ -448,6 +448,22 @@ def _interval_cell(c: dict[str, Any] | None, signed: bool = True) -> Cell:
     return Cell(interval_text(c, signed), "num") if c else Cell("—", "na")
 
 
+def _crossed_cells_table(rows: list[dict[str, Any]], head: str, unit: str) -> Table | None:
+    """A crossed attribute's cells per method (compare's `cells`), each headed by its test count; the caption says
+    why a cell has no value or interval. None for a plain attribute."""
+    from fairmedbench.report.terminal import crossed_cell_notes
+
+    mine = [r for r in rows if r.get("cells")]
+    if not mine:
+        return None
+    names = list(mine[0]["cells"])
+    why = crossed_cell_notes(mine)
+    return Table(["method", *[f"{g} (n={mine[0]['cells'][g].get('n')})" for g in names]],
+                 [[Cell(r["method"]), *[_summary_cell(r["cells"].get(g)) for g in names]] for r in mine],
+                 f"{head} per crossed cell, mean over {unit}s [95% CI across {unit}s]"
+                 + (f"; {'; '.join(why)}" if why else ""))
+
+
 def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
     """A comparison of mitigations: per dataset, every method's seed means with CIs, utility against gap with
     error bars and the non-dominated (Pareto) methods marked, paired differences from ERM over seeds, and the
@@ -469,6 +485,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
                           *[_summary_cell(r.get(m)) for m in metrics]] for r in rows],
                         f"mean over splits [95% CI across splits {split_seeds}; each split's mean over its seeds]"
                         if split_seeds else "mean over seeds [95% CI across seeds]")
+        cells = _crossed_cells_table(rows, u_name, unit)
         pts = [r for r in rows if (r.get(util) or {}).get("mean") is not None and (r.get(gap) or {}).get("mean")
                is not None]
         figures, pareto = [], None
@@ -518,7 +535,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
         by_method: dict[str, list[str]] = {}
         for v, judged in paired:  # one sentence per method: its verdicts, each with both intervals where both ran
             by_method.setdefault(v["method"], []).append(judged.sentence.rstrip("."))
-        datasets.append({"name": ds, "tables": [t for t in (summary, pareto, paired_table, boot_table) if t],
+        datasets.append({"name": ds, "tables": [t for t in (summary, cells, pareto, paired_table, boot_table) if t],
                          "figures": figures, "sentences": [f"{'; '.join(x)}." for x in by_method.values()]})
     text = TEMPLATES.get_template("report/compare.html.j2").render(
         attribute=doc["attribute"], datasets=datasets, answer=compare_headline(doc), notes=doc.get("notes", []),

@@ -278,6 +278,7 @@ def render_compare(doc: dict, console: Console) -> None:
             cells.append("—" if not c else fmt(c["mean"], c["ci_low"], c["ci_high"]))
         table.add_row(row["dataset"], row["method"], *cells)
     console.print(table)
+    render_compare_cells(doc, over, console)
     from fairmedbench.report.verdicts import compare_headline, compare_verdicts, fmt_p
 
     unit = "split" if doc.get("split_seeds") else "seed"
@@ -553,6 +554,42 @@ def render_run_outcome(outcome: RunOutcome, report: Path | None, console: Consol
                                                      outcome.out_dir).fairness(), first.doc["test_resample"], console)
     if report:
         console.print(f"report: {report}")
+
+
+def render_compare_cells(doc: dict, over: str, console: Console) -> None:
+    """A crossed attribute's cells per method (compare's `cells`): the headline metric's mean [t 95% CI] over
+    `over`, each cell headed by its test count, then why a cell has no value or interval."""
+    from rich.table import Table
+
+    from fairmedbench.metrics.specs import metric_spec
+
+    rows = [r for r in doc["table"] if r.get("cells")]
+    if not rows:
+        return
+    head = metric_spec(headline_metric(doc.get("task", "classification"))).header
+    names = list(rows[0]["cells"])
+    table = Table(title=f"by {doc['attribute']}: {head} per crossed cell, mean \\[t 95% CI] over {over}",
+                  title_justify="left")
+    for h in ("dataset", "method", *[f"{g} (n={rows[0]['cells'][g].get('n')})" for g in names]):
+        table.add_column(h, justify="left" if h in ("dataset", "method") else "right")
+    for row in rows:
+        table.add_row(row["dataset"], row["method"], *[
+            "—" if (c := row["cells"].get(g) or {}).get("mean") is None else fmt(c["mean"], c["ci_low"], c["ci_high"])
+            for g in names])
+    console.print(table)
+    for line in crossed_cell_notes(rows):
+        console.print(f"[cyan]note[/] {line}")
+
+
+def crossed_cell_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Why crossed cells have no value or no interval (compare's `cells` reasons), one line per dataset and reason
+    naming its cells."""
+    said: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        for g, c in (r.get("cells") or {}).items():
+            if c.get("reason") and g not in (cells := said.setdefault((r["dataset"], c["reason"]), [])):
+                cells.append(g)
+    return [f"{ds}, cell{'s' if len(gs) > 1 else ''} {', '.join(gs)}: {why}" for (ds, why), gs in said.items()]
 
 
 def render_compare_saved(doc: dict, path: Path, report: Path | None, console: Console) -> None:

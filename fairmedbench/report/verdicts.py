@@ -15,7 +15,9 @@ Questions:
       come from the same t distribution, so they cannot disagree) and, where compare ran the paired test-set
       bootstrap for X, that interval must exclude 0 as well (both the seed-to-seed and the test set's sampling
       error count). One seed, or values undefined in a seed, is "undefined: one seed" (or the reason), never "no
-      clear difference".
+      clear difference". Within chance, it is "equivalent within ±m" when the row has a margin and its 90% paired t
+      interval (and the bootstrap interval where it ran) lies inside ±m, else inconclusive with what the paired
+      t-test could have detected.
   (c) `compare_headline`, `board_headline`, `study_headline`: the one or two sentences a page opens with;
       `board_shift_headline` answers a board's external evaluation (does fairness hold on another site?) from
       `site_shift`.
@@ -396,15 +398,32 @@ def versus_erm(row: dict[str, Any], n_seeds: int, boot: dict[str, Any] | None = 
             boot_hit, boot_text = False, "; the test-set bootstrap interval is undefined"
     ptext = f"p = {fmt_p(float(p))}" if p is not None else "paired t interval"
     if not (seed_hit and boot_hit):
+        margin, tost = row.get("margin"), row.get("tost_interval")
+        if _finite(margin) and tost and -margin < tost[0] and tost[1] < margin and (
+                not boot or (_finite(boot.get("ci_low")) and _finite(boot.get("ci_high"))
+                             and -margin < boot["ci_low"] and boot["ci_high"] < margin)):
+            return Verdict("equivalent", f"{method} is equivalent to ERM on {head} within ±{margin:g} ({size}; two "
+                                         f"one-sided tests: 90% paired t interval [{tost[0]:+.3f}, {tost[1]:+.3f}]"
+                                         f"{boot_text}).", evidence, None if p is None else float(p))
         why = ptext if not seed_hit else f"{ptext} over {unit}s, but not beyond the test set's sampling error"
         return Verdict("no-difference", f"{method} did not change {head} beyond chance against ERM ({size}; "
-                                        f"{why}{boot_text}).", evidence, None if p is None else float(p))
+                                        f"{why}{boot_text}){_paired_open(row, unit)}.", evidence,
+                       None if p is None else float(p))
     up = float(diff) > 0
     better = _direction(metric)
     key = "changed" if better is None else ("better" if up == better else "worse")
     verb = {"better": "improved", "worse": "worsened", "changed": "changed"}[key]
     return Verdict(key, f"{method} {verb} {head} against ERM beyond chance: {size} ({ptext}{boot_text}).",
                    evidence, None if p is None else float(p))
+
+
+def _paired_open(row: dict[str, Any], unit: str) -> str:
+    """What a paired comparison within chance could have found (the inconclusive verdict's words): the paired
+    t-test's minimum detectable difference, and the margin it was not shown equivalent within."""
+    mde, margin = row.get("mde"), row.get("margin")
+    out = (f"; no evidence either way: the paired t-test over {unit}s could only detect differences ≥ {mde:.3f}"
+           if _finite(mde) else "")
+    return out + (f"; not shown equivalent within ±{margin:g}" if _finite(margin) else "")
 
 
 def compare_verdicts(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Verdict]]:
@@ -425,7 +444,7 @@ def compare_verdicts(doc: dict[str, Any]) -> list[tuple[dict[str, Any], Verdict]
 
 def compare_headline(doc: dict[str, Any]) -> list[str]:
     """The compare page's (and terminal's) opening sentences, one per dataset: which mitigations changed the
-    worst-group metric beyond chance, and which changed utility."""
+    worst-group metric beyond chance (or were shown equivalent to ERM within a margin), and which changed utility."""
     pairs = compare_verdicts(doc)
     out = []
     for ds in doc.get("datasets", []):
@@ -438,7 +457,7 @@ def compare_headline(doc: dict[str, Any]) -> list[str]:
         for metric in metrics:
             vs = [v for r, v in mine if r["metric"] == metric]
             head = _header(metric)
-            moved = [v.sentence.rstrip(".") for v in vs if v.key in ("better", "worse", "changed")]
+            moved = [v.sentence.rstrip(".") for v in vs if v.key in ("better", "worse", "changed", "equivalent")]
             undefined = [v for v in vs if v.key == "undefined"]
             if moved:
                 parts.append("; ".join(moved))
@@ -448,7 +467,11 @@ def compare_headline(doc: dict[str, Any]) -> list[str]:
                 ps = [v.p for v in vs if v.p is not None]
                 bound = (f" (p = {fmt_p(ps[0])})" if len(ps) == 1 else
                          f" (p ≥ {fmt_p(min(ps))} for all {len(ps)})" if ps else "")
-                parts.append(f"no mitigation changed {head} against ERM beyond chance{bound}")
+                mdes = [r["mde"] for r, v in mine if r["metric"] == metric and v.key == "no-difference"
+                        and _finite(r.get("mde"))]
+                could = ("" if not mdes else f"; no evidence either way: the paired t-test could only detect "
+                         f"differences ≥ {min(mdes):.3f}" + ("" if len(mdes) == 1 else f" to {max(mdes):.3f}"))
+                parts.append(f"no mitigation changed {head} against ERM beyond chance{bound}{could}")
         out.append(f"{ds}: " + "; ".join(parts) + ".")
     return out
 

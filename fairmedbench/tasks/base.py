@@ -148,7 +148,8 @@ class Task:
     def score(self, table: PredictionTable, settings: ScoreSettings,
               on_step: Callable[[int, int, str], None] | None = None) -> FairnessResult:
         """The result of a predictions table under `settings`, by the task's scorer (imported on first use), after
-        the patient and sample-id checks (analysis.data_checks; refused tables raise InputError before any work)."""
+        the patient and sample-id checks (analysis.data_checks; refused tables raise InputError before any work),
+        with the settings' equivalence margins applied."""
         from fairmedbench.analysis import data_checks
 
         self.check(settings)
@@ -156,6 +157,11 @@ class Task:
         checks = data_checks.enforce(data_checks.check_table(table, settings, labels), settings.data_checks)
         result: FairnessResult = _load(self.scorer)(table, settings, on_step)
         result.meta["data_checks"] = checks.to_dict()
+        if settings.margins:  # each tested two-group difference: equivalent within its margin or not (TOST)
+            from fairmedbench.metrics.result import apply_margins
+
+            apply_margins(result.reports, dict(settings.margins))
+            result.meta["margins"] = dict(settings.margins)  # recorded, so a recomputation applies the same
         return result
 
     def config_defaults(self) -> dict[str, Any]:

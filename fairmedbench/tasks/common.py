@@ -93,8 +93,10 @@ RunnerOutput = tuple[list[dict[str, Any]], list["FairnessResult"], list[int]]
 
 def score_settings(spec: RunConfig, seed: int, threshold: str | None = None) -> ScoreSettings:
     """How a run scores a seed's test sets: its profile, resamples and permutations seeded by the training seed,
-    whole patients resampled, and the operating `threshold` policy (None: the profile's own, or no threshold)."""
-    return ScoreSettings(profile=spec.profile, threshold=threshold, n_boot=spec.n_boot, n_perm=spec.n_perm, seed=seed)
+    whole patients resampled, the operating `threshold` policy (None: the profile's own, or no threshold) and the
+    equivalence margins."""
+    return ScoreSettings(profile=spec.profile, threshold=threshold, n_boot=spec.n_boot, n_perm=spec.n_perm, seed=seed,
+                         margins=spec.margins)
 
 
 def min_group_size(result: FairnessResult) -> int:

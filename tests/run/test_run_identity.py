@@ -45,6 +45,7 @@ def _alternatives(tmp_path: Path) -> dict[str, tuple[list[str], list[str]]]:
         "threshold": (BASE, [*BASE, "--threshold", "val_best_f1"]),
         "n_boot": (BASE, [*BASE, "--n-boot", "100"]),
         "n_perm": (BASE, [*BASE, "--n-perm", "100"]),
+        "margin": (BASE, [*BASE, "--margin", "0.05"]),
         "hparams": (BASE, [*BASE, "--hparam", "lr=0.01"]),
         "dataset_options": (BASE, [*BASE, "--dataset-option", "n=25"]),
         "precision": ([*BASE, "--precision", "fp32"], [*BASE, "--precision", "bf16"]),

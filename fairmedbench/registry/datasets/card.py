@@ -170,6 +170,9 @@ class DatasetCard:
     layout_status: str = "confirmed"
     notes: tuple[str, ...] = ()
     expected_disparities: tuple[Mapping[str, str], ...] = ()
+    # equivalence margins a run on this dataset applies when it is given no --margin (metric or '*' -> margin, as
+    # metrics.result.parse_margins gives them): the difference this dataset's users accept as none
+    margins: Mapping[str, float] = field(default_factory=dict)
     synthetic: bool = False
     version: str = "1"
     data_name: str = ""  # the dataset whose files this card reads (its env var and folder), default its own name
@@ -180,6 +183,8 @@ class DatasetCard:
         names = [a.name for a in self.attributes]
         if len(set(names)) != len(names):
             raise ValueError(f"dataset {self.name!r}: attribute names repeat: {names}")
+        if not all(isinstance(v, (int, float)) and 0 < v < 1 for v in self.margins.values()):
+            raise ValueError(f"dataset {self.name!r}: each margin is a number in (0, 1), got {dict(self.margins)}")
 
     @property
     def env_var(self) -> str:
@@ -273,6 +278,7 @@ class DatasetCard:
             "layout_status": self.layout_status,
             "notes": list(self.notes),
             "expected_disparities": [dict(d) for d in self.expected_disparities],
+            "margins": dict(self.margins),
             "synthetic": self.synthetic,
             "data_env_var": self.env_var,
             "reader": f"{self.reader.__module__}.{self.reader.__qualname__}",
