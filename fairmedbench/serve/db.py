@@ -5,6 +5,7 @@ boards) and PostgreSQL (`postgresql+psycopg://...`). Times are POSIX seconds (fl
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,11 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+# Alembic's migration context is a module-level proxy: two threads upgrading at once (two Services built side by
+# side, e.g. a worker's thread-pool tasks) remove each other's proxy (KeyError 'config'). One upgrade at a time.
+_UPGRADING = threading.Lock()
+
+
 def upgrade(engine: Engine) -> None:
     """Bring the database to the newest schema with Alembic (serve/migrations); a no-op when it is current."""
     from alembic import command
@@ -113,6 +119,6 @@ def upgrade(engine: Engine) -> None:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
-    with engine.begin() as conn:
+    with _UPGRADING, engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

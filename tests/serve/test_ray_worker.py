@@ -103,3 +103,13 @@ def test_ray_tasks_verify_three_queued_jobs_exactly_once(tmp_path: Path, bundles
         assert service.submission(sid)["state"] == "verified"
         assert _ended_once(service, sid) == ["received", "accepted", "queued", "verifying", "verified"]
     assert service.queue() == []
+
+
+def test_services_built_side_by_side_in_threads_both_upgrade(tmp_path: Path) -> None:
+    """Alembic's context is process-global: eight Services built at once in threads all come up (none loses its
+    migration context to another: KeyError 'config' before the upgrade lock)."""
+    def build(i: int) -> str:
+        return Service(tmp_path / f"boards{i}").boards.name
+
+    with futures.ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(build, range(8))) == [f"boards{i}" for i in range(8)]
