@@ -20,7 +20,8 @@ from fairmedbench.engine import store
 from fairmedbench.engine.device import compute_settings, describe_device
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig, ScoreSettings
-from fairmedbench.tasks.base import get_task
+from fairmedbench.tasks.base import PredictionTable, Task, get_task
+from fairmedbench.tasks.table import SplitPredictions
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +96,16 @@ def score_settings(spec: RunConfig, seed: int, threshold: str | None = None) -> 
     """How a run scores a seed's test sets: its profile, resamples and permutations seeded by the training seed,
     whole patients resampled, and the operating `threshold` policy (None: the profile's own, or no threshold)."""
     return ScoreSettings(profile=spec.profile, threshold=threshold, n_boot=spec.n_boot, n_perm=spec.n_perm, seed=seed)
+
+
+def write_predictions(task: Task, path: Path, parts: Sequence[SplitPredictions], seed: int, tasks: Sequence[str],
+                      attributes: Sequence[str], classes: Sequence[str] = ()) -> PredictionTable:
+    """Write a seed's predictions Parquet as `task` lays it out (Task.frame) and return the table the task scores,
+    read back from the frame written (Task.table): a run scores what it wrote."""
+    frame = task.frame(parts, seed, tasks, classes)
+    store.write_parquet(path, frame)
+    return task.table({c: frame[c].to_numpy() for c in frame.columns}, tasks, attributes, classes,
+                      where=f"{path.name}: ")
 
 
 def min_group_size(result: FairnessResult) -> int:
