@@ -26,11 +26,10 @@ from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards import seal
-from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns, scored_rows
+from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.seal import BoardKey
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
-from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE
 from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics
@@ -280,10 +279,12 @@ def _close(a: Any, b: Any, path: str, out: list[str]) -> None:
 
 @dataclass
 class _Columns:
-    """The predictions of one result, split into val and test, as numpy arrays per column."""
+    """The predictions of one result, split into val and test (every row, as numpy arrays per column), and the
+    table its task scores (Task.table: the rows its rules leave out are left out)."""
 
     test: dict[str, np.ndarray]
     val: dict[str, np.ndarray]
+    table: PredictionTable
 
 
 def _label(v: Any) -> str:
@@ -292,26 +293,23 @@ def _label(v: Any) -> str:
     return str(v).strip()
 
 
-def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any], seed: int) -> _Columns:
-    """Parquet bytes -> checked columns; raises _Stop listing what is wrong."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+#: what a Parquet column of each role may be stored as
+_TYPES: dict[str, tuple[str, ...]] = {
+    "id": ("string", "integer"), "text": ("string",), "int": ("integer",),
+    "label": ("integer", "boolean", "floating"), "unscored": ("integer", "boolean", "floating"),
+    "class": ("integer", "floating", "string"), "score": ("floating", "integer"), "distance": ("floating", "integer"),
+    "attr": ("string", "integer", "floating", "boolean", "null")}
 
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowException, OSError) as err:
-        raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
-    cols = block["columns"]
+
+def _roles(table: Any, entry: Entry, cols: dict[str, Any], rel: str) -> dict[str, str]:
+    """Each column the entry's task lays out, by its role; _Stop when one is missing or another is there."""
     task = get_task(entry.task)
-    # multi-class: the card's classes, decided by the entry's task (never by a key the submitter writes)
     classes = list(entry.classes) if task.class_index_labels else []
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
-    # the task's own per-sample columns first: an 'unscored' flag says which rows carry null values
     want.update({v.name: v.role for v in task.value_columns if not v.optional or v.name in table.column_names})
     want.update({c: "class" if classes else "label" for c in cols["labels"]})
     want.update({c: "score" for c in cols["scores"]})
     want.update({c: "attr" for c in cols["attributes"]})
-    flag = next((v.name for v in task.value_columns if v.role == "unscored"), None)
     if PATIENT_COLUMN in table.column_names:  # optional: the recomputation then resamples whole patients
         want[PATIENT_COLUMN] = "id"
     problems = [f"{rel}: missing column {c!r}" for c in want if c not in table.column_names]
@@ -326,91 +324,73 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                             f"{', '.join(cols['scores'])} besides {others}")
     if problems:
         raise _Stop(problems)
+    return want
+
+
+def _arrays(table: Any, want: dict[str, str], entry: Entry, rel: str) -> dict[str, np.ndarray]:
+    """Each column as numpy, by its Parquet type (nulls as NaN where the task's 'unscored' flag may mark rows;
+    class names as their index); _Stop listing the columns stored as what their role cannot be."""
+    import pyarrow as pa
+
+    task = get_task(entry.task)
+    nullable = bool(task.columns_of("unscored"))  # null where the flag marks the row; the task's reader checks
     arrays: dict[str, np.ndarray] = {}
-    unscored: np.ndarray | None = None  # rows the flag marks (segmentation: an empty ground truth, no prompt)
+    problems = []
     for name, role in want.items():
         col = table.column(name)
         t = col.type
         if pa.types.is_dictionary(t):
             col, t = col.cast(t.value_type), t.value_type
-        ok = {"id": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t),
-              "text": pa.types.is_string(t) or pa.types.is_large_string(t),
-              "int": pa.types.is_integer(t),
-              "label": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
-              "unscored": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
-              "class": pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
-              or pa.types.is_large_string(t),
-              "score": pa.types.is_floating(t) or pa.types.is_integer(t),
-              "distance": pa.types.is_floating(t) or pa.types.is_integer(t),
-              "attr": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-              or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)}[role]
-        if not ok:
+        kinds = {"string": pa.types.is_string(t) or pa.types.is_large_string(t), "integer": pa.types.is_integer(t),
+                 "floating": pa.types.is_floating(t), "boolean": pa.types.is_boolean(t), "null": pa.types.is_null(t)}
+        if not any(kinds[k] for k in _TYPES[role]):
             problems.append(f"{rel}: column {name!r} has type {t}, not usable as {role}")
-            continue
-        maybe_null = flag is not None and role in ("score", "distance")  # null where the flag marks the row
-        nullable = unscored is not None and maybe_null
-        if role != "attr" and col.null_count and not nullable:
+        elif role not in ("attr",) and col.null_count and not (nullable and role in ("score", "distance")):
             problems.append(f"{rel}: column {name!r} has {col.null_count} missing or NaN value(s); every sample "
-                            "needs a finite value" + (f" (null only where {flag} is true)" if maybe_null else ""))
-            continue
-        if role in ("score", "label", "unscored", "distance", "int"):
-            full = np.asarray(col.to_numpy(), dtype=np.float64)
-            arr = full
-            if nullable and unscored is not None:
-                given = int((~np.isnan(full) & unscored).sum())
-                if given:
-                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with {flag} true; such "
-                                    "a row is not scored (segmentation: an empty ground truth is not prompted), so "
-                                    "leave it null there")
-                arr = full[~unscored]
-            if role == "distance" and (arr < 0).any():
-                problems.append(f"{rel}: column {name!r} has {int((arr < 0).sum())} negative value(s); a distance "
-                                "is >= 0 (pixels or mm)")
-                continue
-            bad = ~np.isfinite(arr) if role != "distance" else np.isinf(arr)
-            if bad.any():
-                kind = "NaN" if np.isnan(arr[bad]).any() else "infinite"
-                problems.append(f"{rel}: column {name!r} has {int(bad.sum())} {kind} value(s); "
-                                "every sample needs a finite value")
-                continue
-            outside = int(((arr < 0) | (arr > 1)).sum()) if role == "score" else 0
-            if outside:
-                problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({outside} outside)")
-            if role in ("label", "unscored") and not np.isin(arr, (0.0, 1.0)).all():
-                problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
-            elif role == "unscored":
-                unscored = arr == 1.0
-            arrays[name] = full
+                            "needs a finite value" + (" (null only where the task's flag is true)" if nullable
+                                                      and role in ("score", "distance") else ""))
         elif role == "class":  # a class index 0..C-1 or a class name of the card, stored as the index
-            index = class_indices(col.to_pylist(), classes)
-            unknown = [v for v, i in zip(col.to_pylist(), index) if i < 0]
+            values = col.to_pylist()
+            index = class_indices(values, list(entry.classes))
+            unknown = [v for v, i in zip(values, index) if i < 0]
             if unknown:
                 problems.append(f"{rel}: column {name!r} has {len(unknown)} value(s) that are not a class of "
                                 f"{entry.dataset} (e.g. {unknown[0]!r}); a label is a class index "
-                                f"0..{len(classes) - 1} or a class name {classes}")
-                continue
+                                f"0..{len(entry.classes) - 1} or a class name {list(entry.classes)}")
             arrays[name] = index.astype(np.float64)
         elif role == "attr":
             arrays[name] = np.array([None if v is None else _label(v) for v in col.to_pylist()], dtype=object)
-        else:
+        elif role in ("id", "text"):
             arrays[name] = np.array([str(v) for v in col.to_pylist()], dtype=object)
-    # HD95 is undefined only where the prediction is empty (DSC 0)
-    if "hd95" in arrays and "dsc" in arrays and unscored is not None:
-        undefined = int((np.isnan(arrays["hd95"]) & ~unscored & (arrays["dsc"] > 0)).sum())
-        if undefined:
-            problems.append(f"{rel}: column 'hd95' is null on {undefined} row(s) with dsc > 0; HD95 is undefined "
-                            "only where the predicted mask is empty (dsc 0), so give the distance there")
-    if not problems and classes:  # one softmax per row: the class probabilities sum to 1
-        dev = np.abs(np.column_stack([arrays[c] for c in cols["scores"]]).sum(axis=1) - 1.0)
-        off = dev > PROB_SUM_TOLERANCE
-        if off.any():
-            problems.append(f"{rel}: {int(off.sum())} row(s) whose class probabilities ({', '.join(cols['scores'])}) "
-                            f"do not sum to 1 within {PROB_SUM_TOLERANCE:g} (largest deviation {dev.max():.3g}, e.g. "
-                            f"sample {str(arrays[cols['id']][np.argmax(off)])!r}); write the softmax over all "
-                            f"{len(classes)} classes")
+        else:
+            arrays[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
     if problems:
         raise _Stop(problems)
-    split = arrays.pop(cols["split"])
+    return arrays
+
+
+def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any], seed: int) -> _Columns:
+    """Parquet bytes -> the columns by role, read by the entry's task (Task.table: its role checks, val/test split
+    and left-out rows), with the bundle's own rules (softmax sums, splits, seed, unique ids); raises _Stop listing
+    what is wrong."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fairmedbench.tasks.table import TableError
+
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as err:
+        raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
+    cols = block["columns"]
+    task = get_task(entry.task)
+    arrays = _arrays(table, _roles(table, entry, cols, rel), entry, rel)
+    try:
+        scored = task.table(arrays, list(block["tasks"]), list(block["attributes"]), tuple(entry.classes))
+    except TableError as err:
+        raise _Stop([f"{rel}: {p}" for p in err.problems]) from None
+    problems = []
+    split, ids = arrays.pop(cols["split"]), arrays[cols["id"]]
     allowed = set(task.prediction_splits)
     extra = sorted(set(split) - allowed)
     if extra:
@@ -418,21 +398,18 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     seeds = arrays.pop(cols["seed"])
     if (seeds != seed).any():
         problems.append(f"{rel}: column 'seed' must be {seed} on every row (found {sorted(set(seeds.tolist()))[:5]})")
-    ids = arrays[cols["id"]]
     for part in sorted(allowed):
-        sub = ids[split == part]
-        uniq, counts = np.unique(sub.astype(str), return_counts=True)
+        uniq, counts = np.unique(ids[split == part].astype(str), return_counts=True)
         if (counts > 1).any():
             problems.append(f"{rel}: {int((counts > 1).sum())} duplicate sample id(s) in split {part}, "
                             f"e.g. {uniq[counts > 1][0]!r}")
-    if "val" in allowed:
-        both = set(ids[split == "val"]) & set(ids[split == "test"])
-        if both:
-            problems.append(f"{rel}: {len(both)} sample id(s) are in both val and test, e.g. {sorted(both)[0]!r}")
+    both = set(ids[split == "val"]) & set(ids[split == "test"])
+    if both:
+        problems.append(f"{rel}: {len(both)} sample id(s) are in both val and test, e.g. {sorted(both)[0]!r}")
     if problems:
         raise _Stop(problems)
     return _Columns({k: v[split == "test"] for k, v in arrays.items()},
-                    {k: v[split == "val"] for k, v in arrays.items()})
+                    {k: v[split == "val"] for k, v in arrays.items()}, scored)
 
 
 def _setting(meta: dict[str, Any], path: tuple[str, ...], rel: str) -> Any:
@@ -450,9 +427,7 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     block = doc["predictions"]
     settings = _score_settings(rel, doc["result"], list(block["attributes"]), list(block["tasks"]),
                                task.thresholded, limits)
-    test = scored_rows(cols.test)  # segmentation: prompted samples only, as the run computed them
-    val = cols.val if len(cols.val[block["columns"]["id"]]) else {}
-    table = PredictionTable(test, tuple(block["tasks"]), tuple(block["attributes"]), val, tuple(entry.classes))
+    table = cols.table  # read by the task: segmentation's empty-ground-truth rows are left out
     try:
         out = task.score(table, settings)  # refuses a table the data checks refuse (analysis.data_checks)
     except (InputError, TypeError, ValueError) as err:
