@@ -200,3 +200,22 @@ def test_a_plugin_task_gets_its_external_shift_without_a_key_error(monkeypatch: 
     [block] = site_shifts("toy", site, site, 20, 0, "twin", 10)
     assert block["metric"] == "toy_auc"
     assert block["per_group"]["F"]["internal"] == block["per_group"]["F"]["external"]
+
+
+def test_score_settings_go_to_a_result_and_come_back() -> None:
+    """tasks.table.record_settings (called by Task.score) and settings_from_meta are one pair: every setting a
+    recomputation needs comes back as it went in, with the groups in the reported order."""
+    from fairmedbench.spec import ScoreSettings
+    from fairmedbench.tasks.table import settings_from_meta
+
+    rng = np.random.default_rng(5)
+    n = 80
+    y = (np.arange(n) % 3 == 0).astype(np.int64)
+    test = {"label:y": y, "score:y": np.clip(0.3 * y + 0.7 * rng.random(n), 0, 1),
+            "attr:sex": np.where(np.arange(n) % 2 == 0, "M", "F").astype(object)}
+    sent = ScoreSettings(threshold="fixed:0.3", n_boot=7, n_perm=5, seed=3, ci_level=0.9, min_group_size=10,
+                         fpr_at_tpr=0.9, rates_at_fpr=0.1, ece_bins=10)
+    task = get_task("classification")
+    result = task.score(PredictionTable(test, ("y",), ("sex",)), sent).to_dict()
+    back = settings_from_meta(result, task, ["sex"], ["y"])
+    assert back == dataclasses.replace(sent, groups={"sex": ("F", "M")})

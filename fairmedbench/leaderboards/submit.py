@@ -30,7 +30,6 @@ from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.seal import BoardKey
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
-from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.spec import ScoreSettings
@@ -412,21 +411,11 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                     {k: v[split == "val"] for k, v in arrays.items()}, scored)
 
 
-def _setting(meta: dict[str, Any], path: tuple[str, ...], rel: str) -> Any:
-    cur: Any = meta
-    for k in path:
-        if not isinstance(cur, dict) or k not in cur:
-            raise _Stop([f"{rel}: result.meta lacks {'.'.join(path)}; the result cannot be recomputed"])
-        cur = cur[k]
-    return cur
-
-
 def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limits: Limits) -> dict[str, Any]:
     """The result the entry's task scores on these predictions with the document's own settings."""
     task = get_task(entry.task)
     block = doc["predictions"]
-    settings = _score_settings(rel, doc["result"], list(block["attributes"]), list(block["tasks"]),
-                               task.thresholded, limits)
+    settings = _score_settings(rel, doc["result"], entry, block, limits)
     table = cols.table  # read by the task: segmentation's empty-ground-truth rows are left out
     try:
         out = task.score(table, settings)  # refuses a table the data checks refuse (analysis.data_checks)
@@ -436,43 +425,21 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     return json.loads(json.dumps(out.to_dict()))
 
 
-def _score_settings(rel: str, res: dict[str, Any], attrs_named: list[str], tasks: list[str], thresholded: bool,
+def _score_settings(rel: str, res: dict[str, Any], entry: Entry, block: dict[str, Any],
                     limits: Limits) -> ScoreSettings:
-    """The settings a result records in its meta (groups in the order its reports give them, so the bootstrap
-    draws them alike; the threshold policy of a thresholded task under a profile that takes one), within limits."""
-    meta, reports = res["meta"], res["reports"]
-    first: dict[str, dict[str, Any]] = {}
-    for r in reports:
-        first.setdefault(r.get("attribute"), r)
-    missing = [a for a in attrs_named if a not in first]
-    if missing:
-        raise _Stop([f"{rel}: no report for attribute(s) {missing}"])
-    n_boot = _setting(meta, ("n_boot",), rel)
-    if not isinstance(n_boot, int) or n_boot > limits.n_boot:
-        raise _Stop([f"{rel}: result.meta.n_boot must be a whole number <= {limits.n_boot}, got {n_boot!r}"])
-    n_perm = meta.get("n_perm", 0)  # results written before the permutation tests carry none
-    if not isinstance(n_perm, int) or not 0 <= n_perm <= limits.n_perm:
-        raise _Stop([f"{rel}: result.meta.n_perm must be a whole number in [0, {limits.n_perm}], got {n_perm!r}"])
-    profile = _setting(meta, ("profile",), rel)
-    policy = None
-    if thresholded and get_profile(profile).accepts_threshold:
-        policies = {(_setting(meta, ("thresholds", t), rel) or {}).get("policy") for t in tasks}
-        if len(policies) != 1 or None in policies:
-            raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
-        policy = policies.pop()
-    default = ScoreSettings()
+    """The settings a result records (tasks.table.settings_from_meta), within the board's limits."""
+    from fairmedbench.tasks.table import settings_from_meta
 
-    def recorded(path: tuple[str, ...], value: Any) -> Any:  # operating points, ECE bins: where the engine records them
-        return _setting(meta, path, rel) if path[0] in meta else value
-
-    return ScoreSettings(
-        profile=profile, threshold=policy, n_boot=n_boot, n_perm=n_perm, seed=_setting(meta, ("seed",), rel),
-        ci_level=_setting(meta, ("ci_level",), rel), min_group_size=_setting(meta, ("min_group_size",), rel),
-        intersect=len(attrs_named) > 1 and "|".join(attrs_named) in first,
-        groups={a: tuple(first[a]["groups"]) for a in attrs_named},
-        fpr_at_tpr=recorded(("operating_points", "fpr_at_tpr"), default.fpr_at_tpr),
-        rates_at_fpr=recorded(("operating_points", "rates_at_fpr"), default.rates_at_fpr),
-        ece_bins=recorded(("ece", "bins"), default.ece_bins))
+    try:
+        settings = settings_from_meta(res, get_task(entry.task), list(block["attributes"]), list(block["tasks"]))
+    except InputError as err:
+        raise _Stop([f"{rel}: {err}"]) from None
+    if not isinstance(settings.n_boot, int) or settings.n_boot > limits.n_boot:
+        raise _Stop([f"{rel}: result.meta.n_boot must be a whole number <= {limits.n_boot}, got {settings.n_boot!r}"])
+    if not isinstance(settings.n_perm, int) or not 0 <= settings.n_perm <= limits.n_perm:
+        raise _Stop([f"{rel}: result.meta.n_perm must be a whole number in [0, {limits.n_perm}], got "
+                     f"{settings.n_perm!r}"])
+    return settings
 
 
 def weights_identity(sha: str | None, run_weights: Any) -> str | None:
@@ -690,10 +657,9 @@ def _card_lines(model: dict[str, Any], files: dict[str, bytes]) -> tuple[list[st
     return lines, card
 
 
-def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
-              ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
-    from fairmedbench.leaderboards import external  # it reads this module's checks
-
+def _heads(files: dict[str, bytes], suite: Suite) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """model.json (with card.json for a model that is not registered) and suite.json, checked against this
+    board's suite: the model and its new card (None for a registered one)."""
     lines: list[str] = []
     heads = {}
     for name, schema in (("model.json", MODEL_SCHEMA), ("suite.json", SUITE_SCHEMA)):
@@ -713,7 +679,15 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
     if (suite_doc["name"], suite_doc["version"]) != (suite.name, suite.version):
         raise _Stop([f"suite.json: answers suite {suite_doc['name']!r} version {suite_doc['version']!r}, but this "
                      f"board is {suite.name!r} version {suite.version!r}"])
+    return model, card
+
+
+def _layout(files: dict[str, bytes], suite: Suite) -> dict[str, dict[int, str]]:
+    """Entry key -> seed -> its result document's path; _Stop for any other file or entry."""
+    from fairmedbench.leaderboards import external
+
     layout: dict[str, dict[int, str]] = {}
+    lines = []
     for rel in files:
         parts = rel.split("/")
         if len(parts) == 1 and rel in ("model.json", "suite.json", CARD_FILE):
@@ -736,78 +710,114 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                      f"for entries {', '.join(suite.keys())})")
     if lines:
         raise _Stop(lines)
+    return layout
 
-    split_seen: dict[str, str | None]
-    rows, flags, split_seen, all_weights = [], [], {}, set()
-    for entry in suite.entries:
-        if entry.key not in layout:
+
+def _check_seed(rel: str, k: int, files: dict[str, bytes], entry: Entry, model: dict[str, Any], limits: Limits,
+                split_seen: dict[str, str | None]) -> tuple[dict[str, Any], _Columns, str]:
+    """One seed's document and predictions, checked and recomputed: the document, its predictions read by the
+    task, and the fingerprint of its test ids; _Stop listing what is wrong or what differs."""
+    doc = _strict_json(files[rel], rel)
+    problems = _check_document(rel, doc, entry, k, model)
+    if problems:
+        raise _Stop(problems)
+    prel = f"results/{entry.key}/seed{k}.predictions.parquet"
+    if prel not in files:
+        raise _Stop([f"{prel}: missing (the predictions of {rel})"])
+    cols = _read_predictions(prel, files[prel], entry, doc["predictions"], k)
+    ds = doc["inputs"]["dataset"]
+    problems, fp = _check_test_ids(prel, cols, entry, ds)
+    problems += _check_skipped(rel, doc, cols)
+    if split_seen.setdefault(entry.dataset, ds.get("split_fingerprint")) != ds.get("split_fingerprint"):
+        problems.append(f"{rel}: split fingerprint differs from another result on {entry.dataset} in this bundle")
+    if problems:
+        raise _Stop(problems)
+    diffs: list[str] = []
+    again = recompute(rel, doc, entry, cols, limits)
+    _close(doc["result"]["reports"], again["reports"], "result/reports", diffs)
+    for key, value in again["meta"].items():
+        _close(doc["result"]["meta"].get(key), value, f"result/meta/{key}", diffs)
+    if diffs:
+        more = len(diffs) - MAX_LINES_PER_FILE
+        raise _Stop([f"{rel}: reported number differs from recomputation: {d}" for d in diffs[:MAX_LINES_PER_FILE]]
+                    + ([f"{rel}: ... and {more} more differences"] if more > 0 else []))
+    return doc, cols, fp
+
+
+@dataclass
+class _EntryRows:
+    """What an entry's seeds give a submission: its board rows, their flags, the weights its runs name, and the
+    problems found (no rows then)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    weights: set[str] = field(default_factory=set)
+    lines: list[str] = field(default_factory=list)
+
+
+def _entry_rows(entry: Entry, seeds: dict[int, str], files: dict[str, bytes], heads: tuple[dict[str, Any], Any],
+                limits: Limits, split_seen: dict[str, str | None]) -> _EntryRows:
+    """An entry's seeds checked and recomputed, and its rows (one per attribute): the seed mean of each board
+    metric, the flags, the runs, the coverage and the external datasets' fields."""
+    from fairmedbench.leaderboards import external  # it reads this module's checks
+
+    model, card = heads
+    out = _EntryRows()
+    out.lines += [f"results/{entry.key}: seed {k} is missing (the suite asks for seeds {list(entry.seeds)})"
+                  for k in entry.seeds if k not in seeds]
+    out.lines += [f"{seeds[k]}: seed {k} is not one of the suite's seeds {list(entry.seeds)}"
+                  for k in sorted(set(seeds) - set(entry.seeds))]
+    per_seed, test_fps, run_meta, preds, ext_seeds = [], set(), [], [], []
+    for k in (k for k in entry.seeds if k in seeds):
+        rel = seeds[k]
+        try:
+            doc, cols, fp = _check_seed(rel, k, files, entry, model, limits, split_seen)
+            ext_seeds.append(external.check_seed(rel, doc, entry, k, files, cols, limits))
+        except _Stop as stop:
+            out.lines += list(stop.args[0])
             continue
-        seeds = layout[entry.key]
-        for k in entry.seeds:
-            if k not in seeds:
-                lines.append(f"results/{entry.key}: seed {k} is missing (the suite asks for seeds {list(entry.seeds)})")
-        for k in sorted(set(seeds) - set(entry.seeds)):
-            lines.append(f"{seeds[k]}: seed {k} is not one of the suite's seeds {list(entry.seeds)}")
-        per_seed, test_fps, run_meta, preds, weights, ext_seeds = [], set(), [], [], set(), []
-        for k in entry.seeds:
-            if k not in seeds:
-                continue
-            rel = seeds[k]
-            try:
-                doc = _strict_json(files[rel], rel)
-                problems = _check_document(rel, doc, entry, k, model)
-                if problems:
-                    raise _Stop(problems)
-                prel = f"results/{entry.key}/seed{k}.predictions.parquet"
-                if prel not in files:
-                    raise _Stop([f"{prel}: missing (the predictions of {rel})"])
-                cols = _read_predictions(prel, files[prel], entry, doc["predictions"], k)
-                ds = doc["inputs"]["dataset"]
-                problems, fp = _check_test_ids(prel, cols, entry, ds)
-                problems += _check_skipped(rel, doc, cols)
-                prev = split_seen.setdefault(entry.dataset, ds.get("split_fingerprint"))
-                if prev != ds.get("split_fingerprint"):
-                    problems.append(f"{rel}: split fingerprint differs from another result on {entry.dataset} "
-                                    "in this bundle")
-                if problems:
-                    raise _Stop(problems)
-                test_fps.add(fp)
-                diffs: list[str] = []
-                again = recompute(rel, doc, entry, cols, limits)
-                _close(doc["result"]["reports"], again["reports"], "result/reports", diffs)
-                for key, value in again["meta"].items():
-                    _close(doc["result"]["meta"].get(key), value, f"result/meta/{key}", diffs)
-                if diffs:
-                    more = len(diffs) - MAX_LINES_PER_FILE
-                    raise _Stop([f"{rel}: reported number differs from recomputation: {d}"
-                                 for d in diffs[:MAX_LINES_PER_FILE]]
-                                + ([f"{rel}: ... and {more} more differences"] if more > 0 else []))
-                ext_seeds.append(external.check_seed(rel, doc, entry, k, files, cols, limits))
-                per_seed.append(_headline(doc, entry.task))
-                preds.append(from_columns(cols.test, doc["predictions"], k))
-                weights.add(str(doc["spec"].get("weights")))
-                all_weights.add(str(doc["spec"].get("weights")))
-                run_meta.append({"seed": k, "run_id": doc["run_id"], "file": rel, "created_at": doc["created_at"],
-                                 "fairmedbench_version": doc["fairmedbench_version"],
-                                 "git_commit": doc.get("git_commit"), "n_test": len(cols.test["sample_id"]),
-                                 "split_fingerprint": ds.get("split_fingerprint")})
-            except _Stop as stop:
-                lines += list(stop.args[0])
-        if len(test_fps) > 1:
-            lines.append(f"results/{entry.key}: the seeds were evaluated on different test sets")
-        if lines or not per_seed:
-            continue
-        for attr in per_seed[0]:
-            metrics = {c: _mean([math.nan if v is None else v for v in (s[attr][c] for s in per_seed)])
-                       for c in per_seed[0][attr]}
-            # the flags this bundle raises on its own; `board.build` recomputes them with the other submissions
-            row_flags = row_flags_of(Facts(model, card, entry, attr.split("|")[0], preds, frozenset(weights)))
-            flags += [f"{entry.key} / {attr}: {f['label']}: {f['detail']}" for f in row_flags]
-            rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
+        test_fps.add(fp)
+        per_seed.append(_headline(doc, entry.task))
+        preds.append(from_columns(cols.test, doc["predictions"], k))
+        out.weights.add(str(doc["spec"].get("weights")))
+        run_meta.append({"seed": k, "run_id": doc["run_id"], "file": rel, "created_at": doc["created_at"],
+                         "fairmedbench_version": doc["fairmedbench_version"], "git_commit": doc.get("git_commit"),
+                         "n_test": len(cols.test["sample_id"]),
+                         "split_fingerprint": doc["inputs"]["dataset"].get("split_fingerprint")})
+    if len(test_fps) > 1:
+        out.lines.append(f"results/{entry.key}: the seeds were evaluated on different test sets")
+    if out.lines or not per_seed:
+        return out
+    for attr in per_seed[0]:
+        metrics = {c: _mean([math.nan if v is None else v for v in (s[attr][c] for s in per_seed)])
+                   for c in per_seed[0][attr]}
+        # the flags this bundle raises on its own; `board.build` recomputes them with the other submissions
+        row_flags = row_flags_of(Facts(model, card, entry, attr.split("|")[0], preds, frozenset(out.weights)))
+        out.flags += [f"{entry.key} / {attr}: {f['label']}: {f['detail']}" for f in row_flags]
+        out.rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
                          "attribute": attr, "profile": entry.profile, "seeds": [m["seed"] for m in run_meta],
                          "metrics": metrics, "flags": row_flags, "runs": run_meta,
                          "coverage": _coverage(entry, run_meta[0]["n_test"]),
                          **external.row_fields(entry, attr, ext_seeds)})
+    return out
+
+
+def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
+              ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
+    model, card = _heads(files, suite)
+    layout = _layout(files, suite)
+    lines: list[str] = []
+    rows: list[dict[str, Any]] = []
+    flags: list[str] = []
+    split_seen: dict[str, str | None] = {}
+    all_weights: set[str] = set()
+    for entry in suite.entries:
+        if entry.key in layout:
+            found = _entry_rows(entry, layout[entry.key], files, (model, card), limits, split_seen)
+            lines += found.lines
+            rows += [] if lines else found.rows
+            flags += [] if lines else found.flags
+            all_weights |= found.weights
     if lines:
         raise _Stop(lines)
     identity = weights_identity(model.get("weights_sha256"),

@@ -211,6 +211,9 @@ class Task:
         labels = {t: self.label_column.format(task=t) for t in table.tasks} if self.label_column else {}
         checks = data_checks.enforce(data_checks.check_table(table, settings, labels), settings.data_checks)
         result: FairnessResult = _load(self.scorer)(table, settings, on_step)
+        from fairmedbench.tasks.table import record_settings
+
+        record_settings(result.meta, settings)  # read back by tasks.table.settings_from_meta
         result.meta["data_checks"] = checks.to_dict()
         return result
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from fairmedbench.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from fairmedbench.spec import ScoreSettings
     from fairmedbench.tasks.base import PredictionTable, Task
 
 #: the split names a predictions frame may give validation rows (case and spaces ignored); test rows say 'test'
@@ -212,3 +213,59 @@ def read_table(task: Task, columns: Mapping[str, np.ndarray], tasks: Sequence[st
     decided = [*labels, *scores]  # what a threshold policy reads on validation rows
     return PredictionTable({k: v[keep] for k, v in arrays.items()}, tuple(tasks), tuple(attributes),
                            {k: arrays[k][val] for k in decided} if val.any() and decided else {}, tuple(classes))
+
+
+#: the settings a result's meta records at its top level (the engine writes them; `record_settings` fills a gap)
+RECORDED = ("profile", "n_boot", "n_perm", "seed", "ci_level", "min_group_size")
+
+
+def record_settings(meta: dict[str, Any], settings: ScoreSettings) -> None:
+    """The score settings into a result's meta, as `settings_from_meta` reads them back (a scorer's engine writes
+    them already; a value it wrote is kept, e.g. a profile's own minimum group size)."""
+    for key in RECORDED:
+        meta.setdefault(key, getattr(settings, key))
+
+
+def settings_from_meta(result: Mapping[str, Any], task: Task, attributes: Sequence[str],
+                       tasks: Sequence[str]) -> ScoreSettings:
+    """The settings a result was scored under, from its meta (`record_settings`) and reports: groups in the order
+    the reports give them (so a recomputation draws them alike), the threshold policy of a thresholded task under
+    a profile that takes one, operating points and ECE bins where the engine records them; InputError naming what
+    is missing."""
+    from fairmedbench.metrics.profiles import get_profile
+    from fairmedbench.spec import ScoreSettings
+
+    meta = result["meta"]
+    first: dict[str, Mapping[str, Any]] = {}
+    for r in result["reports"]:
+        first.setdefault(r.get("attribute"), r)
+    missing = [a for a in attributes if a not in first]
+    if missing:
+        raise InputError(f"no report for attribute(s) {missing}")
+
+    def recorded(path: tuple[str, ...], default: Any = None) -> Any:
+        cur: Any = meta
+        for k in path:
+            if not isinstance(cur, dict) or k not in cur:
+                if default is not None:
+                    return default
+                raise InputError(f"result.meta lacks {'.'.join(path)}; the result cannot be recomputed")
+            cur = cur[k]
+        return cur
+
+    policy = None
+    if task.thresholded and get_profile(recorded(("profile",))).accepts_threshold:
+        policies = {(recorded(("thresholds", t)) or {}).get("policy") for t in tasks}
+        if len(policies) != 1 or None in policies:
+            raise InputError("result.meta.thresholds must name one policy for every task")
+        policy = policies.pop()
+    default = ScoreSettings()
+    return ScoreSettings(
+        profile=recorded(("profile",)), threshold=policy, n_boot=recorded(("n_boot",)),
+        n_perm=meta.get("n_perm", 0),  # results written before the permutation tests carry none
+        seed=recorded(("seed",)), ci_level=recorded(("ci_level",)), min_group_size=recorded(("min_group_size",)),
+        intersect=len(attributes) > 1 and "|".join(attributes) in first,
+        groups={a: tuple(first[a]["groups"]) for a in attributes},
+        fpr_at_tpr=recorded(("operating_points", "fpr_at_tpr"), default.fpr_at_tpr),
+        rates_at_fpr=recorded(("operating_points", "rates_at_fpr"), default.rates_at_fpr),
+        ece_bins=recorded(("ece", "bins"), default.ece_bins))
