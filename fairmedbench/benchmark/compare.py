@@ -339,7 +339,8 @@ def _test_bootstrap(out: CompareOutcome, runs: dict[str, list[RunResult]], ds: s
     for m, fs in frames.items():
         for f in fs:
             other = task.headline_inputs(f)[0]
-            if not np.array_equal(f.test["sample_id"], ids) or (y is not None and not np.array_equal(other, y)):
+            if not np.array_equal(f.test["sample_id"], ids) or (y is not None and other is not None
+                                                                and not np.array_equal(other, y)):
                 raise InputError(f"compare: method {m!r} was tested on other samples than ERM; rerun with --force")
     g = np.asarray(ref.test[f"attr:{attribute}"], dtype=object)
     keep = np.array([v is not None and v == v for v in g], dtype=bool)  # rows with a group (None, NaN: none)

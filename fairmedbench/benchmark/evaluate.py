@@ -697,10 +697,10 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
             raise InputError(f"attribute(s) {varying} change within a volume ({opts.volume!r}); "
                              "a volume must belong to one group")
         attrs = attribute_columns(lambda c: first.loc[list(vol.volume_ids), c].to_numpy(), opts)
-        table = {"dsc": _unscored_null(vol.dsc, vol.empty_gt), "empty_gt": vol.empty_gt,
-                 **{f"attr:{a}": v for a, v in attrs.items()},
-                 **({} if patient is None else {PATIENT_COLUMN: first.loc[list(vol.volume_ids), patient].to_numpy()})}
-        result = task.score(task.table(table, ["segmentation"], opts.attributes, where=f"{source}: "), settings)
+        volumes = {"dsc": _unscored_null(vol.dsc, vol.empty_gt), "empty_gt": vol.empty_gt,
+                   **{f"attr:{a}": v for a, v in attrs.items()},
+                   **({} if patient is None else {PATIENT_COLUMN: first.loc[list(vol.volume_ids), patient].to_numpy()})}
+        result = task.score(task.table(volumes, ["segmentation"], opts.attributes, where=f"{source}: "), settings)
         import pandas as pd
 
         per = pd.DataFrame({opts.volume: list(vol.volume_ids), "dsc": vol.dsc, "n_slices": vol.n_slices,
@@ -710,8 +710,8 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
               "empty_gt": batch.empty_gt}
     layout = {k: v if k == "empty_gt" else _unscored_null(v, batch.empty_gt) for k, v in layout.items()}
     every = np.ones(len(rows), dtype=bool)
-    table = _read_as(task, rows, every, ~every, layout, ["segmentation"], opts, source, (patient, id_col))
-    result = task.score(table, settings)
+    result = task.score(_read_as(task, rows, every, ~every, layout, ["segmentation"], opts, source, (patient, id_col)),
+                        settings)
     return result, per
 
 
