@@ -79,7 +79,7 @@ def _commands(work: Path) -> list[tuple[str, list[str]]]:
         ("evaluate-demo", ["evaluate", "--demo", "--out", str(work / "eval" / "demo.json"), "--n-boot", "200",
                            "--out-table", str(work / "eval" / "demo.parquet")]),
         # 40 mask pairs, 10 with an empty ground truth: the segmentation task leaves those rows out of every metric
-        ("evaluate-masks", ["evaluate", "--predictions", str(_mask_file(work)), "--masks", "--attribute", "sex",
+        ("evaluate-masks", ["evaluate", "--predictions", str(_mask_file()), "--masks", "--attribute", "sex",
                             "--n-boot", "100", "--n-perm", "100", "--out", str(work / "eval" / "masks.json")]),
         ("compare-lp", ["compare", *base[1:], "--model", "imagenet-resnet50", "--dataset", "synth-contrast", *small,
                         "--usage", "lp", "--mitigations", "erm,groupdro"]),
@@ -98,12 +98,12 @@ def _commands(work: Path) -> list[tuple[str, list[str]]]:
     return cmds
 
 
-def _mask_file(work: Path) -> Path:
+def _mask_file() -> Path:
     """A masks CSV of 40 fixed 16 x 16 prediction / ground-truth pairs in two groups; every fourth ground truth is
     empty (its prediction is not)."""
     import numpy as np
 
-    folder = work / "masks"
+    folder = Path(tempfile.gettempdir()) / "fmb-digest-masks"  # one path in every digest (it is in the run id)
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(40):
