@@ -20,7 +20,7 @@ from fairmedbench.leaderboards.submit import Limits, _read_predictions, recomput
 from fairmedbench.leaderboards.suites import Entry
 from fairmedbench.registry.datasets import get_card
 from fairmedbench.tasks.base import PredictionTable, get_task
-from fairmedbench.tasks.common import score_settings, write_predictions
+from fairmedbench.tasks.common import score_and_write, score_settings
 from fairmedbench.tasks.table import SplitPredictions
 
 N_BOOT = N_PERM = 40
@@ -39,8 +39,8 @@ def _three_ways(tmp: Path, task_name: str, parts: list[SplitPredictions], tasks:
     task = get_task(task_name)
     path = tmp / "seed0.predictions.parquet"
     spec = SimpleNamespace(profile="default", n_boot=N_BOOT, n_perm=N_PERM)
-    table = write_predictions(task, path, parts, 0, tasks, ["sex"], classes)
-    run = task.score(table, score_settings(spec, 0, policy))  # type: ignore[arg-type]
+    run, _ = score_and_write(task, path, parts, 0, tasks, ["sex"], score_settings(spec, 0, policy),  # type: ignore[arg-type]
+                             classes)
     evaluated = run_evaluate(dataclasses.replace(evaluate, n_boot=N_BOOT, n_perm=N_PERM, out=str(tmp / "e.json")))
     entry = Entry(dataset, ("sex",), "linear_probe", task=task_name)
     block = task.predictions_block(path.name, tasks, ["sex"], classes)

@@ -4,7 +4,6 @@ training or selection: only to the metric engine."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,10 +32,10 @@ from fairmedbench.tasks.common import (
     patient_ids,
     prepare_inputs,
     reuse_seed,
+    score_and_write,
     score_settings,
     seed_document,
     training_groups,
-    write_predictions,
 )
 from fairmedbench.tasks.table import SplitPredictions
 
@@ -319,8 +318,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
                                   extra=mc_columns(sr.mc[name], label_cols) if sr.mc is not None else {})
                  for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores))]
         pred_name = f"seed{seed}.predictions.parquet"
-        table = write_predictions(task, out_dir / pred_name, parts, seed, label_cols, spec.attributes)
-        res = task.score(table, score_settings(spec, seed, policy))  # the table the run wrote
+        res, table = score_and_write(task, out_dir / pred_name, parts, seed, label_cols, spec.attributes,
+                                     score_settings(spec, seed, policy))  # the table the run writes
         extra: dict[str, Any]
         extra = {"training": {"config": describe_config(cfg), "mitigation": factory().describe(),
                               "best_epoch": sr.fit.best_epoch, "best_val_loss": finite(sr.fit.best_val_loss),
@@ -369,8 +368,8 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
         attrs = ext.attributes(spec)
         part = SplitPredictions("test", ext.dataset.samples["sample_id"].to_numpy()[test],
                                 patient_ids(ext.dataset, test), attrs, ye, scores)
-        written = write_predictions(task, out_dir / external_file(seed, k), [part], seed, label_cols, spec.attributes)
-        res = task.score(dataclasses.replace(written, val=table.val), score_settings(spec, seed, policy))
+        res, _ = score_and_write(task, out_dir / external_file(seed, k), [part], seed, label_cols, spec.attributes,
+                                 score_settings(spec, seed, policy), val=table.val)
         shifts = site_shifts("classification",
                              SiteScores(internal[0][:, 0], sr.test_scores[:, 0], internal[1], internal[2],
                                         internal[3]),

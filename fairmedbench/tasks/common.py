@@ -9,7 +9,8 @@ A runner is called by `benchmark.run` (and `benchmark verify`) as `run(inputs)` 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,8 +21,7 @@ from fairmedbench.engine import store
 from fairmedbench.engine.device import compute_settings, describe_device
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig, ScoreSettings
-from fairmedbench.tasks.base import PredictionTable, Task, get_task
-from fairmedbench.tasks.table import SplitPredictions
+from fairmedbench.tasks.base import get_task
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.registry.datasets.dataset import Dataset
     from fairmedbench.registry.models.runtime import FoundationModel
+    from fairmedbench.tasks.base import PredictionTable, Task
+    from fairmedbench.tasks.table import SplitPredictions
 
 
 class RunFlags(Protocol):
@@ -98,14 +100,19 @@ def score_settings(spec: RunConfig, seed: int, threshold: str | None = None) -> 
     return ScoreSettings(profile=spec.profile, threshold=threshold, n_boot=spec.n_boot, n_perm=spec.n_perm, seed=seed)
 
 
-def write_predictions(task: Task, path: Path, parts: Sequence[SplitPredictions], seed: int, tasks: Sequence[str],
-                      attributes: Sequence[str], classes: Sequence[str] = ()) -> PredictionTable:
-    """Write a seed's predictions Parquet as `task` lays it out (Task.frame) and return the table the task scores,
-    read back from the frame written (Task.table): a run scores what it wrote."""
+def score_and_write(task: Task, path: Path, parts: Sequence[SplitPredictions], seed: int, tasks: Sequence[str],
+                    attributes: Sequence[str], settings: ScoreSettings, classes: Sequence[str] = (),
+                    val: Mapping[str, np.ndarray] | None = None) -> tuple[FairnessResult, PredictionTable]:
+    """A seed's predictions frame as `task` lays it out (Task.frame), the table the task reads from it (Task.table)
+    scored under `settings` (with `val`: another set's validation rows, as an external set is scored at the
+    internal threshold), then the frame written to `path` (after the scoring: an interrupted seed leaves no file).
+    A run scores exactly what it writes."""
     frame = task.frame(parts, seed, tasks, classes)
+    table = task.table({c: frame[c].to_numpy() for c in frame.columns}, tasks, attributes, classes,
+                       where=f"{path.name}: ")
+    result = task.score(table if val is None else dataclasses.replace(table, val=val), settings)
     store.write_parquet(path, frame)
-    return task.table({c: frame[c].to_numpy() for c in frame.columns}, tasks, attributes, classes,
-                      where=f"{path.name}: ")
+    return result, table
 
 
 def min_group_size(result: FairnessResult) -> int:

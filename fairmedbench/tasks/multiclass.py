@@ -35,10 +35,10 @@ from fairmedbench.tasks.common import (
     patient_ids,
     prepare_inputs,
     reuse_seed,
+    score_and_write,
     score_settings,
     seed_document,
     training_groups,
-    write_predictions,
 )
 from fairmedbench.tasks.table import SplitPredictions
 
@@ -233,8 +233,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
                                   extra=mc_class_columns(mc[name], classes) if mc is not None else {})
                  for name in ("val", "test")]
         pred_name = f"seed{seed}.predictions.parquet"
-        table = write_predictions(task, out_dir / pred_name, parts, seed, [label_col], spec.attributes, classes)
-        res = task.score(table, score_settings(spec, seed))  # the table the run wrote
+        res, _ = score_and_write(task, out_dir / pred_name, parts, seed, [label_col], spec.attributes,
+                                 score_settings(spec, seed), classes)  # the table the run writes
         extra: dict[str, Any]
         extra = {"training": {"config": asdict(cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
                               "best_epoch": fit.best_epoch, "best_val_loss": finite(fit.best_val_loss),
@@ -276,8 +276,8 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
         assert ext_label is not None, "class_labels checked the external card's label column"
         part = SplitPredictions("test", ext.dataset.samples["sample_id"].to_numpy()[ext.split.test], ext_pids,
                                 attrs, ye, p)
-        res = task.score(write_predictions(task, out_dir / external_file(seed, k), [part], seed, [ext_label],
-                                           spec.attributes, classes), score_settings(spec, seed))
+        res, _ = score_and_write(task, out_dir / external_file(seed, k), [part], seed, [ext_label], spec.attributes,
+                                 score_settings(spec, seed), classes)
         shifts = site_shifts("multiclass",
                              SiteScores(internal[0], probs["test"], internal[1], internal[2], internal[3]),
                              SiteScores(ye, p, attrs, ext_pids, ext.split.test), spec.n_boot, seed, ext.label,

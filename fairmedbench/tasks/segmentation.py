@@ -36,10 +36,10 @@ from fairmedbench.tasks.common import (
     min_group_size,
     patient_ids,
     reuse_seed,
+    score_and_write,
     score_settings,
     seed_document,
     training_groups,
-    write_predictions,
 )
 from fairmedbench.tasks.table import SplitPredictions
 
@@ -511,7 +511,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
         p = np.asarray(out.positions)
         t_seg = time.perf_counter() - t1 - t_train
         pred_name = f"seed{seed}.predictions.parquet"
-        res = _write_and_score(spec, seed, out_dir / pred_name, ds, out, split.test)  # the table the run wrote
+        res = _score_and_write(spec, seed, out_dir / pred_name, ds, out, split.test)  # the table the run wrote
         ids = ds.samples["sample_id"].to_numpy().astype(str)
         extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
                                            "prompted_slices": int(sum(out.prompted_slices)),
@@ -550,7 +550,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
             raise InputError(f"--eval-dataset {ext.label}: no test sample has a non-empty mask to prompt from")
         attrs = attr_columns(eds, spec, np.asarray(out.positions))
         ext_pids = patient_ids(eds, np.asarray(out.positions))
-        res = _write_and_score(spec, seed, out_dir / external_file(seed, k), eds, out, ext.split.test)
+        res = _score_and_write(spec, seed, out_dir / external_file(seed, k), eds, out, ext.split.test)
         shifts = site_shifts("segmentation",
                              SiteScores(None, np.asarray(internal.dsc), internal_attrs, internal_pids,
                                         np.asarray(internal.positions)),
@@ -560,13 +560,12 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
     return res_out
 
 
-def _write_and_score(spec: RunConfig, seed: int, path: Path, ds: Dataset, out: SegOutcome,
+def _score_and_write(spec: RunConfig, seed: int, path: Path, ds: Dataset, out: SegOutcome,
                      test: np.ndarray) -> FairnessResult:
-    """Write the predictions Parquet of a test split (`_test_part`) and score the table the task reads back from
-    it (its empty-ground-truth rows left out by the task's rule)."""
-    task = get_task(spec.task)
-    table = write_predictions(task, path, [_test_part(ds, spec, out, test)], seed, ["segmentation"], spec.attributes)
-    return task.score(table, score_settings(spec, seed))
+    """Score the predictions of a test split (`_test_part`) as the task reads them (its empty-ground-truth rows
+    left out by the task's rule), then write their Parquet."""
+    return score_and_write(get_task(spec.task), path, [_test_part(ds, spec, out, test)], seed, ["segmentation"],
+                           spec.attributes, score_settings(spec, seed))[0]
 
 
 def _test_part(ds: Dataset, spec: RunConfig, out: SegOutcome, test: np.ndarray) -> SplitPredictions:
