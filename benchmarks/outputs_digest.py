@@ -32,6 +32,8 @@ VOLATILE = {"timings", "timing", "elapsed_s", "seconds", "created", "created_at"
             # provenance: the checkout's commit, when a submission was accepted, and submission.json's sha256 of each
             # bundle file (whose bytes hold the run's created_at; the stored files are digested one by one)
             "git_commit", "accepted_at", "files",
+            # a submission's seal: an HMAC under the board's random key over files that hold their created_at
+            "hmac", "content_sha256",
             # environment.compute: the threads, kernel variables and CPU flags a run computed with
             "compute"}
 
