@@ -135,8 +135,8 @@ def test_seed_mean_shift_averages_each_quantity_over_seeds_on_shared_resamples()
     y_int, y_ext = (rng.random(n) < 0.5).astype(int), (rng.random(n) < 0.5).astype(int)
     seeds = [(y_int + rng.normal(0, np.where(g_int == "female", 1.5, 0.6)),
               y_ext + rng.normal(0, np.where(g_ext == "female", 0.6, 1.5 + 0.3 * k))) for k in range(2)]
-    draws = [(group_draws("classification", y_int, si, g_int, 300, 0, "internal"), group_draws("classification", y_ext, se, g_ext, 300, 0, "external:x"))
-             for si, se in seeds]
+    draws = [(group_draws("classification", y_int, si, g_int, 300, 0, "internal"),
+              group_draws("classification", y_ext, se, g_ext, 300, 0, "external:x")) for si, se in seeds]
     one = shift_block("classification", "sex", *draws[0], 300)
     assert seeds_shift_block("classification", "sex", [draws[0][0]], [draws[0][1]], 300) == one
     both = seeds_shift_block("classification", "sex", [d[0] for d in draws], [d[1] for d in draws], 300)
@@ -151,7 +151,8 @@ def test_seed_mean_shift_averages_each_quantity_over_seeds_on_shared_resamples()
     averaged = np.mean([diff_rows(e) - diff_rows(i) for i, e in draws], axis=0)
     lo, hi = np.percentile(averaged, [2.5, 97.5])
     assert (both["diff"]["ci_low"], both["diff"]["ci_high"]) == pytest.approx((lo, hi))
-    other = group_draws("classification", y_int, seeds[0][0], np.where(g_int == "female", "F", "M").astype(object), 300, 0, "internal")
+    other = group_draws("classification", y_int, seeds[0][0], np.where(g_int == "female", "F", "M").astype(object),
+                        300, 0, "internal")
     with pytest.raises(InputError, match="different groups"):
         seeds_shift_block("classification", "sex", [draws[0][0], other], [d[1] for d in draws], 300)
 
