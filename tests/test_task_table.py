@@ -219,3 +219,39 @@ def test_score_settings_go_to_a_result_and_come_back() -> None:
     result = task.score(PredictionTable(test, ("y",), ("sex",)), sent).to_dict()
     back = settings_from_meta(result, task, ["sex"], ["y"])
     assert back == dataclasses.replace(sent, groups={"sex": ("F", "M")})
+
+
+def test_segmentation_compare_gets_its_paired_test_set_bootstrap(tmp_path: Path) -> None:
+    """compare's paired bootstrap of a segmentation comparison, from the frames the runs wrote, through the task
+    (its empty-ground-truth rows left out). Hand-computed points: erm's DSC is 0.6 (F) and 0.8 (M) in both seeds,
+    groupdro's 0.7 and 0.8; worst group 0.6 and 0.7, M - F 0.2 and 0.1, worst-group change from ERM +0.1."""
+    from fairmedbench.benchmark.compare import CompareOutcome, _test_bootstrap
+    from fairmedbench.engine.results import RunResult
+
+    task = get_task("segmentation")
+    n = 48
+    ids, pids, attrs = _ids(n, "t")
+    empty = np.arange(n) % 6 == 0
+    female = attrs["sex"] == "F"
+    runs: dict[str, list[RunResult]] = {}
+    for method, f_dsc in (("erm", 0.6), ("groupdro", 0.7)):
+        runs[method] = []
+        for seed in (0, 1):
+            dsc = np.where(empty, np.nan, np.where(female, f_dsc, 0.8))
+            part = SplitPredictions("test", ids, pids, attrs, values={"dsc": dsc, "iou": dsc / (2 - dsc),
+                                                                      "empty_gt": empty})
+            folder = tmp_path / f"{method}{seed}"
+            folder.mkdir()
+            task.frame([part], seed, ["segmentation"]).to_parquet(folder / "p.parquet", index=False)
+            runs[method].append(RunResult({"predictions": task.predictions_block("p.parquet", ["segmentation"],
+                                                                                 ["sex"])}, folder))
+    out = CompareOutcome("sex", ["erm", "groupdro"], ["synth"], task="segmentation")
+    doc = _test_bootstrap(out, runs, "synth", "sex", 60)
+    assert doc["metric"] == "dsc" and doc["groups"] == ["F", "M"] and doc["n_boot"] == 60
+    erm, dro = doc["methods"]["erm"], doc["methods"]["groupdro"]
+    assert erm["worst_group_dsc"]["value"] == pytest.approx(0.6)
+    assert dro["worst_group_dsc"]["value"] == pytest.approx(0.7)
+    assert erm["dsc_diff"]["value"] == pytest.approx(0.2) and dro["dsc_diff"]["value"] == pytest.approx(0.1)
+    assert dro["worst_group_dsc_vs_erm"]["value"] == pytest.approx(0.1)
+    # constant DSC within each group: every resample gives the same group means, so the intervals are points
+    assert dro["worst_group_dsc_vs_erm"]["ci_low"] == pytest.approx(0.1) == dro["worst_group_dsc_vs_erm"]["ci_high"]
