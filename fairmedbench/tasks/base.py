@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +21,9 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.specs import board_metrics, headline_metric, summary_metrics
 from fairmedbench.registry.base import Registry
+from fairmedbench.tasks.table import PATIENT_COLUMN as PATIENT_COLUMN  # re-exported: the table's home is tasks.table
+from fairmedbench.tasks.table import PredictionTable as PredictionTable
+from fairmedbench.tasks.table import label_names, read_table, record_settings, score_names, write_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,33 +33,6 @@ if TYPE_CHECKING:
     from fairmedbench.spec import ScoreSettings
     from fairmedbench.tasks.common import RunInputs, RunnerOutput
     from fairmedbench.tasks.table import SplitPredictions
-
-#: the optional per-row patient column of a predictions table (every runner writes it): the resampling unit
-PATIENT_COLUMN = "patient_id"
-
-
-@dataclass(frozen=True)
-class PredictionTable:
-    """Predictions laid out as a task declares its columns (its label and score columns per task column, or per
-    class; attr:<name> per attribute; optionally patient_id): the test rows it scores and the validation rows a
-    threshold policy may read (none: empty), each column a numpy array. `tasks` names the task columns (a
-    multi-class table: its one label), `classes` a multi-class task's classes in index order."""
-
-    test: Mapping[str, np.ndarray]
-    tasks: tuple[str, ...]
-    attributes: tuple[str, ...]
-    val: Mapping[str, np.ndarray] = field(default_factory=dict)
-    classes: tuple[str, ...] = ()
-
-    @property
-    def n_val(self) -> int:
-        """Validation rows (0 without any)."""
-        return len(next(iter(self.val.values()))) if self.val else 0
-
-    def take(self, rows: np.ndarray) -> PredictionTable:
-        """The same table with only the test rows at `rows` (a resampled test set); validation rows unchanged."""
-        return dataclasses.replace(self, test={k: v[rows] for k, v in self.test.items()})
-
 
 def _load(ref: str) -> Any:
     module, name = ref.split(":")
@@ -156,16 +132,12 @@ class Task:
               classes: Sequence[str] = ()) -> pd.DataFrame:
         """The predictions Parquet frame a runner writes for one seed, laid out as this task declares its columns
         (tasks.table.write_frame)."""
-        from fairmedbench.tasks.table import write_frame
-
         return write_frame(self, parts, seed, tasks, classes)
 
     def table(self, columns: Mapping[str, np.ndarray], tasks: Sequence[str], attributes: Sequence[str],
               classes: Sequence[str] = (), where: str = "") -> PredictionTable:
         """The table this task scores from any predictions frame's columns in its layout: role checks, val/test
         split, the rows its rules leave out (tasks.table.read_table)."""
-        from fairmedbench.tasks.table import read_table
-
         return read_table(self, columns, tasks, attributes, classes, where)
 
     def scored_rows(self, table: PredictionTable) -> PredictionTable:
@@ -179,8 +151,6 @@ class Task:
         """What the headline is computed from on the table's test rows: the first task column's label (a
         multi-class task's class index; None without labels) and its score (a multi-class task's (n, K)
         probabilities; a per-sample value such as DSC)."""
-        from fairmedbench.tasks.table import label_names, score_names
-
         labels, scores = label_names(self, table.tasks), score_names(self, table.tasks, table.classes)
         y = table.test[labels[0]] if labels else None
         if self.class_index_labels:
@@ -211,8 +181,6 @@ class Task:
         labels = {t: self.label_column.format(task=t) for t in table.tasks} if self.label_column else {}
         checks = data_checks.enforce(data_checks.check_table(table, settings, labels), settings.data_checks)
         result: FairnessResult = _load(self.scorer)(table, settings, on_step)
-        from fairmedbench.tasks.table import record_settings
-
         record_settings(result.meta, settings)  # read back by tasks.table.settings_from_meta
         result.meta["data_checks"] = checks.to_dict()
         return result

@@ -6,6 +6,7 @@ out (an 'unscored' value column, e.g. segmentation's empty ground truth). Import
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,12 +19,39 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from fairmedbench.spec import ScoreSettings
-    from fairmedbench.tasks.base import PredictionTable, Task
+    from fairmedbench.tasks.base import Task
 
 #: the split names a predictions frame may give validation rows (case and spaces ignored); test rows say 'test'
 VAL_SPLITS = ("val", "valid", "validation")
 #: the columns that say which row is which (written by every runner; a user's file may lack any of them)
 SAMPLE_ID, SPLIT, SEED = "sample_id", "split", "seed"
+
+
+#: the optional per-row patient column of a predictions table (every runner writes it): the resampling unit
+PATIENT_COLUMN = "patient_id"
+
+
+@dataclass(frozen=True)
+class PredictionTable:
+    """Predictions laid out as a task declares its columns (its label and score columns per task column, or per
+    class; attr:<name> per attribute; optionally patient_id): the test rows it scores and the validation rows a
+    threshold policy may read (none: empty), each column a numpy array. `tasks` names the task columns (a
+    multi-class table: its one label), `classes` a multi-class task's classes in index order."""
+
+    test: Mapping[str, np.ndarray]
+    tasks: tuple[str, ...]
+    attributes: tuple[str, ...]
+    val: Mapping[str, np.ndarray] = field(default_factory=dict)
+    classes: tuple[str, ...] = ()
+
+    @property
+    def n_val(self) -> int:
+        """Validation rows (0 without any)."""
+        return len(next(iter(self.val.values()))) if self.val else 0
+
+    def take(self, rows: np.ndarray) -> PredictionTable:
+        """The same table with only the test rows at `rows` (a resampled test set); validation rows unchanged."""
+        return dataclasses.replace(self, test={k: v[rows] for k, v in self.test.items()})
 
 
 @dataclass(frozen=True)
@@ -161,8 +189,6 @@ def read_table(task: Task, columns: Mapping[str, np.ndarray], tasks: Sequence[st
     column checked for its role (InputError naming every problem, prefixed by `where`), the rows split into
     validation ('val', 'valid', 'validation') and test ('test'; all rows without a split column), and the test rows
     an 'unscored' column marks left out (their other value columns may be null there, and only there)."""
-    from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable
-
     n = len(next(iter(columns.values()))) if columns else 0
     labels, scores = label_names(task, tasks), score_names(task, tasks, classes)
     roles = {**{c: "class" if task.class_index_labels else "label" for c in labels},
