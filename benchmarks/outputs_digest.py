@@ -3,7 +3,9 @@ number: run it before and after, then compare the two digests (`--compare BEFORE
 
 Each JSON is hashed with its timing and path fields removed (they change from run to run and folder to folder);
 each Parquet is hashed by its table content (pandas frame, column order kept). Runs use random weights and small
-synthetic datasets, so the whole set takes a few minutes on 2 CPU cores.
+synthetic datasets, so the whole set takes a few minutes on 2 CPU cores. The set: a tiny run per task and usage,
+`evaluate` on the demo, on mask files (with empty ground truths) and on the real NIH predictions where present, a
+`compare` per task kind (classification, segmentation) and the test suite's fixture bundles submitted to boards.
 
     python benchmarks/outputs_digest.py --out /tmp/before.json
     python benchmarks/outputs_digest.py --out /tmp/after.json
@@ -30,6 +32,8 @@ VOLATILE = {"timings", "timing", "elapsed_s", "seconds", "created", "created_at"
             # provenance: the checkout's commit, when a submission was accepted, and submission.json's sha256 of each
             # bundle file (whose bytes hold the run's created_at; the stored files are digested one by one)
             "git_commit", "accepted_at", "files",
+            # a submission's seal: an HMAC under the board's random key over files that hold their created_at
+            "hmac", "content_sha256",
             # environment.compute: the threads, kernel variables and CPU flags a run computed with
             "compute"}
 
@@ -76,6 +80,14 @@ def _commands(work: Path) -> list[tuple[str, list[str]]]:
                          "--usage", "sam-decoder", "--hparam", "epochs=1"]),
         ("evaluate-demo", ["evaluate", "--demo", "--out", str(work / "eval" / "demo.json"), "--n-boot", "200",
                            "--out-table", str(work / "eval" / "demo.parquet")]),
+        # 40 mask pairs, 10 with an empty ground truth: the segmentation task leaves those rows out of every metric
+        ("evaluate-masks", ["evaluate", "--predictions", str(_mask_file()), "--masks", "--attribute", "sex",
+                            "--n-boot", "100", "--n-perm", "100", "--out", str(work / "eval" / "masks.json")]),
+        ("compare-lp", ["compare", *base[1:], "--model", "imagenet-resnet50", "--dataset", "synth-contrast", *small,
+                        "--usage", "lp", "--mitigations", "erm,groupdro"]),
+        ("compare-sam-decoder", ["compare", *base[1:], "--model", "litemedsam", "--dataset", "synth-contrast",
+                                 "--dataset-option", "n=24", "--usage", "sam-decoder", "--hparam", "epochs=1",
+                                 "--mitigations", "erm,groupdro"]),
     ]
     if (REAL / "nih-cxr14" / "preds.csv").exists():
         nih = NIH_FILE  # one path in every digest: an evaluation's run id hashes the predictions file's path
@@ -86,6 +98,29 @@ def _commands(work: Path) -> list[tuple[str, list[str]]]:
                                       "--n-boot", "100", "--n-perm", "100", "--out", str(work / "eval" / "nih.json"),
                                       "--out-table", str(work / "eval" / "nih.parquet")]))
     return cmds
+
+
+def _mask_file() -> Path:
+    """A masks CSV of 40 fixed 16 x 16 prediction / ground-truth pairs in two groups; every fourth ground truth is
+    empty (its prediction is not)."""
+    import numpy as np
+
+    folder = Path(tempfile.gettempdir()) / "fmb-digest-masks"  # one path in every digest (it is in the run id)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(40):
+        gt = np.zeros((16, 16), dtype=np.uint8)
+        if i % 4:
+            gt[4:12, 4:12] = 1
+        pred = np.zeros((16, 16), dtype=np.uint8)
+        pred[4:12, 4 + i % 5:12 + i % 5] = 1  # shifted by 0-4 px
+        np.save(folder / f"gt{i}.npy", gt)
+        np.save(folder / f"pred{i}.npy", pred)
+        rows.append({"pred_mask": f"pred{i}.npy", "gt_mask": f"gt{i}.npy", "sex": "F" if i % 2 else "M",
+                     "patient_id": f"p{i}", "split": "test"})
+    path = folder / "masks.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
 
 
 def _nih_file(path: Path) -> list[str]:

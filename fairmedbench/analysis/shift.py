@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from fairmedbench.registry.datasets.card import AttributeSpec, DatasetCard
     from fairmedbench.registry.datasets.dataset import Dataset
 
-#: the per-group utility whose shift is reported, per task (the task's headline)
-SHIFT_METRIC = {"classification": "auc", "multiclass": "macro_auc", "segmentation": "dsc"}
 #: a reader option naming where an external dataset's data lives (a where, not a what: not part of the identity)
 ROOT_OPTION = "root"
 #: which samples of an external dataset are evaluated: its test split (default) or all of them (nothing of an
@@ -265,41 +263,20 @@ def _named(groups: np.ndarray) -> np.ndarray:
     return np.array([isinstance(g, str) for g in groups], dtype=bool)
 
 
-def group_draws(y: np.ndarray | None, scores: np.ndarray, groups: np.ndarray, n_boot: int, seed: int,
+def group_draws(task: str, y: np.ndarray | None, scores: np.ndarray, groups: np.ndarray, n_boot: int, seed: int,
                 stream: str, patient_ids: np.ndarray | None = None) -> GroupDraws:
     """Per-group headline utility of one test set with `n_boot` stratified resamples on its own named stream,
-    drawing whole patients when `patient_ids` are given (as every interval of the engine does).
-
-    The data say which: AUC of `scores` (n,) against 0/1 `y`; macro one-vs-rest AUC of (n, K) probabilities against
-    class indices; without `y`, the mean of per-sample DSC `scores`."""
-    from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
+    drawing whole patients when `patient_ids` are given (as every interval of the engine does), as the task
+    computes it (Task.resampled_headline: AUC of (n,) scores against 0/1 `y`, macro AUC of (n, K) probabilities
+    against class indices, the mean of per-sample DSC)."""
+    from fairmedbench.tasks.base import get_task
 
     keep = _named(np.asarray(groups, dtype=object))
     g = np.asarray(groups, dtype=object)[keep].astype(str)
     pids = None if patient_ids is None else np.asarray(patient_ids, dtype=object)[keep]
-    b = max(int(n_boot), 1)
-    if y is not None and np.ndim(scores) == 1:
-        d = paired_group_auc(np.asarray(y)[keep], np.asarray(scores)[keep][None], g, n_boot=b, seed=seed, label=stream,
-                             patient_ids=pids)
-        return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))
-    if y is not None:
-        d = paired_group_macro_auc(np.asarray(y)[keep], np.asarray(scores)[keep][None], g, n_boot=b, seed=seed,
-                                   label=stream, patient_ids=pids)
-        return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))
-    dsc = np.asarray(scores, dtype=np.float64)[keep]
-    names = sorted(set(g))
-    codes = np.searchsorted(names, g)
-    units = bs.make_units(codes, pids)
-    rng = bs.stable_seed(seed, "shift-group-dsc", stream)
-    one = np.zeros(len(dsc), dtype=np.int64)
-    strata = [bs.label_strata(units, np.flatnonzero(codes == k), one, (0,))[0] for k in range(len(names))]
-    w = bs.unit_weights(rng, strata, units.n_units, b)[:, units.of_row]
-    point, res = np.empty(len(names)), np.empty((b, len(names)))
-    for k in range(len(names)):
-        m = codes == k
-        point[k] = dsc[m].mean()
-        res[:, k] = (w[:, m] @ dsc[m]) / w[:, m].sum(axis=1)
-    return GroupDraws(names, point, res, tuple(int((g == x).sum()) for x in names))
+    d = get_task(task).resampled_headline(None if y is None else np.asarray(y)[keep], np.asarray(scores)[keep][None],
+                                          g, max(int(n_boot), 1), seed, stream, pids)
+    return GroupDraws(d.groups, d.point[0], d.resampled[:, 0, :], tuple(int((g == x).sum()) for x in d.groups))
 
 
 def _interval(draws: np.ndarray, n_boot: int) -> tuple[float | None, float | None]:
@@ -350,6 +327,8 @@ def seeds_shift_block(task: str, attribute: str, internal: Sequence[GroupDraws],
     value, the gap, the difference) is computed per seed, on every row of the draws, then averaged over seeds, so
     the interval is the two test sets' sampling error of the seed mean. The seeds' draws must share their resamples
     (`group_draws` with one seed and the same stream names for every training seed); one seed is `shift_block`."""
+    from fairmedbench.tasks.base import get_task
+
     first_i, first_e = internal[0], external[0]
     if any(d.groups != first_i.groups for d in internal) or any(d.groups != first_e.groups for d in external):
         raise InputError(f"shift of {attribute}: the seeds' test sets hold different groups; a seed mean needs the "
@@ -368,7 +347,7 @@ def seeds_shift_block(task: str, attribute: str, internal: Sequence[GroupDraws],
                 np.mean([quantity(table(d)) for d in external], axis=0))
 
     out: dict[str, Any] = {
-        "attribute": attribute, "metric": SHIFT_METRIC[task], "groups": groups,
+        "attribute": attribute, "metric": get_task(task).headline, "groups": groups,
         "only_internal": [g for g in first_i.groups if g not in groups],
         "only_external": [g for g in first_e.groups if g not in groups],
         "per_group": {g: _entry(*mean(lambda t, k=k: t[:, k]), n_boot, [g] if g in small else [])
@@ -474,9 +453,9 @@ def site_shifts(task: str, internal: SiteScores, external: SiteScores, n_boot: i
     out = []
     for a in internal.groups:
         if pairs is None:
-            di = group_draws(internal.y, internal.scores, internal.groups[a], n_boot, seed, "internal",
+            di = group_draws(task, internal.y, internal.scores, internal.groups[a], n_boot, seed, "internal",
                              internal.patient_ids)
-            de = group_draws(external.y, external.scores, external.groups[a], n_boot, seed, f"external:{label}",
+            de = group_draws(task, external.y, external.scores, external.groups[a], n_boot, seed, f"external:{label}",
                              external.patient_ids)
         else:
             di, de = paired_group_draws(internal, external, a, pairs, n_boot, seed, f"external:{label}")

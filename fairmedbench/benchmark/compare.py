@@ -41,21 +41,17 @@ from fairmedbench.engine.results import RunResult
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.bootstrap import N_BOOT
 from fairmedbench.metrics.groups import CROSS
-from fairmedbench.metrics.paired import paired_group_auc, paired_group_macro_auc
 from fairmedbench.metrics.result import parse_margins
 from fairmedbench.spec import BASELINE_MITIGATION as BASELINE
 from fairmedbench.spec import RunOptions, RunSpec, option
 
 if TYPE_CHECKING:
-    import pandas as pd
 
-    from fairmedbench.tasks.base import Task
+    from fairmedbench.tasks.base import PredictionTable, Task
 
-BOOTSTRAP_NOTE = ("no paired test-set bootstrap: it is implemented for AUC and macro AUC only; the {task} "
-                  "intervals of {headline} are across seeds on one test set and leave out its sampling error")
-#: headline metric -> the paired test-set bootstrap that resamples it (metrics.paired): binary AUC of the first
-#: task's score, or multi-class macro AUC of the class probabilities
-BOOTSTRAPPED = {"auc": paired_group_auc, "macro_auc": paired_group_macro_auc}
+BOOTSTRAP_NOTE = ("no paired test-set bootstrap: the {task} task declares no resampled headline "
+                  "(Task.headline_draws); the intervals of {headline} are across seeds on one test set and leave out "
+                  "its sampling error")
 
 
 @dataclass
@@ -230,7 +226,7 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
                      for m in methods}
             _summarise(out, name, cells, task, attribute, n_boot)
         out.datasets[out.datasets.index(ds) + 1:out.datasets.index(ds) + 1] = names[1:]
-    if task.headline not in BOOTSTRAPPED:
+    if not task.headline_draws:
         out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
     if split_seeds:
         out.notes.append(f"repeated splits {', '.join(map(str, split_seeds))}: differences from ERM are paired per "
@@ -301,7 +297,7 @@ def _summarise(out: CompareOutcome, name: str, cells: dict[str, list[list[RunRes
                                    "paired_p": _paired_p(a - b), "welch_t": w.t,
                                    "welch_p": w.p_value, "welch_note": w.note, **paired_power(a - b),
                                    **({"margin": margin} if margin is not None else {})})
-    if task.headline in BOOTSTRAPPED:  # the paired bootstrap resamples (macro) AUCs
+    if task.headline_draws:  # the task's headline on shared test-set resamples
         flat = {m: [r for split in splits for r in split] for m, splits in cells.items()}
         out.test_bootstrap[name] = _test_bootstrap(out, flat, name, attribute, n_boot)
 
@@ -374,23 +370,16 @@ def save_compare(outcome: CompareOutcome, model: str, datasets: list[str], out_r
     return doc, path, page
 
 
-def _test_predictions(results: list[RunResult], attribute: str) -> list[pd.DataFrame]:
-    """Each seed's test rows (sorted by sample id): the label and score(s) the bootstrap reads (binary: the first
-    task's label and score; multi-class: the class index and every class's probability, as `s0`, `s1`, ...),
-    and the attribute."""
-    frames = []
+def _test_tables(task: Task, results: list[RunResult]) -> list[PredictionTable]:
+    """Each seed's predictions as the task reads them (Task.table: its left-out rows out), test rows sorted by
+    sample id."""
+    tables = []
     for res in results:
-        df = res.predictions()
         block = res.doc["predictions"]
-        cols = block["columns"]
-        score_cols = cols["scores"] if block.get("classes") else cols["scores"][:1]
-        df = df[df["split"] == "test"].sort_values("sample_id")
-        # the patient of each row (written by every runner): the paired bootstrap draws whole patients
-        patient = df["patient_id"] if "patient_id" in df.columns else df["sample_id"]
-        frames.append(df[["sample_id", cols["labels"][0], *score_cols, f"attr:{attribute}"]]
-                      .set_axis(["id", "y", *[f"s{j}" for j in range(len(score_cols))], "g"], axis=1)
-                      .assign(patient=patient.to_numpy()).reset_index(drop=True))
-    return frames
+        df = res.predictions().sort_values("sample_id", kind="stable")
+        tables.append(task.table({c: df[c].to_numpy() for c in df.columns}, block["tasks"], block["attributes"],
+                                 block.get("classes", ()), where=f"{block['file']}: "))
+    return tables
 
 
 def _interval(samples: np.ndarray, point: float) -> dict[str, Any]:
@@ -404,29 +393,32 @@ def _interval(samples: np.ndarray, point: float) -> dict[str, Any]:
 def _test_bootstrap(out: CompareOutcome, runs: dict[str, list[RunResult]], ds: str, attribute: str,
                     n_boot: int) -> dict[str, Any]:
     """Paired test-set bootstrap of the run-mean signed difference, gap and worst-group value of the task's headline
-    (binary AUC of the first task, or multi-class macro AUC) per method (`runs`: its seeds, or every split x seed),
+    (as the task resamples it: Task.resampled_headline; binary AUC of the first task, multi-class macro AUC, mean
+    DSC) per method (`runs`: its seeds, or every split x seed),
     and of each method's worst-group value and gap minus ERM's (rows without a group value are left out). Keys:
     <worst-group metric>, <headline>_diff, <worst-group metric>_vs_erm, <headline>_gap_vs_erm."""
-    from fairmedbench.tasks.base import get_task
+    from fairmedbench.tasks.base import PATIENT_COLUMN, get_task
 
     if n_boot < 1:
         return {}
     task = get_task(out.task)
     worst, diff = task.rank_metric, f"{task.headline}_diff"
-    frames = {m: _test_predictions(runs[m], attribute) for m in out.methods}
+    frames = {m: _test_tables(task, runs[m]) for m in out.methods}
     ref = frames[BASELINE][0]
+    ids, (y, _) = ref.test["sample_id"], task.headline_inputs(ref)
     for m, fs in frames.items():
         for f in fs:
-            if not f["id"].equals(ref["id"]) or not f["y"].equals(ref["y"]):
+            other = task.headline_inputs(f)[0]
+            if not np.array_equal(f.test["sample_id"], ids) or (y is not None and other is not None
+                                                                and not np.array_equal(other, y)):
                 raise InputError(f"compare: method {m!r} was tested on other samples than ERM; rerun with --force")
-    keep = ref["g"].notna().to_numpy()
-    score_cols = [c for c in ref.columns if c.startswith("s") and c[1:].isdigit()]
-    scores = np.stack([f[score_cols].to_numpy()[keep] for m in out.methods for f in frames[m]])  # (S, n, C)
-    y, g = ref["y"].to_numpy()[keep], ref["g"].to_numpy()[keep].astype(str)
-    if len(score_cols) == 1:  # a binary score: (S, n)
-        scores = scores[:, :, 0]
-    res = BOOTSTRAPPED[task.headline](y, scores, g, n_boot=n_boot, label=f"{ds}|{attribute}",
-                                      patient_ids=ref["patient"].to_numpy()[keep])
+    g = np.asarray(ref.test[f"attr:{attribute}"], dtype=object)
+    keep = np.array([v is not None and v == v for v in g], dtype=bool)  # rows with a group (None, NaN: none)
+    # the patient of each row (written by every runner): the paired bootstrap draws whole patients
+    patient = np.asarray(ref.test.get(PATIENT_COLUMN, ids), dtype=object)[keep]
+    scores = np.stack([task.headline_inputs(f)[1][keep] for m in out.methods for f in frames[m]])  # (S, n[, K])
+    res = task.resampled_headline(None if y is None else y[keep], scores, g[keep].astype(str), n_boot, 0,
+                                  f"{ds}|{attribute}", patient)
     n_seeds = len(frames[BASELINE])
     shape = (len(out.methods), n_seeds, len(res.groups))
     point = res.point.reshape(shape)
@@ -438,7 +430,7 @@ def _test_bootstrap(out: CompareOutcome, runs: dict[str, list[RunResult]], ds: s
         gap_b = (np.nanmax(boot, axis=-1) - np.nanmin(boot, axis=-1)).mean(axis=-1)
     gap = f"{task.headline}_gap"
     doc: dict[str, Any] = {"groups": res.groups, "n_boot": n_boot, "task": "first", "metric": task.headline,
-                           "unit": "patient", "n_clusters": int(ref["patient"][keep].nunique()),
+                           "unit": "patient", "n_clusters": len(set(patient)),
                            "n_runs": n_seeds, "keys": [worst, diff, f"{worst}_vs_erm", f"{gap}_vs_erm"],
                            "methods": {}}
     for i, m in enumerate(out.methods):

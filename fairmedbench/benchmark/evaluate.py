@@ -22,7 +22,7 @@ from fairmedbench.metrics.groups import Bins, cell_names, crossed_parts, interse
 from fairmedbench.metrics.profiles import check_threshold, get_profile
 from fairmedbench.metrics.result import TIDY_COLUMNS, apply_margins, parse_margins
 from fairmedbench.spec import ScoreSettings, option
-from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, Task, get_task
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -346,11 +346,9 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                       lambda: describe_resampling(1, len(opts.attributes) * max(len(opts.labels), 1), int(test.sum()),
                                                   opts.n_boot, opts.n_perm)[1], lambda m: print(m, file=sys.stderr))
     patient = resolve_patient_column(df.columns, opts, source, notes)
-    pids = None if patient is None else np.asarray(df[patient], dtype=object)[test]
     id_col = opts.id_column or next((c for c in ID_COLUMNS if c in df.columns), None)
     if opts.id_column:
         _columns(df, [opts.id_column], "sample id (--id-column)", source)
-    sids = None if id_col is None else np.asarray(df[id_col], dtype=object)[test]
     settings = score_settings(opts, patient)
     t_read = time.perf_counter() - t0
     resampled: Resampling | None = None
@@ -363,18 +361,21 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
             raise InputError("--test-resample and --report work on classification predictions, not on --masks")
         get_task("segmentation").check(settings)  # before any mask is read
         result, per_sample = _segmentation(df.to_pandas(), test, opts, source, settings, patient, id_col)
+        if left_out := int(np.asarray(per_sample["empty_gt"]).sum()):
+            notes.append(f"{left_out} row(s) with an empty ground truth left out of every metric (the segmentation "
+                         "task's rule, as in runs and submissions)")
         kind = "evaluate-segmentation"
     elif multiclass_scores(df, opts, source):
         if opts.test_resample or opts.report:
             raise InputError("--test-resample and --report work on binary classification predictions, not on "
                              "multi-class ones")
-        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, settings, (pids, sids))
+        result, per_sample = _multiclass(df, val, test, opts, source, notes, progress, settings, (patient, id_col))
         kind = "evaluate-multiclass"
     else:
         if pack is not None and not opts.report:  # the audit page (binary classification only)
             opts = replace(opts, report=str(pack / "audit.html"))
         result, per_sample, resampled, audit = _classification(df, val, test, opts, source, notes, progress,
-                                                               settings, (pids, sids))
+                                                               settings, (patient, id_col))
         kind = "evaluate-classification"
     apply_margins(result.reports, margins)
     t_metrics = time.perf_counter() - t0 - t_read
@@ -440,17 +441,24 @@ def score_settings(opts: EvaluateOptions, patient: str | None) -> ScoreSettings:
                          data_checks="override" if opts.i_know else "refuse")
 
 
-#: ids of each row's patient and sample (None: not known), as the data checks and the resampling read them
-Ids = tuple[np.ndarray | None, np.ndarray | None]
+#: the file's patient and sample id columns (None: not known), as the data checks and the resampling read them
+Ids = tuple[str | None, str | None]
 
 
-def _with_patients(columns: dict[str, np.ndarray], ids: Ids) -> dict[str, np.ndarray]:
-    """The table's columns with the patient and sample ids that are known."""
-    from fairmedbench.analysis.data_checks import SAMPLE_ID_COLUMN
+def _read_as(task: Task, df: Columns | pd.DataFrame, rows: np.ndarray, val: np.ndarray, layout: dict[str, np.ndarray],
+             tasks: list[str], opts: EvaluateOptions, source: str, ids: Ids, classes: list[str] | None = None
+             ) -> PredictionTable:
+    """The file's `rows` laid out as `task`'s predictions frame (`layout`: its label, score and value columns on
+    those rows; split val where `val`, else test; attributes, patients and sample ids from the file) and read by
+    the task (Task.table): the table it scores, as a run's or a bundle's."""
+    from fairmedbench.tasks.table import SAMPLE_ID
 
-    pids, sids = ids
-    return {**columns, **({} if pids is None else {PATIENT_COLUMN: pids}),
-            **({} if sids is None else {SAMPLE_ID_COLUMN: sids})}
+    cols = {**layout, "split": np.where(val[rows], "val", "test")}
+    for key, name in zip((PATIENT_COLUMN, SAMPLE_ID), ids):
+        if name is not None:
+            cols[key] = np.asarray(df[name], dtype=object)[rows]
+    cols.update({f"attr:{a}": v for a, v in attribute_columns(lambda c: np.asarray(df[c])[rows], opts).items()})
+    return task.table(cols, tasks, opts.attributes, classes or (), where=f"{source}: ")
 
 
 def _tidy(result: FairnessResult, resampled: FairnessResult | None, doc: dict[str, Any]) -> Any:
@@ -476,6 +484,8 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
                     notes: list[str], progress: Callable[[int, int, str], None] | None,
                     settings: ScoreSettings, ids: Ids = (None, None)
                     ) -> tuple[FairnessResult, dict[str, np.ndarray], Resampling | None, AuditData | None]:
+    """Binary (multi-label) classification: labels and scores per task column, the threshold chosen on
+    validation rows when the file has any."""
     spec = None
     if opts.test_resample:
         from fairmedbench.analysis.resample import parse_test_resample
@@ -504,24 +514,19 @@ def _classification(df: Columns, val: np.ndarray, test: np.ndarray, opts: Evalua
         if not val.any():
             notes.append("no validation rows: operating threshold fixed:0.5 (give split=val rows to use val_youden)")
     task_names = list(opts.labels)
-    attrs = attribute_columns(lambda c: df[c][test], opts)
-
-    def columns(rows: np.ndarray) -> dict[str, np.ndarray]:
-        out = {}
-        for k, t in enumerate(task_names):
-            out[f"label:{t}"], out[f"score:{t}"] = y[rows, k], s[rows, k]
-        return out
-
-    table = PredictionTable(_with_patients({**columns(test), **{f"attr:{a}": v for a, v in attrs.items()}}, ids),
-                            tuple(task_names), tuple(opts.attributes), columns(val) if val.any() else {})
+    task = get_task("classification")
+    rows = val | test
+    layout = {c: a[rows, k] for k, t in enumerate(task_names)
+              for c, a in ((task.label_column.format(task=t), y), (task.score_column.format(task=t), s))}
+    table = _read_as(task, df, rows, val, layout, task_names, opts, source, ids)
     # the scores are probabilities already (as_scores applied the sigmoid to logits)
     settings = replace(settings, threshold=policy, logits=False)
-    task = get_task("classification")
     result = task.score(table, settings, progress)
     resampling = audit = None
     if spec is not None or opts.report:
         from fairmedbench.metrics.classification import resolve_attributes
 
+        attrs = {a: table.test[f"attr:{a}"] for a in opts.attributes}
         resolved = resolve_attributes(attrs, int(test.sum()), settings.bins, opts.intersect)
     if opts.report:
         from fairmedbench.report.audit import AuditData
@@ -650,11 +655,10 @@ def _multiclass(df: Columns, val: np.ndarray, test: np.ndarray, opts: EvaluateOp
         notes.append(f"{int(val.sum())} validation row(s) not used: a multi-class prediction is the argmax, "
                      "no threshold is chosen")
     task = get_task("multiclass")
-    st = s[test]
-    table = {task.label_column: y[test], **{task.score_column.format(task=c): st[:, k] for k, c in enumerate(classes)},
-             **{f"attr:{a}": v for a, v in attribute_columns(lambda c: df[c][test], opts).items()}}
-    result = task.score(PredictionTable(_with_patients(table, ids), (opts.labels[0],), tuple(opts.attributes),
-                                        classes=tuple(classes)), settings, progress)
+    layout = {task.label_column: y[test], **{task.score_column.format(task=c): s[test, k]
+                                             for k, c in enumerate(classes)}}
+    table = _read_as(task, df, test, val, layout, [opts.labels[0]], opts, source, ids, classes)
+    result = task.score(table, settings, progress)
     keep = [c for c in dict.fromkeys([opts.id_column, opts.split_column, opts.patient_column, *PATIENT_COLUMNS,
                                       *opts.labels, *source_columns(opts.attributes)]) if c and c in df.columns]
     per_sample = df.rows(test, keep)
@@ -693,21 +697,28 @@ def _segmentation(df: pd.DataFrame, test: np.ndarray, opts: EvaluateOptions, sou
             raise InputError(f"attribute(s) {varying} change within a volume ({opts.volume!r}); "
                              "a volume must belong to one group")
         attrs = attribute_columns(lambda c: first.loc[list(vol.volume_ids), c].to_numpy(), opts)
-        table = {"dsc": vol.dsc, "empty_gt": vol.empty_gt, **{f"attr:{a}": v for a, v in attrs.items()}}
-        result = task.score(PredictionTable(_with_patients(table, (None if patient is None else first.loc[
-            list(vol.volume_ids), patient].to_numpy(), None)), ("segmentation",), tuple(opts.attributes)), settings)
+        volumes = {"dsc": _unscored_null(vol.dsc, vol.empty_gt), "empty_gt": vol.empty_gt,
+                   **{f"attr:{a}": v for a, v in attrs.items()},
+                   **({} if patient is None else {PATIENT_COLUMN: first.loc[list(vol.volume_ids), patient].to_numpy()})}
+        result = task.score(task.table(volumes, ["segmentation"], opts.attributes, where=f"{source}: "), settings)
         import pandas as pd
 
         per = pd.DataFrame({opts.volume: list(vol.volume_ids), "dsc": vol.dsc, "n_slices": vol.n_slices,
                             "empty_gt": vol.empty_gt, **attrs})
         return result, per
-    table = {"dsc": batch.dsc, "iou": batch.iou, **({"hd95": hd} if hd is not None else {}),
-             "empty_gt": batch.empty_gt,
-             **{f"attr:{a}": v for a, v in attribute_columns(lambda c: rows[c].to_numpy(), opts).items()}}
-    ids = (None if patient is None else rows[patient].to_numpy(), None if id_col is None else rows[id_col].to_numpy())
-    result = task.score(PredictionTable(_with_patients(table, ids),
-                                        ("segmentation",), tuple(opts.attributes)), settings)
+    layout = {"dsc": batch.dsc, "iou": batch.iou, **({"hd95": hd} if hd is not None else {}),
+              "empty_gt": batch.empty_gt}
+    layout = {k: v if k == "empty_gt" else _unscored_null(v, batch.empty_gt) for k, v in layout.items()}
+    every = np.ones(len(rows), dtype=bool)
+    result = task.score(_read_as(task, rows, every, ~every, layout, ["segmentation"], opts, source, (patient, id_col)),
+                        settings)
     return result, per
+
+
+def _unscored_null(values: np.ndarray, empty_gt: np.ndarray) -> np.ndarray:
+    """`values` with NaN where the ground truth is empty: the segmentation task leaves those rows out of every
+    metric, so a value there is none it scores."""
+    return np.where(np.asarray(empty_gt, dtype=bool), np.nan, np.asarray(values, dtype=np.float64))
 
 
 def expand_sources(items: list[str]) -> list[str]:

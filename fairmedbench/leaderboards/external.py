@@ -20,13 +20,12 @@ its run's own intervals), whole patients where ids are known.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from fairmedbench.analysis.shift import (
     SHIFT_METHOD,
@@ -39,7 +38,6 @@ from fairmedbench.analysis.shift import (
 )
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.errors import InputError
-from fairmedbench.leaderboards.flags import scored_rows
 from fairmedbench.leaderboards.submit import (
     MAX_LINES_PER_FILE,
     PATIENT_COLUMN,
@@ -55,7 +53,7 @@ from fairmedbench.leaderboards.submit import (
     result_schema,
 )
 from fairmedbench.leaderboards.suites import Entry
-from fairmedbench.tasks.base import Task, get_task
+from fairmedbench.tasks.base import PredictionTable, Task, get_task
 from fairmedbench.tasks.common import external_file
 
 #: the predictions file of an external dataset inside a bundle's entry folder
@@ -100,22 +98,11 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def _headline_inputs(task: Task, block: dict[str, Any], test: dict[str, np.ndarray]
-                     ) -> tuple[np.ndarray | None, np.ndarray]:
-    """What the runs compute the shift from (by the task's traits): the per-sample DSC of a task without sample
-    labels; the class index and every class probability of a multi-class task; else the first label and score."""
-    labels, scores = block["columns"]["labels"], block["columns"]["scores"]
-    if not task.sample_labels:
-        return None, test[scores[0]]
-    if task.class_index_labels:
-        return test[labels[0]], np.column_stack([test[c] for c in scores])
-    return test[labels[0]], test[scores[0]]
-
-
-def _draws(task: Task, block: dict[str, Any], test: dict[str, np.ndarray], attribute: str, n_boot: int, seed: int,
-           stream: str) -> GroupDraws:
-    y, s = _headline_inputs(task, block, test)
-    return group_draws(y, s, test[f"attr:{attribute}"], n_boot, seed, stream, test.get(PATIENT_COLUMN))
+def _draws(task: Task, table: PredictionTable, attribute: str, n_boot: int, seed: int, stream: str) -> GroupDraws:
+    """The headline per group of a table the task read, as the runs draw it (Task.headline_inputs)."""
+    y, s = task.headline_inputs(table)
+    return group_draws(task.name, y, s, table.test[f"attr:{attribute}"], n_boot, seed, stream,
+                       table.test.get(PATIENT_COLUMN))
 
 
 def _own_files(files: dict[str, bytes], folder: str, seed: int) -> list[str]:
@@ -214,21 +201,20 @@ def _check_one(rel: str, doc: dict[str, Any], entry: Entry, seed: int, k: int, f
         raise _Stop(lines)
     diffs: list[str] = []
     again = recompute(prel, {"result": block["result"], "predictions": pblock}, entry,
-                      _Columns(ecols.test, cols.val), limits)
+                      _Columns(ecols.test, cols.val, dataclasses.replace(ecols.table, val=cols.table.val)), limits)
     _close(block["result"]["reports"], again["reports"], f"external[{k}]/result/reports", diffs)
     for key, value in again["meta"].items():
         _close(meta_ext.get(key), value, f"external[{k}]/result/meta/{key}", diffs)
     n_boot, mgs = int(internal_meta["n_boot"]), int(again["meta"].get("min_group_size", 0))
-    itest, etest = scored_rows(cols.test), scored_rows(ecols.test)
+    itest, etest = cols.table, ecols.table  # read by the task: its left-out rows are out
     stream = f"external:{declared.label}"
     shifts, shared = [], {}
     for a in entry.attributes:
-        own = (_draws(task, doc["predictions"], itest, a, n_boot, seed, "internal"),
-               _draws(task, pblock, etest, a, n_boot, seed, stream))
+        own = (_draws(task, itest, a, n_boot, seed, "internal"), _draws(task, etest, a, n_boot, seed, stream))
         shifts.append(shift_block(entry.task, a, *own, n_boot, mgs))
         first = entry.seeds[0]
-        shared[a] = own if seed == first else (_draws(task, doc["predictions"], itest, a, n_boot, first, "internal"),
-                                               _draws(task, pblock, etest, a, n_boot, first, stream))
+        shared[a] = own if seed == first else (_draws(task, itest, a, n_boot, first, "internal"),
+                                               _draws(task, etest, a, n_boot, first, stream))
     _close(block["shift"], _jsonable(shifts), f"external[{k}]/shift", diffs)
     if diffs:
         more = len(diffs) - MAX_LINES_PER_FILE

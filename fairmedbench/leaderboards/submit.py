@@ -26,12 +26,10 @@ from fairmedbench import __version__
 from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.leaderboards import seal
-from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns, scored_rows
+from fairmedbench.leaderboards.flags import Facts, class_indices, from_columns
 from fairmedbench.leaderboards.flags import row_flags as row_flags_of
 from fairmedbench.leaderboards.seal import BoardKey
 from fairmedbench.leaderboards.suites import Entry, Suite, test_fingerprint
-from fairmedbench.metrics.multiclass import PROB_SUM_TOLERANCE
-from fairmedbench.metrics.profiles import get_profile
 from fairmedbench.metrics.result import GAP, OVERALL
 from fairmedbench.metrics.specs import board_metrics
 from fairmedbench.spec import ScoreSettings
@@ -280,10 +278,12 @@ def _close(a: Any, b: Any, path: str, out: list[str]) -> None:
 
 @dataclass
 class _Columns:
-    """The predictions of one result, split into val and test, as numpy arrays per column."""
+    """The predictions of one result, split into val and test (every row, as numpy arrays per column), and the
+    table its task scores (Task.table: the rows its rules leave out are left out)."""
 
     test: dict[str, np.ndarray]
     val: dict[str, np.ndarray]
+    table: PredictionTable
 
 
 def _label(v: Any) -> str:
@@ -292,26 +292,23 @@ def _label(v: Any) -> str:
     return str(v).strip()
 
 
-def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any], seed: int) -> _Columns:
-    """Parquet bytes -> checked columns; raises _Stop listing what is wrong."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+#: what a Parquet column of each role may be stored as
+_TYPES: dict[str, tuple[str, ...]] = {
+    "id": ("string", "integer"), "text": ("string",), "int": ("integer",),
+    "label": ("integer", "boolean", "floating"), "unscored": ("integer", "boolean", "floating"),
+    "class": ("integer", "floating", "string"), "score": ("floating", "integer"), "distance": ("floating", "integer"),
+    "attr": ("string", "integer", "floating", "boolean", "null")}
 
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowException, OSError) as err:
-        raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
-    cols = block["columns"]
+
+def _roles(table: Any, entry: Entry, cols: dict[str, Any], rel: str) -> dict[str, str]:
+    """Each column the entry's task lays out, by its role; _Stop when one is missing or another is there."""
     task = get_task(entry.task)
-    # multi-class: the card's classes, decided by the entry's task (never by a key the submitter writes)
     classes = list(entry.classes) if task.class_index_labels else []
     want: dict[str, str] = {cols["id"]: "id", cols["split"]: "text", cols["seed"]: "int"}
-    # the task's own per-sample columns first: an 'unscored' flag says which rows carry null values
     want.update({v.name: v.role for v in task.value_columns if not v.optional or v.name in table.column_names})
     want.update({c: "class" if classes else "label" for c in cols["labels"]})
     want.update({c: "score" for c in cols["scores"]})
     want.update({c: "attr" for c in cols["attributes"]})
-    flag = next((v.name for v in task.value_columns if v.role == "unscored"), None)
     if PATIENT_COLUMN in table.column_names:  # optional: the recomputation then resamples whole patients
         want[PATIENT_COLUMN] = "id"
     problems = [f"{rel}: missing column {c!r}" for c in want if c not in table.column_names]
@@ -326,91 +323,73 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
                             f"{', '.join(cols['scores'])} besides {others}")
     if problems:
         raise _Stop(problems)
+    return want
+
+
+def _arrays(table: Any, want: dict[str, str], entry: Entry, rel: str) -> dict[str, np.ndarray]:
+    """Each column as numpy, by its Parquet type (nulls as NaN where the task's 'unscored' flag may mark rows;
+    class names as their index); _Stop listing the columns stored as what their role cannot be."""
+    import pyarrow as pa
+
+    task = get_task(entry.task)
+    nullable = bool(task.columns_of("unscored"))  # null where the flag marks the row; the task's reader checks
     arrays: dict[str, np.ndarray] = {}
-    unscored: np.ndarray | None = None  # rows the flag marks (segmentation: an empty ground truth, no prompt)
+    problems = []
     for name, role in want.items():
         col = table.column(name)
         t = col.type
         if pa.types.is_dictionary(t):
             col, t = col.cast(t.value_type), t.value_type
-        ok = {"id": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t),
-              "text": pa.types.is_string(t) or pa.types.is_large_string(t),
-              "int": pa.types.is_integer(t),
-              "label": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
-              "unscored": pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t),
-              "class": pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
-              or pa.types.is_large_string(t),
-              "score": pa.types.is_floating(t) or pa.types.is_integer(t),
-              "distance": pa.types.is_floating(t) or pa.types.is_integer(t),
-              "attr": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-              or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)}[role]
-        if not ok:
+        kinds = {"string": pa.types.is_string(t) or pa.types.is_large_string(t), "integer": pa.types.is_integer(t),
+                 "floating": pa.types.is_floating(t), "boolean": pa.types.is_boolean(t), "null": pa.types.is_null(t)}
+        if not any(kinds[k] for k in _TYPES[role]):
             problems.append(f"{rel}: column {name!r} has type {t}, not usable as {role}")
-            continue
-        maybe_null = flag is not None and role in ("score", "distance")  # null where the flag marks the row
-        nullable = unscored is not None and maybe_null
-        if role != "attr" and col.null_count and not nullable:
+        elif role not in ("attr",) and col.null_count and not (nullable and role in ("score", "distance")):
             problems.append(f"{rel}: column {name!r} has {col.null_count} missing or NaN value(s); every sample "
-                            "needs a finite value" + (f" (null only where {flag} is true)" if maybe_null else ""))
-            continue
-        if role in ("score", "label", "unscored", "distance", "int"):
-            full = np.asarray(col.to_numpy(), dtype=np.float64)
-            arr = full
-            if nullable and unscored is not None:
-                given = int((~np.isnan(full) & unscored).sum())
-                if given:
-                    problems.append(f"{rel}: column {name!r} has a value on {given} row(s) with {flag} true; such "
-                                    "a row is not scored (segmentation: an empty ground truth is not prompted), so "
-                                    "leave it null there")
-                arr = full[~unscored]
-            if role == "distance" and (arr < 0).any():
-                problems.append(f"{rel}: column {name!r} has {int((arr < 0).sum())} negative value(s); a distance "
-                                "is >= 0 (pixels or mm)")
-                continue
-            bad = ~np.isfinite(arr) if role != "distance" else np.isinf(arr)
-            if bad.any():
-                kind = "NaN" if np.isnan(arr[bad]).any() else "infinite"
-                problems.append(f"{rel}: column {name!r} has {int(bad.sum())} {kind} value(s); "
-                                "every sample needs a finite value")
-                continue
-            outside = int(((arr < 0) | (arr > 1)).sum()) if role == "score" else 0
-            if outside:
-                problems.append(f"{rel}: column {name!r} must hold values in [0, 1] ({outside} outside)")
-            if role in ("label", "unscored") and not np.isin(arr, (0.0, 1.0)).all():
-                problems.append(f"{rel}: column {name!r} must hold 0/1 labels")
-            elif role == "unscored":
-                unscored = arr == 1.0
-            arrays[name] = full
+                            "needs a finite value" + (" (null only where the task's flag is true)" if nullable
+                                                      and role in ("score", "distance") else ""))
         elif role == "class":  # a class index 0..C-1 or a class name of the card, stored as the index
-            index = class_indices(col.to_pylist(), classes)
-            unknown = [v for v, i in zip(col.to_pylist(), index) if i < 0]
+            values = col.to_pylist()
+            index = class_indices(values, list(entry.classes))
+            unknown = [v for v, i in zip(values, index) if i < 0]
             if unknown:
                 problems.append(f"{rel}: column {name!r} has {len(unknown)} value(s) that are not a class of "
                                 f"{entry.dataset} (e.g. {unknown[0]!r}); a label is a class index "
-                                f"0..{len(classes) - 1} or a class name {classes}")
-                continue
+                                f"0..{len(entry.classes) - 1} or a class name {list(entry.classes)}")
             arrays[name] = index.astype(np.float64)
         elif role == "attr":
             arrays[name] = np.array([None if v is None else _label(v) for v in col.to_pylist()], dtype=object)
-        else:
+        elif role in ("id", "text"):
             arrays[name] = np.array([str(v) for v in col.to_pylist()], dtype=object)
-    # HD95 is undefined only where the prediction is empty (DSC 0)
-    if "hd95" in arrays and "dsc" in arrays and unscored is not None:
-        undefined = int((np.isnan(arrays["hd95"]) & ~unscored & (arrays["dsc"] > 0)).sum())
-        if undefined:
-            problems.append(f"{rel}: column 'hd95' is null on {undefined} row(s) with dsc > 0; HD95 is undefined "
-                            "only where the predicted mask is empty (dsc 0), so give the distance there")
-    if not problems and classes:  # one softmax per row: the class probabilities sum to 1
-        dev = np.abs(np.column_stack([arrays[c] for c in cols["scores"]]).sum(axis=1) - 1.0)
-        off = dev > PROB_SUM_TOLERANCE
-        if off.any():
-            problems.append(f"{rel}: {int(off.sum())} row(s) whose class probabilities ({', '.join(cols['scores'])}) "
-                            f"do not sum to 1 within {PROB_SUM_TOLERANCE:g} (largest deviation {dev.max():.3g}, e.g. "
-                            f"sample {str(arrays[cols['id']][np.argmax(off)])!r}); write the softmax over all "
-                            f"{len(classes)} classes")
+        else:
+            arrays[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
     if problems:
         raise _Stop(problems)
-    split = arrays.pop(cols["split"])
+    return arrays
+
+
+def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any], seed: int) -> _Columns:
+    """Parquet bytes -> the columns by role, read by the entry's task (Task.table: its role checks, val/test split
+    and left-out rows), with the bundle's own rules (softmax sums, splits, seed, unique ids); raises _Stop listing
+    what is wrong."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fairmedbench.tasks.table import TableError
+
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as err:
+        raise _Stop([f"{rel}: unreadable Parquet ({err})"]) from None
+    cols = block["columns"]
+    task = get_task(entry.task)
+    arrays = _arrays(table, _roles(table, entry, cols, rel), entry, rel)
+    try:
+        scored = task.table(arrays, list(block["tasks"]), list(block["attributes"]), tuple(entry.classes))
+    except TableError as err:
+        raise _Stop([f"{rel}: {p}" for p in err.problems]) from None
+    problems = []
+    split, ids = arrays.pop(cols["split"]), arrays[cols["id"]]
     allowed = set(task.prediction_splits)
     extra = sorted(set(split) - allowed)
     if extra:
@@ -418,41 +397,26 @@ def _read_predictions(rel: str, data: bytes, entry: Entry, block: dict[str, Any]
     seeds = arrays.pop(cols["seed"])
     if (seeds != seed).any():
         problems.append(f"{rel}: column 'seed' must be {seed} on every row (found {sorted(set(seeds.tolist()))[:5]})")
-    ids = arrays[cols["id"]]
     for part in sorted(allowed):
-        sub = ids[split == part]
-        uniq, counts = np.unique(sub.astype(str), return_counts=True)
+        uniq, counts = np.unique(ids[split == part].astype(str), return_counts=True)
         if (counts > 1).any():
             problems.append(f"{rel}: {int((counts > 1).sum())} duplicate sample id(s) in split {part}, "
                             f"e.g. {uniq[counts > 1][0]!r}")
-    if "val" in allowed:
-        both = set(ids[split == "val"]) & set(ids[split == "test"])
-        if both:
-            problems.append(f"{rel}: {len(both)} sample id(s) are in both val and test, e.g. {sorted(both)[0]!r}")
+    both = set(ids[split == "val"]) & set(ids[split == "test"])
+    if both:
+        problems.append(f"{rel}: {len(both)} sample id(s) are in both val and test, e.g. {sorted(both)[0]!r}")
     if problems:
         raise _Stop(problems)
     return _Columns({k: v[split == "test"] for k, v in arrays.items()},
-                    {k: v[split == "val"] for k, v in arrays.items()})
-
-
-def _setting(meta: dict[str, Any], path: tuple[str, ...], rel: str) -> Any:
-    cur: Any = meta
-    for k in path:
-        if not isinstance(cur, dict) or k not in cur:
-            raise _Stop([f"{rel}: result.meta lacks {'.'.join(path)}; the result cannot be recomputed"])
-        cur = cur[k]
-    return cur
+                    {k: v[split == "val"] for k, v in arrays.items()}, scored)
 
 
 def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limits: Limits) -> dict[str, Any]:
     """The result the entry's task scores on these predictions with the document's own settings."""
     task = get_task(entry.task)
     block = doc["predictions"]
-    settings = _score_settings(rel, doc["result"], list(block["attributes"]), list(block["tasks"]),
-                               task.thresholded, limits)
-    test = scored_rows(cols.test)  # segmentation: prompted samples only, as the run computed them
-    val = cols.val if len(cols.val[block["columns"]["id"]]) else {}
-    table = PredictionTable(test, tuple(block["tasks"]), tuple(block["attributes"]), val, tuple(entry.classes))
+    settings = _score_settings(rel, doc["result"], entry, block, limits)
+    table = cols.table  # read by the task: segmentation's empty-ground-truth rows are left out
     try:
         out = task.score(table, settings)  # refuses a table the data checks refuse (analysis.data_checks)
     except (InputError, TypeError, ValueError) as err:
@@ -461,47 +425,21 @@ def recompute(rel: str, doc: dict[str, Any], entry: Entry, cols: _Columns, limit
     return json.loads(json.dumps(out.to_dict()))
 
 
-def _score_settings(rel: str, res: dict[str, Any], attrs_named: list[str], tasks: list[str], thresholded: bool,
+def _score_settings(rel: str, res: dict[str, Any], entry: Entry, block: dict[str, Any],
                     limits: Limits) -> ScoreSettings:
-    """The settings a result records in its meta (groups in the order its reports give them, so the bootstrap
-    draws them alike; the threshold policy of a thresholded task under a profile that takes one), within limits."""
-    meta, reports = res["meta"], res["reports"]
-    first: dict[str, dict[str, Any]] = {}
-    for r in reports:
-        first.setdefault(r.get("attribute"), r)
-    missing = [a for a in attrs_named if a not in first]
-    if missing:
-        raise _Stop([f"{rel}: no report for attribute(s) {missing}"])
-    n_boot = _setting(meta, ("n_boot",), rel)
-    if not isinstance(n_boot, int) or n_boot > limits.n_boot:
-        raise _Stop([f"{rel}: result.meta.n_boot must be a whole number <= {limits.n_boot}, got {n_boot!r}"])
-    n_perm = meta.get("n_perm", 0)  # results written before the permutation tests carry none
-    if not isinstance(n_perm, int) or not 0 <= n_perm <= limits.n_perm:
-        raise _Stop([f"{rel}: result.meta.n_perm must be a whole number in [0, {limits.n_perm}], got {n_perm!r}"])
-    profile = _setting(meta, ("profile",), rel)
-    policy = None
-    if thresholded and get_profile(profile).accepts_threshold:
-        policies = {(_setting(meta, ("thresholds", t), rel) or {}).get("policy") for t in tasks}
-        if len(policies) != 1 or None in policies:
-            raise _Stop([f"{rel}: result.meta.thresholds must name one policy for every task"])
-        policy = policies.pop()
-    default = ScoreSettings()
-    margins = meta.get("margins", {})  # equivalence margins the run applied (results without any carry none)
-    if not (isinstance(margins, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                              for v in margins.values())):
-        raise _Stop([f"{rel}: result.meta.margins must map metric names to positive numbers, got {margins!r}"])
+    """The settings a result records (tasks.table.settings_from_meta), within the board's limits."""
+    from fairmedbench.tasks.table import settings_from_meta
 
-    def recorded(path: tuple[str, ...], value: Any) -> Any:  # operating points, ECE bins: where the engine records them
-        return _setting(meta, path, rel) if path[0] in meta else value
-
-    return ScoreSettings(
-        profile=profile, threshold=policy, n_boot=n_boot, n_perm=n_perm, seed=_setting(meta, ("seed",), rel),
-        ci_level=_setting(meta, ("ci_level",), rel), min_group_size=_setting(meta, ("min_group_size",), rel),
-        intersect=len(attrs_named) > 1 and "|".join(attrs_named) in first,
-        groups={a: tuple(first[a]["groups"]) for a in attrs_named},
-        fpr_at_tpr=recorded(("operating_points", "fpr_at_tpr"), default.fpr_at_tpr),
-        rates_at_fpr=recorded(("operating_points", "rates_at_fpr"), default.rates_at_fpr),
-        ece_bins=recorded(("ece", "bins"), default.ece_bins), margins=margins)
+    try:
+        settings = settings_from_meta(res, get_task(entry.task), list(block["attributes"]), list(block["tasks"]))
+    except InputError as err:
+        raise _Stop([f"{rel}: {err}"]) from None
+    if not isinstance(settings.n_boot, int) or settings.n_boot > limits.n_boot:
+        raise _Stop([f"{rel}: result.meta.n_boot must be a whole number <= {limits.n_boot}, got {settings.n_boot!r}"])
+    if not isinstance(settings.n_perm, int) or not 0 <= settings.n_perm <= limits.n_perm:
+        raise _Stop([f"{rel}: result.meta.n_perm must be a whole number in [0, {limits.n_perm}], got "
+                     f"{settings.n_perm!r}"])
+    return settings
 
 
 def weights_identity(sha: str | None, run_weights: Any) -> str | None:
@@ -719,10 +657,9 @@ def _card_lines(model: dict[str, Any], files: dict[str, bytes]) -> tuple[list[st
     return lines, card
 
 
-def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
-              ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
-    from fairmedbench.leaderboards import external  # it reads this module's checks
-
+def _heads(files: dict[str, bytes], suite: Suite) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """model.json (with card.json for a model that is not registered) and suite.json, checked against this
+    board's suite: the model and its new card (None for a registered one)."""
     lines: list[str] = []
     heads = {}
     for name, schema in (("model.json", MODEL_SCHEMA), ("suite.json", SUITE_SCHEMA)):
@@ -742,7 +679,15 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
     if (suite_doc["name"], suite_doc["version"]) != (suite.name, suite.version):
         raise _Stop([f"suite.json: answers suite {suite_doc['name']!r} version {suite_doc['version']!r}, but this "
                      f"board is {suite.name!r} version {suite.version!r}"])
+    return model, card
+
+
+def _layout(files: dict[str, bytes], suite: Suite) -> dict[str, dict[int, str]]:
+    """Entry key -> seed -> its result document's path; _Stop for any other file or entry."""
+    from fairmedbench.leaderboards import external
+
     layout: dict[str, dict[int, str]] = {}
+    lines = []
     for rel in files:
         parts = rel.split("/")
         if len(parts) == 1 and rel in ("model.json", "suite.json", CARD_FILE):
@@ -765,78 +710,114 @@ def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
                      f"for entries {', '.join(suite.keys())})")
     if lines:
         raise _Stop(lines)
+    return layout
 
-    split_seen: dict[str, str | None]
-    rows, flags, split_seen, all_weights = [], [], {}, set()
-    for entry in suite.entries:
-        if entry.key not in layout:
+
+def _check_seed(rel: str, k: int, files: dict[str, bytes], entry: Entry, model: dict[str, Any], limits: Limits,
+                split_seen: dict[str, str | None]) -> tuple[dict[str, Any], _Columns, str]:
+    """One seed's document and predictions, checked and recomputed: the document, its predictions read by the
+    task, and the fingerprint of its test ids; _Stop listing what is wrong or what differs."""
+    doc = _strict_json(files[rel], rel)
+    problems = _check_document(rel, doc, entry, k, model)
+    if problems:
+        raise _Stop(problems)
+    prel = f"results/{entry.key}/seed{k}.predictions.parquet"
+    if prel not in files:
+        raise _Stop([f"{prel}: missing (the predictions of {rel})"])
+    cols = _read_predictions(prel, files[prel], entry, doc["predictions"], k)
+    ds = doc["inputs"]["dataset"]
+    problems, fp = _check_test_ids(prel, cols, entry, ds)
+    problems += _check_skipped(rel, doc, cols)
+    if split_seen.setdefault(entry.dataset, ds.get("split_fingerprint")) != ds.get("split_fingerprint"):
+        problems.append(f"{rel}: split fingerprint differs from another result on {entry.dataset} in this bundle")
+    if problems:
+        raise _Stop(problems)
+    diffs: list[str] = []
+    again = recompute(rel, doc, entry, cols, limits)
+    _close(doc["result"]["reports"], again["reports"], "result/reports", diffs)
+    for key, value in again["meta"].items():
+        _close(doc["result"]["meta"].get(key), value, f"result/meta/{key}", diffs)
+    if diffs:
+        more = len(diffs) - MAX_LINES_PER_FILE
+        raise _Stop([f"{rel}: reported number differs from recomputation: {d}" for d in diffs[:MAX_LINES_PER_FILE]]
+                    + ([f"{rel}: ... and {more} more differences"] if more > 0 else []))
+    return doc, cols, fp
+
+
+@dataclass
+class _EntryRows:
+    """What an entry's seeds give a submission: its board rows, their flags, the weights its runs name, and the
+    problems found (no rows then)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    weights: set[str] = field(default_factory=set)
+    lines: list[str] = field(default_factory=list)
+
+
+def _entry_rows(entry: Entry, seeds: dict[int, str], files: dict[str, bytes], heads: tuple[dict[str, Any], Any],
+                limits: Limits, split_seen: dict[str, str | None]) -> _EntryRows:
+    """An entry's seeds checked and recomputed, and its rows (one per attribute): the seed mean of each board
+    metric, the flags, the runs, the coverage and the external datasets' fields."""
+    from fairmedbench.leaderboards import external  # it reads this module's checks
+
+    model, card = heads
+    out = _EntryRows()
+    out.lines += [f"results/{entry.key}: seed {k} is missing (the suite asks for seeds {list(entry.seeds)})"
+                  for k in entry.seeds if k not in seeds]
+    out.lines += [f"{seeds[k]}: seed {k} is not one of the suite's seeds {list(entry.seeds)}"
+                  for k in sorted(set(seeds) - set(entry.seeds))]
+    per_seed, test_fps, run_meta, preds, ext_seeds = [], set(), [], [], []
+    for k in (k for k in entry.seeds if k in seeds):
+        rel = seeds[k]
+        try:
+            doc, cols, fp = _check_seed(rel, k, files, entry, model, limits, split_seen)
+            ext_seeds.append(external.check_seed(rel, doc, entry, k, files, cols, limits))
+        except _Stop as stop:
+            out.lines += list(stop.args[0])
             continue
-        seeds = layout[entry.key]
-        for k in entry.seeds:
-            if k not in seeds:
-                lines.append(f"results/{entry.key}: seed {k} is missing (the suite asks for seeds {list(entry.seeds)})")
-        for k in sorted(set(seeds) - set(entry.seeds)):
-            lines.append(f"{seeds[k]}: seed {k} is not one of the suite's seeds {list(entry.seeds)}")
-        per_seed, test_fps, run_meta, preds, weights, ext_seeds = [], set(), [], [], set(), []
-        for k in entry.seeds:
-            if k not in seeds:
-                continue
-            rel = seeds[k]
-            try:
-                doc = _strict_json(files[rel], rel)
-                problems = _check_document(rel, doc, entry, k, model)
-                if problems:
-                    raise _Stop(problems)
-                prel = f"results/{entry.key}/seed{k}.predictions.parquet"
-                if prel not in files:
-                    raise _Stop([f"{prel}: missing (the predictions of {rel})"])
-                cols = _read_predictions(prel, files[prel], entry, doc["predictions"], k)
-                ds = doc["inputs"]["dataset"]
-                problems, fp = _check_test_ids(prel, cols, entry, ds)
-                problems += _check_skipped(rel, doc, cols)
-                prev = split_seen.setdefault(entry.dataset, ds.get("split_fingerprint"))
-                if prev != ds.get("split_fingerprint"):
-                    problems.append(f"{rel}: split fingerprint differs from another result on {entry.dataset} "
-                                    "in this bundle")
-                if problems:
-                    raise _Stop(problems)
-                test_fps.add(fp)
-                diffs: list[str] = []
-                again = recompute(rel, doc, entry, cols, limits)
-                _close(doc["result"]["reports"], again["reports"], "result/reports", diffs)
-                for key, value in again["meta"].items():
-                    _close(doc["result"]["meta"].get(key), value, f"result/meta/{key}", diffs)
-                if diffs:
-                    more = len(diffs) - MAX_LINES_PER_FILE
-                    raise _Stop([f"{rel}: reported number differs from recomputation: {d}"
-                                 for d in diffs[:MAX_LINES_PER_FILE]]
-                                + ([f"{rel}: ... and {more} more differences"] if more > 0 else []))
-                ext_seeds.append(external.check_seed(rel, doc, entry, k, files, cols, limits))
-                per_seed.append(_headline(doc, entry.task))
-                preds.append(from_columns(cols.test, doc["predictions"], k))
-                weights.add(str(doc["spec"].get("weights")))
-                all_weights.add(str(doc["spec"].get("weights")))
-                run_meta.append({"seed": k, "run_id": doc["run_id"], "file": rel, "created_at": doc["created_at"],
-                                 "fairmedbench_version": doc["fairmedbench_version"],
-                                 "git_commit": doc.get("git_commit"), "n_test": len(cols.test["sample_id"]),
-                                 "split_fingerprint": ds.get("split_fingerprint")})
-            except _Stop as stop:
-                lines += list(stop.args[0])
-        if len(test_fps) > 1:
-            lines.append(f"results/{entry.key}: the seeds were evaluated on different test sets")
-        if lines or not per_seed:
-            continue
-        for attr in per_seed[0]:
-            metrics = {c: _mean([math.nan if v is None else v for v in (s[attr][c] for s in per_seed)])
-                       for c in per_seed[0][attr]}
-            # the flags this bundle raises on its own; `board.build` recomputes them with the other submissions
-            row_flags = row_flags_of(Facts(model, card, entry, attr.split("|")[0], preds, frozenset(weights)))
-            flags += [f"{entry.key} / {attr}: {f['label']}: {f['detail']}" for f in row_flags]
-            rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
+        test_fps.add(fp)
+        per_seed.append(_headline(doc, entry.task))
+        preds.append(from_columns(cols.test, doc["predictions"], k))
+        out.weights.add(str(doc["spec"].get("weights")))
+        run_meta.append({"seed": k, "run_id": doc["run_id"], "file": rel, "created_at": doc["created_at"],
+                         "fairmedbench_version": doc["fairmedbench_version"], "git_commit": doc.get("git_commit"),
+                         "n_test": len(cols.test["sample_id"]),
+                         "split_fingerprint": doc["inputs"]["dataset"].get("split_fingerprint")})
+    if len(test_fps) > 1:
+        out.lines.append(f"results/{entry.key}: the seeds were evaluated on different test sets")
+    if out.lines or not per_seed:
+        return out
+    for attr in per_seed[0]:
+        metrics = {c: _mean([math.nan if v is None else v for v in (s[attr][c] for s in per_seed)])
+                   for c in per_seed[0][attr]}
+        # the flags this bundle raises on its own; `board.build` recomputes them with the other submissions
+        row_flags = row_flags_of(Facts(model, card, entry, attr.split("|")[0], preds, frozenset(out.weights)))
+        out.flags += [f"{entry.key} / {attr}: {f['label']}: {f['detail']}" for f in row_flags]
+        out.rows.append({"entry": entry.key, "dataset": entry.dataset, "usage": entry.usage, "task": entry.task,
                          "attribute": attr, "profile": entry.profile, "seeds": [m["seed"] for m in run_meta],
                          "metrics": metrics, "flags": row_flags, "runs": run_meta,
                          "coverage": _coverage(entry, run_meta[0]["n_test"]),
                          **external.row_fields(entry, attr, ext_seeds)})
+    return out
+
+
+def _validate(files: dict[str, bytes], suite: Suite, limits: Limits
+              ) -> tuple[list[str], dict[str, Any] | None, dict[str, bytes]]:
+    model, card = _heads(files, suite)
+    layout = _layout(files, suite)
+    lines: list[str] = []
+    rows: list[dict[str, Any]] = []
+    flags: list[str] = []
+    split_seen: dict[str, str | None] = {}
+    all_weights: set[str] = set()
+    for entry in suite.entries:
+        if entry.key in layout:
+            found = _entry_rows(entry, layout[entry.key], files, (model, card), limits, split_seen)
+            lines += found.lines
+            rows += [] if lines else found.rows
+            flags += [] if lines else found.flags
+            all_weights |= found.weights
     if lines:
         raise _Stop(lines)
     identity = weights_identity(model.get("weights_sha256"),

@@ -83,6 +83,28 @@ def paired_group_macro_auc(y: np.ndarray, scores: np.ndarray, groups: np.ndarray
     return PairedGroupAUC(names, point, resampled)
 
 
+def paired_group_mean(y: np.ndarray | None, scores: np.ndarray, groups: np.ndarray, *, n_boot: int = bs.N_BOOT,
+                      seed: int = 0, label: str = "", patient_ids: np.ndarray | None = None) -> PairedGroupAUC:
+    """Group means of a per-sample value (segmentation: DSC; `y` is not read, such a sample has no class label)
+    of every score set ((S, n)) on one shared set of resamples, stratified by group; `patient_ids` (n,): draw
+    whole patients. The stream is the one the external shift has drawn its DSC resamples from."""
+    scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    groups = np.asarray(groups)
+    if scores.shape[1] != groups.size or not np.isfinite(scores).all():
+        raise InputError(f"paired bootstrap: {groups.size} group values and scores of shape {scores.shape}; give one "
+                         "finite value per test sample in every row")
+    names, codes, weights = _shared_resamples(np.zeros(groups.size, dtype=int), 1, groups, n_boot, seed,
+                                              "shift-group-dsc", label, patient_ids)
+    point = np.empty((scores.shape[0], len(names)))
+    resampled = np.empty((n_boot, scores.shape[0], len(names)))
+    for gi in range(len(names)):
+        m = codes == gi
+        for si, s in enumerate(scores):
+            point[si, gi] = s[m].mean()
+            resampled[:, si, gi] = (weights[:, m] @ s[m]) / weights[:, m].sum(axis=1)
+    return PairedGroupAUC(names, point, resampled)
+
+
 def _shared_resamples(y: np.ndarray, k: int, groups: np.ndarray, n_boot: int, seed: int, stream: str,
                       label: str, patient_ids: np.ndarray | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Sorted group names, each sample's group code and (n_boot, n) resample counts drawn within each

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,38 +21,18 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.specs import board_metrics, headline_metric, summary_metrics
 from fairmedbench.registry.base import Registry
+from fairmedbench.tasks.table import PATIENT_COLUMN as PATIENT_COLUMN  # re-exported: the table's home is tasks.table
+from fairmedbench.tasks.table import PredictionTable as PredictionTable
+from fairmedbench.tasks.table import label_names, read_table, record_settings, score_names, write_frame
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from fairmedbench.metrics.paired import PairedGroupAUC
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.spec import ScoreSettings
     from fairmedbench.tasks.common import RunInputs, RunnerOutput
-
-#: the optional per-row patient column of a predictions table (every runner writes it): the resampling unit
-PATIENT_COLUMN = "patient_id"
-
-
-@dataclass(frozen=True)
-class PredictionTable:
-    """Predictions laid out as a task declares its columns (its label and score columns per task column, or per
-    class; attr:<name> per attribute; optionally patient_id): the test rows it scores and the validation rows a
-    threshold policy may read (none: empty), each column a numpy array. `tasks` names the task columns (a
-    multi-class table: its one label), `classes` a multi-class task's classes in index order."""
-
-    test: Mapping[str, np.ndarray]
-    tasks: tuple[str, ...]
-    attributes: tuple[str, ...]
-    val: Mapping[str, np.ndarray] = field(default_factory=dict)
-    classes: tuple[str, ...] = ()
-
-    @property
-    def n_val(self) -> int:
-        """Validation rows (0 without any)."""
-        return len(next(iter(self.val.values()))) if self.val else 0
-
-    def take(self, rows: np.ndarray) -> PredictionTable:
-        """The same table with only the test rows at `rows` (a resampled test set); validation rows unchanged."""
-        return dataclasses.replace(self, test={k: v[rows] for k, v in self.test.items()})
-
+    from fairmedbench.tasks.table import SplitPredictions
 
 def _load(ref: str) -> Any:
     module, name = ref.split(":")
@@ -93,6 +73,9 @@ class Task:
     class_index_labels: bool = False  # a sample's label is one class index (softmax head), not 0/1 per task column
     thresholded: bool = False  # whether a decision threshold policy (--threshold) applies to its scores
     value_columns: tuple[ValueColumn, ...] = ()  # per-sample columns besides ids, labels, scores, attributes
+    # "module:function" (y, scores (S, n[, K]), groups, *, n_boot, seed, label, patient_ids) -> the headline per
+    # group of S score sets on shared test-set resamples (metrics.paired); "": the task declares none
+    headline_draws: str = ""
 
     @property
     def headline(self) -> str:
@@ -145,17 +128,60 @@ class Task:
             raise InputError(f"the {self.name} task decides by {self.decision}: a threshold policy "
                              f"({settings.threshold}) does not apply; drop --threshold")
 
+    def frame(self, parts: Sequence[SplitPredictions], seed: int, tasks: Sequence[str],
+              classes: Sequence[str] = ()) -> pd.DataFrame:
+        """The predictions Parquet frame a runner writes for one seed, laid out as this task declares its columns
+        (tasks.table.write_frame)."""
+        return write_frame(self, parts, seed, tasks, classes)
+
+    def table(self, columns: Mapping[str, np.ndarray], tasks: Sequence[str], attributes: Sequence[str],
+              classes: Sequence[str] = (), where: str = "") -> PredictionTable:
+        """The table this task scores from any predictions frame's columns in its layout: role checks, val/test
+        split, the rows its rules leave out (tasks.table.read_table)."""
+        return read_table(self, columns, tasks, attributes, classes, where)
+
+    def scored_rows(self, table: PredictionTable) -> PredictionTable:
+        """`table` without the test rows this task's 'unscored' columns mark (segmentation: an empty ground truth),
+        which no metric counts."""
+        marks = [np.asarray(table.test[c], dtype=bool) for c in self.columns_of("unscored") if c in table.test]
+        left_out = np.logical_or.reduce(marks) if marks else None
+        return table if left_out is None or not left_out.any() else table.take(np.flatnonzero(~left_out))
+
+    def headline_inputs(self, table: PredictionTable) -> tuple[np.ndarray | None, np.ndarray]:
+        """What the headline is computed from on the table's test rows: the first task column's label (a
+        multi-class task's class index; None without labels) and its score (a multi-class task's (n, K)
+        probabilities; a per-sample value such as DSC)."""
+        labels, scores = label_names(self, table.tasks), score_names(self, table.tasks, table.classes)
+        y = table.test[labels[0]] if labels else None
+        if self.class_index_labels:
+            return y, np.column_stack([table.test[c] for c in scores])
+        return y, np.asarray(table.test[scores[0] if scores else self.score_column], dtype=np.float64)
+
+    def resampled_headline(self, y: np.ndarray | None, scores: np.ndarray, groups: np.ndarray, n_boot: int,
+                           seed: int, stream: str, patient_ids: np.ndarray | None = None) -> PairedGroupAUC:
+        """The headline per group of every score set (`scores` (S, n) or (S, n, K), on the test rows `y`, `groups`)
+        on `n_boot` shared test-set resamples of the stream `stream` (whole patients with `patient_ids`): external
+        shift and compare's paired bootstrap read it. InputError for a task that declares none."""
+        if not self.headline_draws:
+            raise InputError(f"the {self.name} task declares no resampled headline (Task.headline_draws): its "
+                             "test-set bootstrap cannot be drawn")
+        draws: PairedGroupAUC = _load(self.headline_draws)(y, scores, groups, n_boot=n_boot, seed=seed,
+                                                          label=stream, patient_ids=patient_ids)
+        return draws
+
     def score(self, table: PredictionTable, settings: ScoreSettings,
               on_step: Callable[[int, int, str], None] | None = None) -> FairnessResult:
-        """The result of a predictions table under `settings`, by the task's scorer (imported on first use), after
-        the patient and sample-id checks (analysis.data_checks; refused tables raise InputError before any work),
-        with the settings' equivalence margins applied."""
+        """The result of a predictions table under `settings`, by the task's scorer (imported on first use), on the
+        rows its rules score (`scored_rows`), after the patient and sample-id checks (analysis.data_checks; refused
+        tables raise InputError before any work), with the settings' equivalence margins applied."""
         from fairmedbench.analysis import data_checks
 
         self.check(settings)
+        table = self.scored_rows(table)
         labels = {t: self.label_column.format(task=t) for t in table.tasks} if self.label_column else {}
         checks = data_checks.enforce(data_checks.check_table(table, settings, labels), settings.data_checks)
         result: FairnessResult = _load(self.scorer)(table, settings, on_step)
+        record_settings(result.meta, settings)  # read back by tasks.table.settings_from_meta
         result.meta["data_checks"] = checks.to_dict()
         if settings.margins:  # each tested two-group difference: equivalent within its margin or not (TOST)
             from fairmedbench.metrics.result import apply_margins
@@ -200,7 +226,7 @@ TASKS.add_named(Task(
     scorer="fairmedbench.tasks.scoring:score_classification",
     config="fairmedbench.tasks.classification:TrainConfig", prediction_splits=("val", "test"),
     select_rules=("val_loss", "overall_auc", "worst_group_auc", "dto"), sample_labels=True, samples_splits=True,
-    thresholded=True,
+    thresholded=True, headline_draws="fairmedbench.metrics.paired:paired_group_auc",
     run_kind="run-classification", label_column="label:{task}", score_column="score:{task}",
     decision="a threshold on each score, chosen by the threshold policy", head="classifier",
     extra_hparams=(("tasks", "main"),)))
@@ -210,6 +236,7 @@ TASKS.add_named(Task(
     scorer="fairmedbench.tasks.scoring:score_segmentation",
     config="fairmedbench.tasks.segmentation:DecoderConfig", prediction_splits=("test",),
     select_rules=("val_dsc", "worst_group_dsc"), sample_labels=False, run_kind="run-segmentation",
+    headline_draws="fairmedbench.metrics.paired:paired_group_mean",
     value_columns=(ValueColumn("empty_gt", "unscored"), ValueColumn("dsc", "score"), ValueColumn("iou", "score"),
                    ValueColumn("hd95", "distance", optional=True)),
     label_column="", score_column="dsc", decision="the predicted mask (logit > 0 per pixel)",
@@ -220,6 +247,7 @@ TASKS.add_named(MulticlassTask(
     config="fairmedbench.tasks.multiclass:MulticlassConfig", prediction_splits=("val", "test"),
     select_rules=("val_loss", "macro_auc", "worst_group_macro_auc"),
     sample_labels=True, class_index_labels=True, run_kind="run-multiclass", label_column="label",
+    headline_draws="fairmedbench.metrics.paired:paired_group_macro_auc",
     score_column="score:{task}", decision="the argmax of the class probabilities", head="classifier"))
 
 

@@ -16,10 +16,9 @@ from fairmedbench.engine import store
 from fairmedbench.engine.device import head_threads
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.auc import auc
-from fairmedbench.metrics.thresholds import choose_threshold
 from fairmedbench.mitigation.base import Mitigation
 from fairmedbench.spec import RunConfig
-from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.base import PredictionTable, get_task
 from fairmedbench.tasks.common import (
     ExternalSet,
     RunInputs,
@@ -33,10 +32,12 @@ from fairmedbench.tasks.common import (
     patient_ids,
     prepare_inputs,
     reuse_seed,
+    score_and_write,
     score_settings,
     seed_document,
     training_groups,
 )
+from fairmedbench.tasks.table import SplitPredictions
 
 if TYPE_CHECKING:
     import torch
@@ -202,13 +203,12 @@ def mc_predict(head: Any, x: np.ndarray, samples: int, seed: int, softmax: bool 
 
 @dataclass
 class SeedRun:
-    """One seed's outcome: test scores, thresholds chosen on validation, the selected epoch; with MC dropout the
-    (T, n, K) samples of val and test (the scores are then their means)."""
+    """One seed's outcome: test and validation scores, the selected epoch; with MC dropout the (T, n, K) samples
+    of val and test (the scores are then their means). The scorer chooses the threshold on the validation scores."""
 
     seed: int
     test_scores: np.ndarray
     val_scores: np.ndarray
-    thresholds: list[dict[str, Any]]
     fit: FitOutcome
     mc: dict[str, np.ndarray] | None = None
     extra_scores: dict[str, np.ndarray] = field(default_factory=dict)
@@ -217,8 +217,7 @@ class SeedRun:
 def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
                        make_head: Callable[[np.ndarray, int], torch.nn.Module],
                        mitigation_factory: Callable[[], Mitigation],
-                       seeds: list[int], cfg: TrainConfig, threshold_policy: str = "val_youden",
-                       test_groups: np.ndarray | None = None, mc_samples: int = 0,
+                       seeds: list[int], cfg: TrainConfig, test_groups: np.ndarray | None = None, mc_samples: int = 0,
                        extra: dict[str, tuple[np.ndarray, np.ndarray | None]] | None = None) -> list[SeedRun]:
     """Train one head per seed and predict test inputs; nothing here sees a test label.
 
@@ -253,10 +252,7 @@ def run_classification(train: SplitArrays, val: SplitArrays, test_x: np.ndarray,
         pv, pt = scores.pop("val"), scores.pop("test")
         if mc is not None:
             mc = {"val": mc["val"], "test": mc["test"]}
-        yv = _as2d(val.y)
-        policy = mitigation.threshold_policy or threshold_policy
-        thr = [choose_threshold(policy, yv[:, j], pv[:, j], undefined_ok=True).to_dict() for j in range(k)]
-        runs.append(SeedRun(seed, pt, pv, thr, fit, mc, scores))
+        runs.append(SeedRun(seed, pt, pv, fit, mc, scores))
     return runs
 
 
@@ -265,28 +261,9 @@ def describe_config(cfg: TrainConfig) -> dict[str, Any]:
     return asdict(cfg)
 
 
-def score_table(label_cols: list[str], y: np.ndarray, scores: np.ndarray, attrs: dict[str, np.ndarray],
-                pids: np.ndarray, val: tuple[np.ndarray, np.ndarray]) -> PredictionTable:
-    """Test labels and scores (n, K) with their attributes and patients, and the validation (labels, scores) the
-    threshold is chosen on, as the classification task lays out its predictions."""
-    def columns(labels: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
-        out = {}
-        for j, t in enumerate(label_cols):
-            out[f"label:{t}"], out[f"score:{t}"] = labels[:, j], probs[:, j]
-        return out
-
-    test = {**columns(y, scores), **{f"attr:{a}": v for a, v in attrs.items()}, PATIENT_COLUMN: pids}
-    return PredictionTable(test, tuple(label_cols), tuple(attrs), columns(*val))
-
-
-def _score(spec: RunConfig, seed: int, policy: str | None, table: PredictionTable) -> FairnessResult:
-    return get_task(spec.task).score(table, score_settings(spec, seed, policy))
-
-
 def run(inputs: RunInputs) -> RunnerOutput:
     """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics;
     the same head, scores and threshold on each external dataset's test split, with its shift."""
-    import pandas as pd
 
     from fairmedbench.analysis.sampling import Sampling, describe, draw
     from fairmedbench.analysis.uncertainty import mc_columns, run_uncertainty
@@ -331,28 +308,18 @@ def run(inputs: RunInputs) -> RunnerOutput:
                    for k, e in enumerate(externals)}
         with head_threads(adapter.caches_features):  # the same head on any launcher or core count
             [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
-                                      [seed], cfg, spec.threshold, test_groups=arrays["test"].groups,
+                                      [seed], cfg, test_groups=arrays["test"].groups,
                                       mc_samples=mc_t, extra=extra_x)
         # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
         policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
         t_train = time.perf_counter() - t1
-        res = _score(spec, seed, policy, score_table(label_cols, y[ps["test"]], sr.test_scores,
-                                                     attr_columns(ds, spec, ps["test"]), patient_ids(ds, ps["test"]),
-                                                     (y[ps["val"]], sr.val_scores)))
-        rows = []
-        for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores)):
-            frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
-                                  "seed": seed, "patient_id": patient_ids(ds, p)})
-            for j, t in enumerate(label_cols):
-                frame[f"label:{t}"] = y[p, j]
-                frame[f"score:{t}"] = scores[:, j]
-            for a, v in attr_columns(ds, spec, p).items():
-                frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
-            if sr.mc is not None:
-                frame = frame.assign(**mc_columns(sr.mc[name], label_cols))
-            rows.append(frame)
+        parts = [SplitPredictions(name, ds.samples["sample_id"].to_numpy()[p], patient_ids(ds, p),
+                                  attr_columns(ds, spec, p), y[p], scores,
+                                  extra=mc_columns(sr.mc[name], label_cols) if sr.mc is not None else {})
+                 for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores))]
         pred_name = f"seed{seed}.predictions.parquet"
-        store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
+        res, table = score_and_write(task, out_dir / pred_name, parts, seed, label_cols, spec.attributes,
+                                     score_settings(spec, seed, policy))  # the table the run writes
         extra: dict[str, Any]
         extra = {"training": {"config": describe_config(cfg), "mitigation": factory().describe(),
                               "best_epoch": sr.fit.best_epoch, "best_val_loss": finite(sr.fit.best_val_loss),
@@ -369,11 +336,9 @@ def run(inputs: RunInputs) -> RunnerOutput:
         if externals:
             extra["external"] = _external_results(spec, externals, out_dir, seed, label_cols, sr, policy,
                                                   (y[ps["test"]], attr_columns(ds, spec, ps["test"]),
-                                                   patient_ids(ds, ps["test"]), ps["test"]),
-                                                  (y[ps["val"]], sr.val_scores))
+                                                   patient_ids(ds, ps["test"]), ps["test"]), table)
         if sampling.test_resample:
-            extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, sr.test_scores, label_cols, policy,
-                                                     (y[ps["val"]], sr.val_scores), seed)
+            extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, label_cols, policy, table, seed)
         doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, label_cols, extra,
                             {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
                              "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device,
@@ -387,14 +352,12 @@ def run(inputs: RunInputs) -> RunnerOutput:
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir: Path, seed: int,
                       label_cols: list[str], sr: SeedRun, policy: str | None,
                       internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray],
-                      val: tuple[np.ndarray, np.ndarray]
-                      ) -> list[dict[str, Any]]:
-    """Each external test set through the metric engine exactly as the internal one (the threshold chosen on the
-    internal validation split), its predictions Parquet, and the shift of the first label's group AUC."""
-    import pandas as pd
-
+                      table: PredictionTable) -> list[dict[str, Any]]:
+    """Each external test set's predictions Parquet, scored as written exactly as the internal `table` (the
+    threshold chosen on its validation rows), and the shift of the first label's group AUC."""
     from fairmedbench.analysis.shift import SiteScores, site_shifts
 
+    task = get_task(spec.task)
     out = []
     for k, ext in enumerate(externals):
         card = ext.dataset.card
@@ -403,16 +366,10 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
         ye = ext.dataset.samples[cols].to_numpy().astype(np.int64)[test]
         scores = sr.extra_scores[f"external{k}"]
         attrs = ext.attributes(spec)
-        res = _score(spec, seed, policy, score_table(label_cols, ye, scores, attrs, patient_ids(ext.dataset, test),
-                                                     val))
-        frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[test].astype(str),
-                              "split": "test", "seed": seed, "patient_id": patient_ids(ext.dataset, test)})
-        for j, t in enumerate(label_cols):
-            frame[f"label:{t}"] = ye[:, j]
-            frame[f"score:{t}"] = scores[:, j]
-        for a, v in attrs.items():
-            frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
-        store.write_parquet(out_dir / external_file(seed, k), frame)
+        part = SplitPredictions("test", ext.dataset.samples["sample_id"].to_numpy()[test],
+                                patient_ids(ext.dataset, test), attrs, ye, scores)
+        res, _ = score_and_write(task, out_dir / external_file(seed, k), [part], seed, label_cols, spec.attributes,
+                                 score_settings(spec, seed, policy), val=table.val)
         shifts = site_shifts("classification",
                              SiteScores(internal[0][:, 0], sr.test_scores[:, 0], internal[1], internal[2],
                                         internal[3]),
@@ -422,11 +379,11 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir
     return out
 
 
-def _resampled_test(spec: RunConfig, ds: Dataset, test: np.ndarray, y: np.ndarray, scores: np.ndarray,
-                    label_cols: list[str], policy: str | None, val: tuple[np.ndarray, np.ndarray],
-                    seed: int) -> dict[str, Any]:
-    """The run's test set resampled as --test-resample asks (seeded by the run seed) and evaluated like the
-    original: the drawn ids, their counts and the result, stored beside the original's."""
+def _resampled_test(spec: RunConfig, ds: Dataset, test: np.ndarray, y: np.ndarray, label_cols: list[str],
+                    policy: str | None, table: PredictionTable, seed: int) -> dict[str, Any]:
+    """The run's test set (the test rows of `table`, the written one) resampled as --test-resample asks (seeded by
+    the run seed) and evaluated like the original: the drawn ids, their counts and the result, stored beside the
+    original's."""
     from fairmedbench.analysis.resample import matched_age_column, parse_test_resample, resample_test_set
 
     rs = parse_test_resample(str(spec.sampling["test_resample"]))
@@ -438,9 +395,7 @@ def _resampled_test(spec: RunConfig, ds: Dataset, test: np.ndarray, y: np.ndarra
                                columns={"group_col": group_col, "label_col": label_cols[0],
                                         **({"age_col": age_col} if age_col else {})})
     p = sample.positions
-    res = _score(spec, seed, policy, score_table(label_cols, y[test][p], scores[p],
-                                                 {a: v[p] for a, v in attr_columns(ds, spec, test).items()},
-                                                 patient_ids(ds, test)[p], val))
+    res = get_task(spec.task).score(table.take(p), score_settings(spec, seed, policy))
     return {**sample.to_dict(), "result": res.to_dict()}
 
 

@@ -9,7 +9,8 @@ A runner is called by `benchmark.run` (and `benchmark verify`) as `run(inputs)` 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.registry.datasets.dataset import Dataset
     from fairmedbench.registry.models.runtime import FoundationModel
+    from fairmedbench.tasks.base import PredictionTable, Task
+    from fairmedbench.tasks.table import SplitPredictions
 
 
 class RunFlags(Protocol):
@@ -97,6 +100,21 @@ def score_settings(spec: RunConfig, seed: int, threshold: str | None = None) -> 
     equivalence margins."""
     return ScoreSettings(profile=spec.profile, threshold=threshold, n_boot=spec.n_boot, n_perm=spec.n_perm, seed=seed,
                          margins=spec.margins)
+
+
+def score_and_write(task: Task, path: Path, parts: Sequence[SplitPredictions], seed: int, tasks: Sequence[str],
+                    attributes: Sequence[str], settings: ScoreSettings, classes: Sequence[str] = (),
+                    val: Mapping[str, np.ndarray] | None = None) -> tuple[FairnessResult, PredictionTable]:
+    """A seed's predictions frame as `task` lays it out (Task.frame), the table the task reads from it (Task.table)
+    scored under `settings` (with `val`: another set's validation rows, as an external set is scored at the
+    internal threshold), then the frame written to `path` (after the scoring: an interrupted seed leaves no file).
+    A run scores exactly what it writes."""
+    frame = task.frame(parts, seed, tasks, classes)
+    table = task.table({c: frame[c].to_numpy() for c in frame.columns}, tasks, attributes, classes,
+                       where=f"{path.name}: ")
+    result = task.score(table if val is None else dataclasses.replace(table, val=val), settings)
+    store.write_parquet(path, frame)
+    return result, table
 
 
 def min_group_size(result: FairnessResult) -> int:

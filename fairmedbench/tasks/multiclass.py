@@ -20,7 +20,7 @@ from fairmedbench.engine import store
 from fairmedbench.engine.device import head_threads
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
-from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.classification import TrainConfig
 from fairmedbench.tasks.common import (
     ExternalSet,
@@ -35,10 +35,12 @@ from fairmedbench.tasks.common import (
     patient_ids,
     prepare_inputs,
     reuse_seed,
+    score_and_write,
     score_settings,
     seed_document,
     training_groups,
 )
+from fairmedbench.tasks.table import SplitPredictions
 
 if TYPE_CHECKING:
     import torch
@@ -162,20 +164,9 @@ def class_labels(ds: Dataset) -> tuple[np.ndarray, list[str]]:
     return yi, classes
 
 
-def score(spec: RunConfig, seed: int, task_name: str, classes: list[str], y: np.ndarray, probs: np.ndarray,
-          attrs: dict[str, np.ndarray], pids: np.ndarray) -> FairnessResult:
-    """The multiclass task's result on test class indices and probabilities (n, C) with attributes and patients."""
-    task = get_task("multiclass")
-    test = {task.label_column: y, **{task.score_column.format(task=c): probs[:, k] for k, c in enumerate(classes)},
-            **{f"attr:{a}": v for a, v in attrs.items()}, PATIENT_COLUMN: pids}
-    return task.score(PredictionTable(test, (task_name,), tuple(attrs), classes=tuple(classes)),
-                      score_settings(spec, seed))
-
-
 def run(inputs: RunInputs) -> RunnerOutput:
     """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
     metrics by group; the same head on each external dataset's test split, with its shift."""
-    import pandas as pd
     import torch
 
     from fairmedbench.analysis.uncertainty import mc_class_columns, uncertainty_block
@@ -205,7 +196,6 @@ def run(inputs: RunInputs) -> RunnerOutput:
     codes, n_groups = training_groups(spec, ds)
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
-    label = task.label_column
     label_col = ds.card.label_column
     assert label_col is not None, "class_labels checked the card's label column"
     docs: list[dict[str, Any]] = []
@@ -238,22 +228,13 @@ def run(inputs: RunInputs) -> RunnerOutput:
                 mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
                 probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
         t_train = time.perf_counter() - t1
-        res = score(spec, seed, label_col, classes, y[split.test], probs["test"],
-                    attr_columns(ds, spec, split.test), patient_ids(ds, split.test))
-        rows = []
-        for name in ("val", "test"):
-            p = pos[name]
-            frame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[p].astype(str), "split": name,
-                                  "seed": seed, "patient_id": patient_ids(ds, p), label: y[p]})
-            for c, cls in enumerate(classes):
-                frame[task.score_column.format(task=cls)] = probs[name][:, c]
-            for a, v in attr_columns(ds, spec, p).items():
-                frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
-            if mc is not None:
-                frame = frame.assign(**mc_class_columns(mc[name], classes))
-            rows.append(frame)
+        parts = [SplitPredictions(name, ds.samples["sample_id"].to_numpy()[pos[name]], patient_ids(ds, pos[name]),
+                                  attr_columns(ds, spec, pos[name]), y[pos[name]], probs[name],
+                                  extra=mc_class_columns(mc[name], classes) if mc is not None else {})
+                 for name in ("val", "test")]
         pred_name = f"seed{seed}.predictions.parquet"
-        store.write_parquet(out_dir / pred_name, pd.concat(rows, ignore_index=True))
+        res, _ = score_and_write(task, out_dir / pred_name, parts, seed, [label_col], spec.attributes,
+                                 score_settings(spec, seed), classes)  # the table the run writes
         extra: dict[str, Any]
         extra = {"training": {"config": asdict(cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
                               "best_epoch": fit.best_epoch, "best_val_loss": finite(fit.best_val_loss),
@@ -261,7 +242,7 @@ def run(inputs: RunInputs) -> RunnerOutput:
                               "val_losses": fit.val_losses, "decision": "argmax"},
                  "usage": {"name": adapter.name, "head": f"softmax over {len(classes)} classes", **prepared.notes}}
         if externals:
-            extra["external"] = _external_results(spec, externals, ext_y, probs, out_dir, seed, classes, label,
+            extra["external"] = _external_results(spec, externals, ext_y, probs, out_dir, seed, classes,
                                                    (y[split.test], attr_columns(ds, spec, split.test),
                                                     patient_ids(ds, split.test), split.test))
         if mc is not None:
@@ -279,13 +260,11 @@ def run(inputs: RunInputs) -> RunnerOutput:
 
 
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: list[np.ndarray],
-                      probs: dict[str, np.ndarray], out_dir: Path, seed: int, classes: list[str], label: str,
+                      probs: dict[str, np.ndarray], out_dir: Path, seed: int, classes: list[str],
                       internal: tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]
                       ) -> list[dict[str, Any]]:
     """Each external test set through the multiclass metric engine as the internal one, its predictions Parquet,
     and the shift of the group macro AUC."""
-    import pandas as pd
-
     from fairmedbench.analysis.shift import SiteScores, site_shifts
 
     task = get_task(spec.task)
@@ -295,14 +274,10 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: 
         ext_pids = patient_ids(ext.dataset, ext.split.test)
         ext_label = ext.dataset.card.label_column
         assert ext_label is not None, "class_labels checked the external card's label column"
-        res = score(spec, seed, ext_label, classes, ye, p, attrs, ext_pids)
-        frame = pd.DataFrame({"sample_id": ext.dataset.samples["sample_id"].to_numpy()[ext.split.test].astype(str),
-                              "split": "test", "seed": seed, "patient_id": ext_pids, label: ye})
-        for c, cls in enumerate(classes):
-            frame[task.score_column.format(task=cls)] = p[:, c]
-        for a, v in attrs.items():
-            frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
-        store.write_parquet(out_dir / external_file(seed, k), frame)
+        part = SplitPredictions("test", ext.dataset.samples["sample_id"].to_numpy()[ext.split.test], ext_pids,
+                                attrs, ye, p)
+        res, _ = score_and_write(task, out_dir / external_file(seed, k), [part], seed, [ext_label], spec.attributes,
+                                 score_settings(spec, seed), classes)
         shifts = site_shifts("multiclass",
                              SiteScores(internal[0], probs["test"], internal[1], internal[2], internal[3]),
                              SiteScores(ye, p, attrs, ext_pids, ext.split.test), spec.n_boot, seed, ext.label,

@@ -25,7 +25,7 @@ from fairmedbench.errors import InputError
 from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_counts
 from fairmedbench.mitigation.base import Batch, Mitigation
 from fairmedbench.spec import RunConfig
-from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
+from fairmedbench.tasks.base import get_task
 from fairmedbench.tasks.common import (
     ExternalSet,
     RunInputs,
@@ -36,13 +36,14 @@ from fairmedbench.tasks.common import (
     min_group_size,
     patient_ids,
     reuse_seed,
+    score_and_write,
     score_settings,
     seed_document,
     training_groups,
 )
+from fairmedbench.tasks.table import SplitPredictions
 
 if TYPE_CHECKING:
-    import pandas as pd
     import torch
 
     from fairmedbench.adapters.base import RunContext, Usage
@@ -474,17 +475,6 @@ def _decoder_trainer(spec: RunConfig, adapter: Usage, model: FoundationModel, ds
     return fit, notes
 
 
-def score(spec: RunConfig, seed: int, out: SegOutcome, attrs: dict[str, np.ndarray],
-          pids: np.ndarray) -> FairnessResult:
-    """The segmentation task's result on the prompted samples of `out` (DSC, IoU, HD95 where computed) with their
-    attributes and patients."""
-    test = {"dsc": np.asarray(out.dsc, dtype=np.float64), "iou": np.asarray(out.iou, dtype=np.float64),
-            **({"hd95": np.asarray(out.hd95, dtype=np.float64)} if out.hd95 else {}),
-            **{f"attr:{a}": v for a, v in attrs.items()}, PATIENT_COLUMN: pids}
-    return get_task("segmentation").score(PredictionTable(test, ("segmentation",), tuple(attrs)),
-                                          score_settings(spec, seed))
-
-
 def run(inputs: RunInputs) -> RunnerOutput:
     """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
     when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
@@ -520,10 +510,8 @@ def run(inputs: RunInputs) -> RunnerOutput:
             raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
         p = np.asarray(out.positions)
         t_seg = time.perf_counter() - t1 - t_train
-        res = score(spec, seed, out, attr_columns(ds, spec, p), patient_ids(ds, p))
         pred_name = f"seed{seed}.predictions.parquet"
-        frame = _segmentation_frame(ds, spec, seed, out, split.test)
-        store.write_parquet(out_dir / pred_name, frame)
+        res = _score_and_write(spec, seed, out_dir / pred_name, ds, out, split.test)  # the table the run wrote
         ids = ds.samples["sample_id"].to_numpy().astype(str)
         extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
                                            "prompted_slices": int(sum(out.prompted_slices)),
@@ -562,8 +550,7 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
             raise InputError(f"--eval-dataset {ext.label}: no test sample has a non-empty mask to prompt from")
         attrs = attr_columns(eds, spec, np.asarray(out.positions))
         ext_pids = patient_ids(eds, np.asarray(out.positions))
-        res = score(spec, seed, out, attrs, ext_pids)
-        store.write_parquet(out_dir / external_file(seed, k), _segmentation_frame(eds, spec, seed, out, ext.split.test))
+        res = _score_and_write(spec, seed, out_dir / external_file(seed, k), eds, out, ext.split.test)
         shifts = site_shifts("segmentation",
                              SiteScores(None, np.asarray(internal.dsc), internal_attrs, internal_pids,
                                         np.asarray(internal.positions)),
@@ -573,12 +560,18 @@ def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict
     return res_out
 
 
-def _segmentation_frame(ds: Dataset, spec: RunConfig, seed: int, out: SegOutcome, test: np.ndarray) -> pd.DataFrame:
+def _score_and_write(spec: RunConfig, seed: int, path: Path, ds: Dataset, out: SegOutcome,
+                     test: np.ndarray) -> FairnessResult:
+    """Score the predictions of a test split (`_test_part`) as the task reads them (its empty-ground-truth rows
+    left out by the task's rule), then write their Parquet."""
+    return score_and_write(get_task(spec.task), path, [_test_part(ds, spec, out, test)], seed, ["segmentation"],
+                           spec.attributes, score_settings(spec, seed))[0]
+
+
+def _test_part(ds: Dataset, spec: RunConfig, out: SegOutcome, test: np.ndarray) -> SplitPredictions:
     """One predictions row per test sample in split order: DSC/IoU (HD95 for 3D) of the prompted ones; an
     unprompted one (empty ground truth) has empty_gt=True and null scores, so the test ids stay complete while
-    the metrics, computed on prompted rows only, ignore it."""
-    import pandas as pd
-
+    the task's rule leaves it out of every metric."""
     pos = np.asarray(test, dtype=np.int64)
     at = {int(i): k for k, i in enumerate(out.positions)}
     missing = [int(i) for i in pos if int(i) not in at and int(i) not in out.skipped]
@@ -590,12 +583,7 @@ def _segmentation_frame(ds: Dataset, spec: RunConfig, seed: int, out: SegOutcome
     def column(values: list[float]) -> np.ndarray:
         return np.where(scored, np.asarray(values, dtype=np.float64)[np.maximum(k, 0)] if values else np.nan, np.nan)
 
-    frame: pd.DataFrame = pd.DataFrame({"sample_id": ds.samples["sample_id"].to_numpy()[pos].astype(str),
-                                        "split": "test", "seed": seed, "patient_id": patient_ids(ds, pos),
-                                        "dsc": column(out.dsc), "iou": column(out.iou),
-                                        "empty_gt": ~scored})
-    if out.hd95:  # 3D datasets: HD95 in mm (voxel spacing)
-        frame["hd95"] = column(out.hd95)
-    for a, v in attr_columns(ds, spec, pos).items():
-        frame[f"attr:{a}"] = pd.Series(v, dtype=object).where(pd.notna(v), None)
-    return frame
+    values = {"dsc": column(out.dsc), "iou": column(out.iou), "empty_gt": ~scored,
+              **({"hd95": column(out.hd95)} if out.hd95 else {})}  # 3D datasets: HD95 in mm (voxel spacing)
+    return SplitPredictions("test", ds.samples["sample_id"].to_numpy()[pos], patient_ids(ds, pos),
+                            attr_columns(ds, spec, pos), values=values)

@@ -64,8 +64,8 @@ def test_shift_of_group_dsc_by_hand() -> None:
     d_int = np.array([0.5, 0.6, 0.7, 0.9, 0.8, 1.0])
     g_ext = np.array(["female"] * 2 + ["male"] * 2 + [None], dtype=object)  # a missing group is left out
     d_ext = np.array([0.9, 0.7, 0.4, 0.6, 0.0])
-    a = group_draws(None, d_int, g_int, 200, 7, "internal")
-    b = group_draws(None, d_ext, g_ext, 200, 7, "external:x")
+    a = group_draws("segmentation", None, d_int, g_int, 200, 7, "internal")
+    b = group_draws("segmentation", None, d_ext, g_ext, 200, 7, "external:x")
     sh = shift_block("segmentation", "sex", a, b, 200)
     assert sh["per_group"]["female"]["internal"] == pytest.approx(0.6)
     assert sh["per_group"]["female"]["external"] == pytest.approx(0.8)
@@ -98,14 +98,14 @@ def test_shift_of_group_auc_matches_sklearn_and_a_same_distribution_set_shows_no
     y2 = (rng.random(n) < 0.5).astype(int)
     g2 = np.where(rng.random(n) < 0.5, "female", "male").astype(object)
     s2 = y2 + rng.normal(0, np.where(g2 == "female", 1.5, 0.5))  # same distribution, other samples
-    a = group_draws(y, s, g, 500, 0, "internal")
-    b = group_draws(y2, s2, g2, 500, 0, "external:twin")
+    a = group_draws("classification", y, s, g, 500, 0, "internal")
+    b = group_draws("classification", y2, s2, g2, 500, 0, "external:twin")
     for k, grp in enumerate(a.groups):
         assert a.point[k] == pytest.approx(roc_auc_score(y[g == grp], s[g == grp]))
     sh = shift_block("classification", "sex", a, b, 500)
     assert sh["diff"]["ci_low"] < 0 < sh["diff"]["ci_high"]  # no shift: the interval includes 0
     s3 = y2 + rng.normal(0, np.where(g2 == "female", 0.5, 1.5))  # the bias flipped
-    c = group_draws(y2, s3, g2, 500, 0, "external:flip")
+    c = group_draws("classification", y2, s3, g2, 500, 0, "external:flip")
     flipped = shift_block("classification", "sex", a, c, 500)
     assert flipped["diff"]["shift"] < 0 and flipped["diff"]["ci_high"] < 0 and flipped["diff"]["excludes_0"]
 
@@ -114,8 +114,8 @@ def test_no_shift_interval_for_a_group_below_the_minimum_size() -> None:
     """As the metric engine: a group below min_group_size in either test set gets a point shift, no interval."""
     g = np.array(["female"] * 3 + ["male"] * 40, dtype=object)
     d = np.linspace(0.2, 0.9, 43)
-    a = group_draws(None, d, g, 100, 0, "internal")
-    b = group_draws(None, d[::-1].copy(), g, 100, 0, "external:x")
+    a = group_draws("segmentation", None, d, g, 100, 0, "internal")
+    b = group_draws("segmentation", None, d[::-1].copy(), g, 100, 0, "external:x")
     assert a.counts == (3, 40)
     sh = shift_block("segmentation", "sex", a, b, 100, min_group_size=30)
     assert sh["per_group"]["female"]["ci_low"] is None and "female" in sh["per_group"]["female"]["no_ci"]
@@ -135,8 +135,8 @@ def test_seed_mean_shift_averages_each_quantity_over_seeds_on_shared_resamples()
     y_int, y_ext = (rng.random(n) < 0.5).astype(int), (rng.random(n) < 0.5).astype(int)
     seeds = [(y_int + rng.normal(0, np.where(g_int == "female", 1.5, 0.6)),
               y_ext + rng.normal(0, np.where(g_ext == "female", 0.6, 1.5 + 0.3 * k))) for k in range(2)]
-    draws = [(group_draws(y_int, si, g_int, 300, 0, "internal"), group_draws(y_ext, se, g_ext, 300, 0, "external:x"))
-             for si, se in seeds]
+    draws = [(group_draws("classification", y_int, si, g_int, 300, 0, "internal"),
+              group_draws("classification", y_ext, se, g_ext, 300, 0, "external:x")) for si, se in seeds]
     one = shift_block("classification", "sex", *draws[0], 300)
     assert seeds_shift_block("classification", "sex", [draws[0][0]], [draws[0][1]], 300) == one
     both = seeds_shift_block("classification", "sex", [d[0] for d in draws], [d[1] for d in draws], 300)
@@ -151,7 +151,8 @@ def test_seed_mean_shift_averages_each_quantity_over_seeds_on_shared_resamples()
     averaged = np.mean([diff_rows(e) - diff_rows(i) for i, e in draws], axis=0)
     lo, hi = np.percentile(averaged, [2.5, 97.5])
     assert (both["diff"]["ci_low"], both["diff"]["ci_high"]) == pytest.approx((lo, hi))
-    other = group_draws(y_int, seeds[0][0], np.where(g_int == "female", "F", "M").astype(object), 300, 0, "internal")
+    other = group_draws("classification", y_int, seeds[0][0], np.where(g_int == "female", "F", "M").astype(object),
+                        300, 0, "internal")
     with pytest.raises(InputError, match="different groups"):
         seeds_shift_block("classification", "sex", [draws[0][0], other], [d[1] for d in draws], 300)
 
@@ -247,7 +248,8 @@ def test_paired_draws_of_one_set_with_itself_move_together(kind: str) -> None:
                               np.c_[rows, rows], 50, 0, "x")
     assert np.array_equal(a.resampled, b.resampled) and np.array_equal(a.point, b.point)
     assert a.resampled.std(axis=0).min() > 0  # the resamples do vary
-    plain = group_draws(y, s, g, 50, 0, "internal", pids)
+    task = {"auc": "classification", "macro_auc": "multiclass", "dsc": "segmentation"}[kind]
+    plain = group_draws(task, y, s, g, 50, 0, "internal", pids)
     assert plain.groups == a.groups and np.allclose(plain.point, a.point)
 
 

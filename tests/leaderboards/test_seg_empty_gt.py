@@ -195,7 +195,7 @@ def _read_hd95(hd95: list[float], dsc: tuple[float, ...] = (0.5, np.nan, 0.0, 0.
                           "iou": [0.4, np.nan, 0.0, 0.6], "empty_gt": [False, True, False, False], "hd95": hd95,
                           "attr:sex": list("fmmf")})
     block = {"columns": {"id": "sample_id", "split": "split", "seed": "seed", "labels": [], "scores": ["dsc"],
-                         "attributes": ["attr:sex"]}, "attributes": ["sex"]}
+                         "attributes": ["attr:sex"]}, "attributes": ["sex"], "tasks": ["segmentation"]}
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     try:

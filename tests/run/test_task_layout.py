@@ -53,7 +53,7 @@ def test_task_registry_imports_no_torch_and_no_task_module() -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     names, loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert names == ["classification", "multiclass", "segmentation"]
-    assert loaded == ["fairmedbench.tasks.base"]
+    assert loaded == ["fairmedbench.tasks.base", "fairmedbench.tasks.table"]  # the table: torch- and pandas-free
 
 
 def test_every_dataset_card_and_usage_names_registered_tasks() -> None:
