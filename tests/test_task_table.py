@@ -38,7 +38,7 @@ def _three_ways(tmp: Path, task_name: str, parts: list[SplitPredictions], tasks:
     recomputation of the Parquet the run wrote."""
     task = get_task(task_name)
     path = tmp / "seed0.predictions.parquet"
-    spec = SimpleNamespace(profile="default", n_boot=N_BOOT, n_perm=N_PERM)
+    spec = SimpleNamespace(profile="default", n_boot=N_BOOT, n_perm=N_PERM, margins={})
     run, _ = score_and_write(task, path, parts, 0, tasks, ["sex"], score_settings(spec, 0, policy),  # type: ignore[arg-type]
                              classes)
     evaluated = run_evaluate(dataclasses.replace(evaluate, n_boot=N_BOOT, n_perm=N_PERM, out=str(tmp / "e.json")))
@@ -148,7 +148,7 @@ def test_the_task_leaves_empty_ground_truth_rows_out_whoever_builds_the_table() 
             "attr:sex": np.where(np.arange(n) % 2 == 0, "F", "M").astype(object)}
     task = get_task("segmentation")
     res = task.score(PredictionTable(test, ("segmentation",), ("sex",)),
-                     score_settings(SimpleNamespace(profile="default", n_boot=0, n_perm=0), 0))  # type: ignore[arg-type]
+                     score_settings(SimpleNamespace(profile="default", n_boot=0, n_perm=0, margins={}), 0))  # type: ignore[arg-type]
     overall = res.reports[0].values["dsc"]["__overall__"][0]
     assert res.reports[0].counts["__overall__"]["n"] == 30 and overall == pytest.approx(0.8)
 
