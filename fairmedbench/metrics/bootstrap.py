@@ -205,6 +205,21 @@ def unit_weights(rng: np.random.Generator, strata: Sequence[np.ndarray], n_units
     return w
 
 
+def strata_columns(strata: Sequence[np.ndarray], n_units: int) -> np.ndarray:
+    """Each unit's column in `strata_weights`' array (units in no stratum: its last column, always 0)."""
+    flat = np.concatenate([np.asarray(st, dtype=np.int64) for st in strata]) if strata else np.zeros(0, np.int64)
+    col = np.full(n_units, len(flat), dtype=np.int64)
+    col[flat] = np.arange(len(flat))
+    return col
+
+
+def strata_weights(rng: np.random.Generator, strata: Sequence[np.ndarray], b: int) -> np.ndarray:
+    """The draws of `unit_weights` with the strata side by side (b, total + 1; a last column of zeros): unit u's
+    counts are column strata_columns(...)[u], so a caller gathers its rows' weights once, not scatter then gather."""
+    parts = [resample_counts(rng, len(st), b) for st in strata if len(st)]
+    return np.concatenate([*parts, np.zeros((b, 1))], axis=1)
+
+
 def permuted_groups(rng: np.random.Generator, strata: Sequence[np.ndarray], unit_group: np.ndarray, b: int
                     ) -> np.ndarray:
     """(b, n_units) group codes with the group labels of the units shuffled within each stratum, per row."""

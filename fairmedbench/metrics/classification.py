@@ -109,7 +109,9 @@ class _Block:
         self.sp, self.sn = sp, sn
         self.lo = np.searchsorted(sn, sp, side="left")
         self.hi = np.searchsorted(sn, sp, side="right")
-        self.lo_pp = np.searchsorted(sp, sp, side="left")
+        lo_pp = np.searchsorted(sp, sp, side="left")
+        # distinct positive scores (the usual case): cp[:, lo_pp] is the view cp[:, :-1], no gather
+        self.lo_pp: np.ndarray | slice = slice(0, len(sp)) if np.array_equal(lo_pp, np.arange(len(sp))) else lo_pp
         side: Side = "left" if thr.comparator == ">=" else "right"
         self.undefined_threshold = bool(np.isnan(thr.value))
         self.kp = int(np.searchsorted(sp, thr.value, side=side))
@@ -404,10 +406,11 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
         per_group = [bs.label_strata(units, np.concatenate([rp, rn]), y, (1, 0))
                      for rp, rn in zip(plan.rows_p, plan.rows_n)]
         strata = [st for kind in range(3) for st in (pg[kind] for pg in per_group)]
-        up = [units.of_row[r] for r in plan.rows_p]
-        un = [units.of_row[r] for r in plan.rows_n]
+        col = bs.strata_columns(strata, units.n_units)  # each row's weight column, gathered straight from the draws
+        up = [col[units.of_row[r]] for r in plan.rows_p]
+        un = [col[units.of_row[r]] for r in plan.rows_n]
         for start, stop in bs.chunks(n_boot, len(y)):
-            w_all = bs.unit_weights(rng, strata, units.n_units, stop - start)
+            w_all = bs.strata_weights(rng, strata, stop - start)
             for rows in bs.passes(stop - start):
                 w = w_all[rows]
                 res = _evaluate_weights(plan, [w[:, u] for u in up], [w[:, u] for u in un], names)
