@@ -241,8 +241,10 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
     b = wps[0].shape[0]
     per: dict[str, dict[str, np.ndarray]] = {}
     group_stats = [blk.stats(wp, wn) for blk, wp, wn in zip(plan.blocks, wps, wns)]
-    if pooled:
-        wp_all, wn_all = np.ones((b, len(plan.pop.sp))), np.ones((b, len(plan.pop.sn)))
+    if pooled:  # every row weighs the whole population by ones: its metrics are computed once, then repeated
+        wp_all = np.broadcast_to(np.ones((1, len(plan.pop.sp))), (b, len(plan.pop.sp)))
+        one = plan.pop.stats(wp_all[:1], np.ones((1, len(plan.pop.sn))), calibration=False)
+        pop = {k: np.broadcast_to(v, (b, *v.shape[1:])) for k, v in one.items()}
     else:
         wp_all = np.empty((b, len(plan.pop.sp)))
         wn_all = np.empty((b, len(plan.pop.sn)))
@@ -250,7 +252,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
             wp_all[:, sl] = w
         for sl, w in zip(plan.slot_n, wns):
             wn_all[:, sl] = w
-    pop = plan.pop.stats(wp_all, wn_all, calibration=not pooled)
+        pop = plan.pop.stats(wp_all, wn_all)
     P, N = pop["_cp"][:, -1], pop["_cn"][:, -1]
     # Global operating points: one threshold for the population, rates reported per group.
     sp, sn = plan.pop.sp, plan.pop.sn
