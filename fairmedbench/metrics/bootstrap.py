@@ -19,10 +19,11 @@ if TYPE_CHECKING:
 CHUNK_CELLS = 4_000_000
 
 
-#: Resamples evaluated per pass over a chunk: a chunk's draws are made at once (the draw order, hence every number,
-#: depends on the chunk), then scored a few rows at a time so that each (rows, n) array stays in cache (about 20%
-#: less CPU than whole chunks at n = 22,000; every row is scored alone, so the numbers are the same).
-ROWS_PER_PASS = 32
+#: Cells (resamples x samples) scored per pass over a chunk: a chunk's draws are made at once (the draw order, hence
+#: every number, depends on the chunk), then scored a few rows at a time so that each (rows, n) array stays in cache
+#: and below the allocator's fresh-pages size (at n = 22,000: 13% less CPU than 32 rows a pass, 25% less than whole
+#: chunks, system time 0.9 -> 0.1 s; every row is scored alone, so the numbers are the same).
+PASS_CELLS = 2**18
 
 #: bootstrap resamples per confidence interval, the default of every run, evaluation and study (METRICS.md)
 N_BOOT = 2000
@@ -66,10 +67,11 @@ def chunks(n_boot: int, n_samples: int) -> Iterator[tuple[int, int]]:
         yield start, min(n_boot, start + step)
 
 
-def passes(b: int) -> Iterator[slice]:
-    """Row slices of a chunk of b resamples, ROWS_PER_PASS at a time."""
-    for start in range(0, b, ROWS_PER_PASS):
-        yield slice(start, min(b, start + ROWS_PER_PASS))
+def passes(b: int, n_samples: int) -> Iterator[slice]:
+    """Row slices of a chunk of b resamples of n_samples each, about PASS_CELLS cells (at least 4 rows) at a time."""
+    step = max(4, PASS_CELLS // max(n_samples, 1))
+    for start in range(0, b, step):
+        yield slice(start, min(b, start + step))
 
 
 def stratified_counts(

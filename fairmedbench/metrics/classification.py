@@ -356,7 +356,7 @@ def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.nda
     out: dict[str, list[np.ndarray]] = {}
     for start, stop in bs.chunks(n_perm, len(y) * max(k, 1)):
         perm = bs.permuted_groups(rng, strata, ugroup, stop - start)
-        for rows in bs.passes(stop - start):
+        for rows in bs.passes(stop - start, len(y)):
             gp, gn = perm[rows][:, up], perm[rows][:, un]
             res = _evaluate_weights(pooled, [(gp == g).astype(np.float64) for g in range(k)],
                                     [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
@@ -413,7 +413,7 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
         un = [col[units.of_row[r]] for r in plan.rows_n]
         for start, stop in bs.chunks(n_boot, len(y)):
             w_all = bs.strata_weights(rng, strata, stop - start)
-            for rows in bs.passes(stop - start):
+            for rows in bs.passes(stop - start, len(y)):
                 w = w_all[rows]
                 res = _evaluate_weights(plan, [w[:, u] for u in up], [w[:, u] for u in un], names)
                 for m, per_g in res.items():
