@@ -5,6 +5,7 @@
    whole patients are drawn (5 rows per patient), and per permutation of the permutation tests (rows, patients).
 2. Point metrics, 1,000,000 samples x 8 groups: all our metrics vs MetricFrame's AUC/TPR/FPR
    (target: >= 10x), with our peak RSS measured in a fresh process (target: < 2 GB).
+Times are this process's CPU time (time.process_time), so a machine shared with other jobs moves them little.
 Usage: python benchmarks/metrics_speed.py [--quick]
 """
 
@@ -33,7 +34,7 @@ def data(n: int, groups: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np
 
 
 def fairlearn_frame(y: np.ndarray, s: np.ndarray, g: np.ndarray, n_boot: int) -> float:
-    """Seconds for a MetricFrame with per-group AUC, TPR and FPR (threshold 0.5)."""
+    """CPU seconds for a MetricFrame with per-group AUC, TPR and FPR (threshold 0.5)."""
     from fairlearn.metrics import MetricFrame, false_positive_rate, true_positive_rate
     from sklearn.metrics import roc_auc_score
 
@@ -41,19 +42,19 @@ def fairlearn_frame(y: np.ndarray, s: np.ndarray, g: np.ndarray, n_boot: int) ->
                "tpr": lambda yt, yp: true_positive_rate(yt, (yp >= 0.5).astype(int)),
                "fpr": lambda yt, yp: false_positive_rate(yt, (yp >= 0.5).astype(int))}
     kw = {"n_boot": n_boot, "ci_quantiles": [0.025, 0.975], "random_state": 0} if n_boot else {}
-    t = time.perf_counter()
+    t = time.process_time()
     MetricFrame(metrics=metrics, y_true=y, y_pred=s, sensitive_features=g, **kw)
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def ours(y: np.ndarray, s: np.ndarray, g: np.ndarray, n_boot: int, n_perm: int = 0,
          patients: np.ndarray | None = None) -> float:
-    """Seconds for every classification metric of fairmedbench with `n_boot` resamples and `n_perm` permutations."""
+    """CPU seconds for every classification metric of fairmedbench with `n_boot` resamples and `n_perm` permutations."""
     from fairmedbench.metrics import evaluate_classification
 
-    t = time.perf_counter()
+    t = time.process_time()
     evaluate_classification(y, s, {"g": g}, n_boot=n_boot, n_perm=n_perm, patient_ids=patients)
-    return time.perf_counter() - t
+    return time.process_time() - t
 
 
 def _child_point() -> None:

@@ -33,7 +33,8 @@ def test_progress_counts_every_chunk_of_resamples_and_permutations(monkeypatch: 
     kw = dict(y_true=d["y"], y_score=d["p"], attributes={"sex": d["sex"]}, patient_ids=np.array(d["patient_id"]),
               n_boot=10, n_perm=5, min_group_size=1)
     with_progress = evaluate_classification(**kw, on_step=lambda *a: steps.append(a))
-    assert steps == [(k, 15, "task / sex") for k in (4, 8, 10, 12, 14, 15)]
+    assert steps == [(k, 15, f"task / sex: {phase}") for k, phase in ((4, "bootstrap"), (8, "bootstrap"),
+                     (10, "bootstrap"), (12, "permutations"), (14, "permutations"), (15, "permutations"))]
     # the same numbers with and without a progress callback
     assert with_progress.to_dict() == evaluate_classification(**kw).to_dict()
     steps.clear()
@@ -54,5 +55,7 @@ def test_a_long_evaluate_prints_progress_lines_on_stderr(tmp_path: Path, monkeyp
     done = [int(m.group(1)) for m in (re.match(r"metrics \+ bootstrap: (\d+)/150\b", x) for x in lines) if m]
     assert len(done) == len(lines) >= 5 and done == sorted(done) and done[-1] == 150, lines
     assert "done in" in lines[-1]
+    # each line names the label, the attribute and the phase it is in (an audit of many labels shows where it is)
+    assert lines[0].endswith(": y / sex: bootstrap") and lines[-1].endswith(": y / sex: permutations"), lines
     doc = store.read_json(tmp_path / "r.json")
     assert doc["spec"]["n_boot"] == 100 and doc["result"]["reports"][0]["resampling"]["unit"] == "patient"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.isotonic import IsotonicRegression
 
-from fairmedbench.metrics.calibration import brier_decomposition
+from fairmedbench.metrics.calibration import brier_decomposition, pava_kernel
 
 # y = 0 0 1 0 1 at s = .1 .4 .4 .6 .8 (the two samples at .4 are tied, so PAV pools them first).
 #
@@ -162,3 +162,19 @@ def test_calibration_loss_gap_permutation_test_size_and_power() -> None:
     alt = [_cal_gap_p(rng, True) for _ in range(20)]
     assert sum(p < 0.05 for p in null) <= 9
     assert sum(p < 0.05 for p in alt) >= 16
+
+
+def test_pava_kernel_loaded_from_its_file_gives_scipys_blocks() -> None:
+    # the kernel is loaded from scipy's extension file (not through the scipy.optimize package): same blocks as the
+    # public isotonic_regression on shifted rows with tiny weights and ties (tests/test_cli_startup.py checks that
+    # evaluate then runs without the scipy.optimize package)
+    from scipy.optimize import isotonic_regression
+
+    rng = np.random.default_rng(5)
+    x = np.r_[np.round(rng.random(300), 1), 2 + np.round(rng.random(200), 2)]
+    w = np.where(rng.random(500) < 0.2, 1e-300, rng.poisson(2.0, 500) + rng.random(500))
+    expected = isotonic_regression(x, weights=w)
+    r = np.full(len(x) + 1, -1, dtype=np.intp)
+    fit, _, r, n_blocks = pava_kernel()(x.copy(), w.copy(), r)
+    np.testing.assert_array_equal(r[:n_blocks + 1], expected.blocks)
+    np.testing.assert_array_equal(fit, expected.x)

@@ -71,7 +71,8 @@ def test_a_labelled_stage_takes_the_metric_engines_callback() -> None:
         assert (task.description, task.completed, task.total) == ("label / age", 2, 4)
     plain = io.StringIO()
     StageProgress(plain, tty=False, clock=Clock()).labelled("metrics")(1, 2, "label / sex")
-    assert plain.getvalue().splitlines() == ["metrics: 1/2"]
+    # a plain line (logs) names what is being resampled now: which label and attribute
+    assert plain.getvalue().splitlines() == ["metrics: 1/2: label / sex"]
 
 
 def test_a_stage_shorter_than_after_s_prints_nothing_and_a_longer_one_starts_printing() -> None:

@@ -64,7 +64,8 @@ class StageProgress:
             self.bar.stop()
             self.bar = None
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
+    def __call__(self, stage: str, done: int, total: int, detail: str = "") -> None:
+        """Report `done` of `total` for `stage`; a plain line ends with `detail` (what is being done now)."""
         if self.quiet:
             return
         now = self.clock()
@@ -86,14 +87,15 @@ class StageProgress:
         state.last_done = done
         if due:
             state.last_line = now
-            print(self.line(stage, done, total, now - state.start), file=self.stream, flush=True)
+            line = self.line(stage, done, total, now - state.start)
+            print(f"{line}: {detail}" if detail else line, file=self.stream, flush=True)
 
     def labelled(self, stage: str) -> Callable[[int, int, str], None]:
         """A `(done, total, label)` callback (the metric engine's `on_step`) reported as one stage; a bar shows
-        the latest label as its description."""
+        the latest label as its description, a plain line ends with it."""
 
         def step(done: int, total: int, label: str) -> None:
-            self(stage, done, total)
+            self(stage, done, total, label)
             if self.bar is not None:
                 self.bar.update(self.stages[stage].task, description=label)
 

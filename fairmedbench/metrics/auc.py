@@ -11,13 +11,18 @@ import numpy as np
 from fairmedbench.errors import InputError
 
 
-def auc_from_sorted(wp: np.ndarray, cn: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def auc_from_sorted(wp: np.ndarray, cn: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    cn_lo: np.ndarray | None = None) -> np.ndarray:
     """AUC per row from the positives' weights `wp` (B, p) and the negatives' cumulative weights `cn` (B, m+1,
-    leading 0), where lo/hi (p,) are each positive's left/right search position among the sorted negatives;
-    NaN for a row without positive or without negative weight."""
+    leading 0), where lo/hi (p,) are each positive's left/right search position among the sorted negatives
+    (`cn_lo`: cn[:, lo] when the caller has it); NaN for a row without positive or without negative weight."""
     P, N = wp.sum(axis=1), cn[:, -1]
+    below = cn[:, lo] if cn_lo is None else cn_lo
     with np.errstate(divide="ignore", invalid="ignore"):
-        auc = 0.5 * (wp * (cn[:, lo] + cn[:, hi])).sum(axis=1) / (P * N)
+        if np.array_equal(lo, hi):  # no positive ties a negative: 0.5 (x + x) = x exactly, so one gather is enough
+            auc = (wp * below).sum(axis=1) / (P * N)
+        else:
+            auc = 0.5 * (wp * (below + cn[:, hi])).sum(axis=1) / (P * N)
     return np.where((P > 0) & (N > 0), auc, np.nan)
 
 

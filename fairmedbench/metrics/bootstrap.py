@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 CHUNK_CELLS = 4_000_000
 
 
+#: Cells (resamples x samples) scored per pass over a chunk: a chunk's draws are made at once (the draw order, hence
+#: every number, depends on the chunk), then scored a few rows at a time so that each (rows, n) array stays in cache
+#: and below the allocator's fresh-pages size (at n = 22,000: 13% less CPU than 32 rows a pass, 25% less than whole
+#: chunks, system time 0.9 -> 0.1 s; every row is scored alone, so the numbers are the same).
+PASS_CELLS = 2**18
 
 
 def check_settings(n_boot: int, ci_level: float, min_group_size: int, n_perm: int = 0) -> None:
@@ -57,6 +62,13 @@ def chunks(n_boot: int, n_samples: int) -> Iterator[tuple[int, int]]:
     step = max(1, min(n_boot, CHUNK_CELLS // max(n_samples, 1)))
     for start in range(0, n_boot, step):
         yield start, min(n_boot, start + step)
+
+
+def passes(b: int, n_samples: int) -> Iterator[slice]:
+    """Row slices of a chunk of b resamples of n_samples each, about PASS_CELLS cells (at least 4 rows) at a time."""
+    step = max(4, PASS_CELLS // max(n_samples, 1))
+    for start in range(0, b, step):
+        yield slice(start, min(b, start + step))
 
 
 def stratified_counts(
@@ -190,6 +202,21 @@ def unit_weights(rng: np.random.Generator, strata: Sequence[np.ndarray], n_units
         if len(st):
             w[:, st] = resample_counts(rng, len(st), b)
     return w
+
+
+def strata_columns(strata: Sequence[np.ndarray], n_units: int) -> np.ndarray:
+    """Each unit's column in `strata_weights`' array (units in no stratum: its last column, always 0)."""
+    flat = np.concatenate([np.asarray(st, dtype=np.int64) for st in strata]) if strata else np.zeros(0, np.int64)
+    col = np.full(n_units, len(flat), dtype=np.int64)
+    col[flat] = np.arange(len(flat))
+    return col
+
+
+def strata_weights(rng: np.random.Generator, strata: Sequence[np.ndarray], b: int) -> np.ndarray:
+    """The draws of `unit_weights` with the strata side by side (b, total + 1; a last column of zeros): unit u's
+    counts are column strata_columns(...)[u], so a caller gathers its rows' weights once, not scatter then gather."""
+    parts = [resample_counts(rng, len(st), b) for st in strata if len(st)]
+    return np.concatenate([*parts, np.zeros((b, 1))], axis=1)
 
 
 def permuted_groups(rng: np.random.Generator, strata: Sequence[np.ndarray], unit_group: np.ndarray, b: int

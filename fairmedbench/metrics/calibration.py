@@ -15,7 +15,9 @@ maps, so `balanced_refinement` is the best balanced Brier a monotone recalibrati
 prevalence-weighted PAV and then averaging per-class Briers would not minimise the balanced Brier and could give
 a negative "loss".) Both are NaN when a class is absent, like the balanced Brier.
 
-The PAV itself is scipy.optimize.isotonic_regression; tied scores are pooled first, as
+The PAV itself is scipy's compiled kernel behind scipy.optimize.isotonic_regression, loaded from its extension
+file so that `evaluate` does not pay scipy.optimize's package import (about 0.4 CPU-s, most of its start-up; the
+public function where that file is missing); tied scores are pooled first, as
 sklearn.isotonic.IsotonicRegression does. Batched over the rows of a resample (no library batches PAV, which is
 sequential), by two exact reductions written here:
 - Segments: consecutive scores that carry only positives (or only negatives) have the same pooled mean (1, or 0)
@@ -31,6 +33,9 @@ sequential), by two exact reductions written here:
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -57,6 +62,32 @@ class Segments:
         self.n_bounds = np.r_[an[first], bn[last][-1:]] if len(u) else np.zeros(1, np.int64)
 
 
+Pava = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, int]]
+
+
+@functools.cache
+def pava_kernel() -> Pava:
+    """scipy's PAV kernel `pava(x, w, r) -> (fit, block weights, block starts r, number of blocks)`, which may
+    overwrite its arguments; from scipy/optimize/_pava_pybind*.so without importing scipy.optimize, else from it."""
+    import importlib.machinery
+    import importlib.util
+    from pathlib import Path
+
+    import scipy
+
+    name = "scipy.optimize._pava_pybind"
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = Path(scipy.__file__).parent / "optimize" / f"_pava_pybind{suffix}"
+        spec = importlib.util.spec_from_file_location(name, path) if path.is_file() else None
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module.pava  # type: ignore[no-any-return]
+    from scipy.optimize._pava_pybind import pava  # this scipy lays its files out otherwise: the package import
+
+    return pava  # type: ignore[no-any-return]
+
+
 def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """Per row, the weighted squared error Σ_u (W_u f_u² - 2 f_u Y_u + Y_u) of the PAV fit f to the pooled means
     Y_u / W_u (W_u: the weight at point u, Y_u: its positive weight; labels are 0/1, so y² = y), all rows in one
@@ -65,15 +96,15 @@ def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
     scipy needs strictly positive weights: a point of weight 0 gets _TINY and the value 0. Adding _TINY to a block
     weight of at least 1e-280 leaves it unchanged in float64 (a class-balanced weight is >= 1 / 2n), so such a
     point moves no block mean and contributes exactly 0, as if it were left out (no masking pass is needed)."""
-    from scipy.optimize import isotonic_regression  # imported here: scipy.optimize is most of a cold start
-
     B, m = W.shape
     if not m:
         return np.zeros(B)
     w = np.maximum(W, _TINY).ravel()
     yw = Y.ravel()
     shifted = ((yw / w).reshape(B, m) + 2.0 * np.arange(B)[:, None]).ravel()
-    starts = isotonic_regression(shifted, weights=w).blocks[:-1]
+    r = np.full(B * m + 1, -1, dtype=np.intp)
+    _, _, r, n_blocks = pava_kernel()(shifted, w.copy(), r)  # the copy: the kernel overwrites its weights
+    starts = r[:n_blocks]
     Wb, Yb = np.add.reduceat(w, starts), np.add.reduceat(yw, starts)
     return np.bincount(starts // m, weights=Yb - Yb * Yb / Wb, minlength=B)
 

@@ -94,6 +94,17 @@ def _cum0(w: np.ndarray) -> np.ndarray:
     return out
 
 
+def _range_sums(x: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Row sums of x (B, m) over each column range bounds[k]:bounds[k + 1] (bounds non-decreasing), 0 where empty."""
+    out = np.zeros((x.shape[0], len(bounds) - 1))
+    full = np.flatnonzero(bounds[1:] > bounds[:-1])
+    if len(full):
+        # reduceat sums from each start to the next; a closing start at bounds[-1] keeps a tail out of the last range
+        starts = np.r_[bounds[full], bounds[-1]] if bounds[-1] < x.shape[1] else bounds[full]
+        out[:, full] = np.add.reduceat(x, starts, axis=1)[:, :len(full)]
+    return out
+
+
 class _Block:
     """One subset's positives and negatives sorted by score, with the search positions every metric needs."""
 
@@ -101,7 +112,9 @@ class _Block:
         self.sp, self.sn = sp, sn
         self.lo = np.searchsorted(sn, sp, side="left")
         self.hi = np.searchsorted(sn, sp, side="right")
-        self.lo_pp = np.searchsorted(sp, sp, side="left")
+        lo_pp = np.searchsorted(sp, sp, side="left")
+        # distinct positive scores (the usual case): cp[:, lo_pp] is the view cp[:, :-1], no gather
+        self.lo_pp: np.ndarray | slice = slice(0, len(sp)) if np.array_equal(lo_pp, np.arange(len(sp))) else lo_pp
         side: Side = "left" if thr.comparator == ">=" else "right"
         self.undefined_threshold = bool(np.isnan(thr.value))
         self.kp = int(np.searchsorted(sp, thr.value, side=side))
@@ -120,18 +133,19 @@ class _Block:
         cn_lo = cn[:, self.lo]
         tp_ge = P[:, None] - cp[:, self.lo_pp]
         fp_ge = N[:, None] - cn_lo
-        auc = auc_from_sorted(wp, cn, self.lo, self.hi)
+        auc = auc_from_sorted(wp, cn, self.lo, self.hi, cn_lo)
         with np.errstate(divide="ignore", invalid="ignore"):
-            prec = np.where(wp > 0, tp_ge / np.where(wp > 0, tp_ge + fp_ge, 1.0), 0.0)
+            # precision at each positive's score; where its weight is 0 it does not enter AP (0 there)
+            prec = np.divide(tp_ge, tp_ge + fp_ge, out=np.zeros_like(tp_ge), where=wp > 0)
             # a group without negatives has AP = 1 whatever the scores: undefined, like its AUC
             ap = np.where(N > 0, (wp * prec).sum(axis=1) / P, np.nan)
             j_all = tp_ge / P[:, None] - fp_ge / N[:, None]
             youden_max = np.maximum(0.0, j_all.max(axis=1, initial=-np.inf))
             youden_max = np.where((P > 0) & (N > 0), youden_max, np.nan)
             bpos, bneg = wp @ self.sq_p, wn @ self.sq_n
-            csp, csn = _cum0(wp * self.sp), _cum0(wn * self.sn)
             pos_in_bin = np.diff(cp[:, self.bin_p], axis=1)
-            s_in_bin = np.diff(csp[:, self.bin_p], axis=1) + np.diff(csn[:, self.bin_n], axis=1)
+            # the scores' weight per bin summed directly (cumulative sums of w·s cost two passes over B x n more)
+            s_in_bin = _range_sums(wp * self.sp, self.bin_p) + _range_sums(wn * self.sn, self.bin_n)
             total = P + N
             ece = np.abs(s_in_bin - pos_in_bin).sum(axis=1) / total
             tp = P - cp[:, self.kp]
@@ -230,8 +244,10 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
     b = wps[0].shape[0]
     per: dict[str, dict[str, np.ndarray]] = {}
     group_stats = [blk.stats(wp, wn) for blk, wp, wn in zip(plan.blocks, wps, wns)]
-    if pooled:
-        wp_all, wn_all = np.ones((b, len(plan.pop.sp))), np.ones((b, len(plan.pop.sn)))
+    if pooled:  # every row weighs the whole population by ones: its metrics are computed once, then repeated
+        wp_all = np.broadcast_to(np.ones((1, len(plan.pop.sp))), (b, len(plan.pop.sp)))
+        one = plan.pop.stats(wp_all[:1], np.ones((1, len(plan.pop.sn))), calibration=False)
+        pop = {k: np.broadcast_to(v, (b, *v.shape[1:])) for k, v in one.items()}
     else:
         wp_all = np.empty((b, len(plan.pop.sp)))
         wn_all = np.empty((b, len(plan.pop.sn)))
@@ -239,7 +255,7 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
             wp_all[:, sl] = w
         for sl, w in zip(plan.slot_n, wns):
             wn_all[:, sl] = w
-    pop = plan.pop.stats(wp_all, wn_all, calibration=not pooled)
+        pop = plan.pop.stats(wp_all, wn_all)
     P, N = pop["_cp"][:, -1], pop["_cn"][:, -1]
     # Global operating points: one threshold for the population, rates reported per group.
     sp, sn = plan.pop.sp, plan.pop.sn
@@ -335,7 +351,7 @@ def _between_groups(per: dict[str, dict[str, np.ndarray]], groups: list[str], de
 
 def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.ndarray, defined: dict[str, list[str]],
                       names: _Names, profile: Profile, n_perm: int, rng: np.random.Generator,
-                      tick: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+                      tick: Callable[[int, str], None] | None = None) -> dict[str, np.ndarray]:
     """Between-group values under H0 (the group label is exchangeable): group labels of the units permuted within
     label strata (a unit's label stratum: the one label its rows carry, or 'mixed'), the threshold held fixed."""
     k = len(plan.groups)
@@ -346,13 +362,14 @@ def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.nda
     out: dict[str, list[np.ndarray]] = {}
     for start, stop in bs.chunks(n_perm, len(y) * max(k, 1)):
         perm = bs.permuted_groups(rng, strata, ugroup, stop - start)
-        gp, gn = perm[:, up], perm[:, un]
-        res = _evaluate_weights(pooled, [(gp == g).astype(np.float64) for g in range(k)],
-                                [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
-        for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
-            out.setdefault(m, []).append(v)
+        for rows in bs.passes(stop - start, len(y)):
+            gp, gn = perm[rows][:, up], perm[rows][:, un]
+            res = _evaluate_weights(pooled, [(gp == g).astype(np.float64) for g in range(k)],
+                                    [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
+            for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
+                out.setdefault(m, []).append(v)
         if tick is not None:
-            tick(stop - start)
+            tick(stop - start, "permutations")
     return {m: np.concatenate(v) for m, v in out.items()}
 
 
@@ -373,9 +390,9 @@ def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
 def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Threshold, binner: Binner,
              names: _Names, profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
              patient_ids: np.ndarray | None = None, n_perm: int = 0,
-             tick: Callable[[int], None] | None = None) -> AttributeReport:
-    """One task and attribute: point values, bootstrap intervals and permutation tests; `tick(k)` after each
-    chunk of k resamples or permutations."""
+             tick: Callable[[int, str], None] | None = None) -> AttributeReport:
+    """One task and attribute: point values, bootstrap intervals and permutation tests; `tick(k, phase)` after
+    each chunk of k resamples ('bootstrap') or permutations ('permutations')."""
     keep = attr.codes >= 0
     y, s, codes = y[keep], s[keep], attr.codes[keep]
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
@@ -397,20 +414,23 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
         per_group = [bs.label_strata(units, np.concatenate([rp, rn]), y, (1, 0))
                      for rp, rn in zip(plan.rows_p, plan.rows_n)]
         strata = [st for kind in range(3) for st in (pg[kind] for pg in per_group)]
-        up = [units.of_row[r] for r in plan.rows_p]
-        un = [units.of_row[r] for r in plan.rows_n]
+        col = bs.strata_columns(strata, units.n_units)  # each row's weight column, gathered straight from the draws
+        up = [col[units.of_row[r]] for r in plan.rows_p]
+        un = [col[units.of_row[r]] for r in plan.rows_n]
         for start, stop in bs.chunks(n_boot, len(y)):
-            w = bs.unit_weights(rng, strata, units.n_units, stop - start)
-            res = _evaluate_weights(plan, [w[:, u] for u in up], [w[:, u] for u in un], names)
-            for m, per_g in res.items():
-                if m.startswith("_"):
-                    continue
-                for g, v in per_g.items():
-                    boot.setdefault(m, {}).setdefault(g, []).append(v)
-            for m, v in _between_groups(res, groups, defined, names, profile).items():
-                boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+            w_all = bs.strata_weights(rng, strata, stop - start)
+            for rows in bs.passes(stop - start, len(y)):
+                w = w_all[rows]
+                res = _evaluate_weights(plan, [w[:, u] for u in up], [w[:, u] for u in un], names)
+                for m, per_g in res.items():
+                    if m.startswith("_"):
+                        continue
+                    for g, v in per_g.items():
+                        boot.setdefault(m, {}).setdefault(g, []).append(v)
+                for m, v in _between_groups(res, groups, defined, names, profile).items():
+                    boot.setdefault(m, {}).setdefault(GAP, []).append(v)
             if tick is not None:
-                tick(stop - start)
+                tick(stop - start, "bootstrap")
     null = _permutation_null(plan, units, y, codes, defined, names, profile,
                              n_perm, bs.stable_seed(seed, task, attr.name, "permutation"), tick) if n_perm else {}
 
@@ -577,9 +597,10 @@ def evaluate_classification(
     one-hot). The operating threshold comes from `threshold`, a policy ('val_*' policies use only the
     validation arrays; default val_youden when validation arrays are given, else fixed:0.5);
     `on_step(done, total, label)` reports progress in resamples and permutations (each task-attribute pair
-    counts n_boot + n_perm, or 1 without either). `profile` names a registered metric profile
-    (metrics/profiles.py), e.g. 'fairmedfm': best-F1 on the evaluated set, '>', ECE in 10 bins over the observed
-    range, `eod`, one-class groups out of every gap; a `threshold` under a profile that fixes its own is an error.
+    counts n_boot + n_perm, or 1 without either; label 'task / attribute: bootstrap' or ': permutations').
+    `profile` names a registered metric profile (metrics/profiles.py), e.g. 'fairmedfm': best-F1 on the
+    evaluated set, '>', ECE in 10 bins over the observed range, `eod`, one-class groups out of every gap; a
+    `threshold` under a profile that fixes its own is an error.
     `patient_ids` (n,): resample and permute whole patients (cluster bootstrap) instead of rows; `n_perm`
     permutations test every gap and two-group difference (0 = no tests).
     """
@@ -635,10 +656,10 @@ def evaluate_classification(
                 thresholds.setdefault(task, {})[a.name] = thr.to_dict()
             label = f"{task} / {a.name}"
 
-            def tick(n: int, label: str = label) -> None:
+            def tick(n: int, phase: str, label: str = label) -> None:
                 done[0] += n
                 if on_step is not None:
-                    on_step(done[0], total, label)
+                    on_step(done[0], total, f"{label}: {phase}")
 
             reports.append(_analyse(y[:, k], s[:, k], a, task, thr, binner, names, prof, n_boot, seed,
                                     ci_level, min_group_size, pids, n_perm, tick))

@@ -1,7 +1,8 @@
 """Statistics for fairness results: multiple-testing correction, KS tests between groups,
 summaries across training seeds, Welch's t-test, and Friedman/Nemenyi over many datasets.
 
-Pure numpy/scipy. Each function's docstring defines its statistic.
+Pure numpy/scipy (scipy.stats is imported where a test needs it: its import is most of `evaluate`'s start-up).
+Each function's docstring defines its statistic.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats as sps
 
 from fairmedbench.errors import InputError
 
@@ -75,7 +75,7 @@ def adjust_pvalues(p: ArrayLike, method: str = "by") -> np.ndarray:
     if m == 0 or method == "none":
         adjusted = pv.copy()
     elif method in ("bh", "by"):
-        adjusted = sps.false_discovery_control(pv, method=method)
+        adjusted = _fdr_step_up(pv, method == "by")
     elif method == "bonferroni":
         adjusted = np.minimum(pv * m, 1.0)
     else:  # Holm: scipy has no Holm adjustment (statsmodels does, but is not a dependency for three lines)
@@ -83,6 +83,25 @@ def adjust_pvalues(p: ArrayLike, method: str = "by") -> np.ndarray:
         adjusted = np.empty(m)
         adjusted[order] = np.minimum(np.maximum.accumulate((m - np.arange(m)) * pv[order]), 1.0)
     return adjusted
+
+
+def _fdr_step_up(pv: np.ndarray, by: bool) -> np.ndarray:
+    """Benjamini-Hochberg (`by`: Benjamini-Yekutieli) adjusted p-values, the operations of
+    scipy.stats.false_discovery_control in its order (so bit-identical to it) without importing scipy.stats."""
+    out: np.ndarray = pv.copy()
+    if pv.size <= 1:
+        return out
+    m = pv.size
+    order = np.argsort(pv)
+    ps = pv[order]
+    i = np.arange(1, m + 1, dtype=ps.dtype)
+    ps *= m / i
+    if by:
+        ps *= np.sum(1 / i)
+    np.minimum.accumulate(ps[::-1], out=ps[::-1])
+    out[order] = ps
+    np.clip(out, 0.0, 1.0, out=out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -130,6 +149,8 @@ def ks_between_groups(
 ) -> KSResult:
     """Two-sample KS test (scipy ks_2samp, two-sided) for every unordered group pair and feature,
     with every p-value of the family corrected together by `correction`."""
+    from scipy import stats as sps
+
     if correction not in ADJUST_METHODS:
         raise InputError(f"correction: unknown method {correction!r}; choose one of {', '.join(ADJUST_METHODS)}")
     if not (0 < alpha < 1):
@@ -199,6 +220,8 @@ def seed_summary(values: ArrayLike, bounds: tuple[float, float] | None = None, l
     With few seeds the normal quantile 1.96 is far too narrow (t_1 = 12.7 at 95%). `bounds` (e.g. (0, 1) for
     an AUC, see MetricSpec.bounds) clips the interval to the values the metric can take; `clipped` says so.
     """
+    from scipy import stats as sps
+
     v = _as_finite_1d(values, "values")
     if v.size == 0:
         raise InputError("values: empty; give one result per training seed")
@@ -232,6 +255,8 @@ class WelchResult:
 
 def welch_test(a: ArrayLike, b: ArrayLike) -> WelchResult:
     """Welch's t-test between two configurations' per-seed results (scipy ttest_ind, equal_var=False)."""
+    from scipy import stats as sps
+
     a = _as_finite_1d(a, "a")
     b = _as_finite_1d(b, "b")
     for name, arr in (("a", a), ("b", b)):
@@ -276,6 +301,8 @@ def friedman_nemenyi(
 ) -> FriedmanResult:
     """Average ranks (1 = best, ties averaged), Friedman chi² and p, Nemenyi CD (Demšar 2006) and
     the method pairs whose average-rank difference exceeds CD."""
+    from scipy import stats as sps
+
     try:
         s = np.asarray(scores, dtype=float)
     except (TypeError, ValueError):
