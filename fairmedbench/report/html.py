@@ -451,7 +451,7 @@ def _interval_cell(c: dict[str, Any] | None, signed: bool = True) -> Cell:
 def _crossed_cells_table(rows: list[dict[str, Any]], head: str, unit: str) -> Table | None:
     """A crossed attribute's cells per method (compare's `cells`), each headed by its test count; the caption says
     why a cell has no value or interval. None for a plain attribute."""
-    from fairmedbench.report.terminal import crossed_cell_notes
+    from fairmedbench.report.verdicts import crossed_cell_notes
 
     mine = [r for r in rows if r.get("cells")]
     if not mine:

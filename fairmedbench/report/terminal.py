@@ -577,19 +577,10 @@ def render_compare_cells(doc: dict, over: str, console: Console) -> None:
             "—" if (c := row["cells"].get(g) or {}).get("mean") is None else fmt(c["mean"], c["ci_low"], c["ci_high"])
             for g in names])
     console.print(table)
+    from fairmedbench.report.verdicts import crossed_cell_notes
+
     for line in crossed_cell_notes(rows):
         console.print(f"[cyan]note[/] {line}")
-
-
-def crossed_cell_notes(rows: list[dict[str, Any]]) -> list[str]:
-    """Why crossed cells have no value or no interval (compare's `cells` reasons), one line per dataset and reason
-    naming its cells."""
-    said: dict[tuple[str, str], list[str]] = {}
-    for r in rows:
-        for g, c in (r.get("cells") or {}).items():
-            if c.get("reason") and g not in (cells := said.setdefault((r["dataset"], c["reason"]), [])):
-                cells.append(g)
-    return [f"{ds}, cell{'s' if len(gs) > 1 else ''} {', '.join(gs)}: {why}" for (ds, why), gs in said.items()]
 
 
 def render_compare_saved(doc: dict, path: Path, report: Path | None, console: Console) -> None:

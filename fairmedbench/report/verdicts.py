@@ -594,3 +594,14 @@ def resampling_sentence(rep: dict[str, Any]) -> str:
     if rs.get("unit") == "row":
         return f"intervals resample rows ({per} rows): no patient ids, so rows of one patient count as independent"
     return "resampling unit not recorded (a result written before patient-level resampling)"
+
+
+def crossed_cell_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Why crossed cells have no value or no interval (compare's `cells` reasons), one line per dataset and reason
+    naming its cells."""
+    said: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        for g, c in (r.get("cells") or {}).items():
+            if c.get("reason") and g not in (cells := said.setdefault((r["dataset"], c["reason"]), [])):
+                cells.append(g)
+    return [f"{ds}, cell{'s' if len(gs) > 1 else ''} {', '.join(gs)}: {why}" for (ds, why), gs in said.items()]
