@@ -429,6 +429,27 @@ def _died(kind: str, name: str, exc: BaseException) -> dict[str, Any]:
             "start": time.time(), "end": time.time()}
 
 
+def ray_start(address: str | None, max_parallel: int | None) -> bool:
+    """Join the Ray cluster at `address`, or start a local one with `max_parallel` CPUs (default: all), unless Ray
+    is already up; its workers import this very checkout and $PYTHONPATH (an installed copy elsewhere on the
+    cluster's path would differ) with the driver's kernel variables. True when started here (the caller shuts it
+    down)."""
+    import ray
+
+    package_root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    env = {"env_vars": worker_environment(path)}
+    if ray.is_initialized():
+        return False
+    if address:
+        check_address(address)
+        ray.init(address=address, runtime_env=env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=max_parallel or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                 runtime_env=env, configure_logging=False)
+    return True
+
+
 def check_address(address: str, timeout: float = 5.0) -> None:
     """InputError when nothing listens at a Ray cluster address (host:port or ray://host:port) within `timeout`
     seconds: ray.init would otherwise retry for about a minute."""
@@ -473,17 +494,7 @@ def _run_ray(encodes: list[tuple], runs: list[tuple], options: dict[str, Any], s
     """Ray tasks: each run depends on its encode (passed as an argument); results come back as they finish."""
     import ray
 
-    # workers import this very checkout (an installed copy elsewhere on the cluster's path would differ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    env = {"env_vars": worker_environment(path)}
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address:
-            ray.init(address=address, runtime_env=env, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max_parallel or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     runtime_env=env, configure_logging=False)
+    started_here = ray_start(address, max_parallel)
     try:
         has_gpu = ray.cluster_resources().get("GPU", 0) > 0
 

@@ -199,19 +199,9 @@ def ray_launcher(address: str | None, max_parallel: int | None, runner: Runner =
     `max_parallel`, else the cluster's CPUs. A local Ray is started (with `max_parallel` CPUs) when no `address`."""
     import ray
 
-    from fairmedbench.benchmark.sweep import check_address, worker_environment
+    from fairmedbench.benchmark.sweep import ray_start
 
-    package_root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-    env = {"env_vars": worker_environment(path)}
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address:
-            check_address(address)
-            ray.init(address=address, runtime_env=env, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max_parallel or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     runtime_env=env, configure_logging=False)
+    started_here = ray_start(address, max_parallel)
     slots = max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(num_cpus=1)(runner)
 
