@@ -4,6 +4,7 @@ random weights), the choice is measured once per machine and printed, and the pa
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -299,3 +300,15 @@ def test_every_embedding_model_runs_its_tower_on_the_chosen_path_and_records_it(
         assert ep.path_of(clone.image_tower(), x) == "torch"
         clone.encode_image(x)
     assert calls == [16]
+
+
+def test_a_segmenter_with_its_own_image_path_is_not_exported(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SAM 2's image path (MedSAM2Segmenter.image_map) is not its image encoder's forward: never exported."""
+    from fairmedbench.registry.models.medsam2 import MedSAM2Segmenter
+
+    base = _tiny()
+    monkeypatch.setattr(ep, "_FROZEN", weakref.WeakSet())  # the tiny LiteMedSAM's own registration forgotten
+    monkeypatch.setattr(ep, "check_export", lambda *a: pytest.fail("SAM 2's image encoder exported"))
+    model = MedSAM2Segmenter(base.card, base.weights, base.module)
+    assert model.module.image_encoder not in ep._FROZEN
+    assert model.encoder_path("cpu", "fp32") == "torch"

@@ -206,7 +206,8 @@ class PromptableSegmenter(FoundationModel):
 
     def __init__(self, card: ModelCard, weights: ResolvedWeights, module: torch.nn.Module) -> None:
         super().__init__(card, weights, module)
-        register_frozen(self.module.image_encoder)
+        if type(self).image_map is PromptableSegmenter.image_map:  # a subclass with its own image path runs torch
+            register_frozen(self.module.image_encoder)
 
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
         dev = pixels.device.type
