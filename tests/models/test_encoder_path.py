@@ -312,3 +312,20 @@ def test_a_segmenter_with_its_own_image_path_is_not_exported(fresh: Path, monkey
     model = MedSAM2Segmenter(base.card, base.weights, base.module)
     assert model.module.image_encoder not in ep._FROZEN
     assert model.encoder_path("cpu", "fp32") == "torch"
+
+
+def test_other_weights_of_a_chosen_architecture_are_checked_before_use(
+        fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path is chosen once per architecture; a second module with other weights is checked on its first frozen
+    forward, and a disagreement (injected: +0.01) stops with one line instead of serving ONNX Runtime's numbers."""
+    first, second = _net(seed=6), _net(seed=7)
+    for net in (first, second):
+        ep.register_frozen(net)
+    x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(8))
+    _fake_probe(monkeypatch, 2.0, 1.0)
+    with torch.inference_mode():
+        torch.testing.assert_close(ep.frozen_forward(first, x), first(x), rtol=0, atol=1e-4)
+        run = ep.OrtEncoder.__call__
+        monkeypatch.setattr(ep.OrtEncoder, "__call__", lambda self, x: run(self, x) + 0.01)
+        with pytest.raises(InputError, match="differs from torch's .*max abs difference 1.0e-02"):
+            ep.frozen_forward(second, x)

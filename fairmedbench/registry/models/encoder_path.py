@@ -189,6 +189,7 @@ class OrtEncoder:
         import onnxruntime as ort
 
         self.size, self.signature = size, _signature(module)
+        self.agreement: Agreement | None = None  # set by frozen_forward from check_export before the first use
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
@@ -353,4 +354,11 @@ def frozen_forward(module: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
     with autograd on or in training mode, always the torch module."""
     if path_of(module, pixels) == "torch":
         return module(pixels)
-    return ort_runner(module, pixels.shape[-1])(pixels).to(pixels.device)
+    size = pixels.shape[-1]
+    runner = ort_runner(module, size)
+    if runner.agreement is None:  # the choice is made per architecture: these weights' export is checked here
+        runner.agreement = check_export(module, size)
+    if not runner.agreement.within:
+        raise InputError(f"ONNX Runtime's output for these {type(module).__name__} weights differs from torch's "
+                         f"({runner.agreement.describe()}); run with ${ENV}=torch")
+    return runner(pixels).to(pixels.device)
