@@ -3,13 +3,19 @@
 1. Harness end-to-end images/s (PNG decode + model preprocessing in a DataLoader + batched forward, via
    fairmedbench.engine.features.extract_features) vs the bare encoder forward on tensors of the same shape.
 2. LiteMedSAM's encoder FLOPs per image (torch's FlopCounterMode), this machine's fp32 matmul peak, and each
-   execution path (torch fp32, the reference; ONNX Runtime fp32 with the `fast` extra; torch bf16 autocast;
+   execution path (torch fp32, the reference; ONNX Runtime fp32; torch bf16 autocast;
    torch.compile with --compile) in CPU-seconds and wall seconds per image, GFLOP/s and % of the peak, with its
    maps' max abs difference from the reference path's; timed in interleaved rounds, medians printed with the load
    average; then the paths `auto` chooses here (precision and encoder path).
 
+3. With --families: every frozen encoder family on random weights through its real loader (ViT-B, ViT-L, ViT-H,
+   ResNet, the SAM image encoders: see FAMILIES), each path (torch fp32, ONNX Runtime fp32 after its check against
+   torch, torch bf16 autocast) in CPU-seconds per image against this machine's fp32 and bf16 matmul peaks measured
+   in the same rounds, and the path `auto` picks for fp32 (a CPU without native bf16) and here.
+
 Usage: python benchmarks/encoder_throughput.py [--n 8] [--batch-size 2] [--num-workers N] [--device auto]
        [--rounds 5] [--compile]
+       python benchmarks/encoder_throughput.py --families [vit-b,vit-l,...] [--batch-size 2] [--rounds 3]
 Real PNGs: $FMB_REAL_DATA/nih-cxr14/images (default ../shared/real next to the project).
 """
 
@@ -29,7 +35,13 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fairmedbench.engine.device import BF16_MIN_COSINE, autocast, resolve_precision, select_device  # noqa: E402
+from fairmedbench.engine.device import (  # noqa: E402
+    BF16_MIN_COSINE,
+    autocast,
+    describe_device,
+    resolve_precision,
+    select_device,
+)
 from fairmedbench.engine.features import default_workers, extract_features  # noqa: E402
 from fairmedbench.registry.models import encoder_path, load_model, runtime  # noqa: E402
 
@@ -79,6 +91,82 @@ def matmul_peak(device: str, dtype: torch.dtype, n: int = 2048, reps: int = 3) -
     return wall, cpu
 
 
+#: family -> (card, batch): random weights through the card's own loader, at the card's input size
+FAMILIES: dict[str, tuple[str, int]] = {
+    "vit-b": ("imagenet-vit-b16", 2), "vit-l": ("retfound-mae", 2), "vit-h": ("uni2-h", 1),
+    "resnet": ("imagenet-resnet50", 2), "tinyvit-sam": ("litemedsam", 2), "sam-vit-b-256": ("sam-med2d", 2),
+    "sam-vit-b": ("sam-vit-b", 1),
+}
+
+
+def families(names: list[str], batch_size: int | None, rounds: int) -> int:
+    """Section 3: each family's paths in CPU-s per image and as a fraction of the fp32 (and bf16) matmul peak."""
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown:
+        print(f"--families: unknown {', '.join(unknown)}; expected some of {', '.join(FAMILIES)}", file=sys.stderr)
+        return 2
+    print(f"CPU: {describe_device('cpu')}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"{encoder_path.ort_versions()}")
+    rows = []
+    for family in names:
+        card, default_batch = FAMILIES[family]
+        m = batch_size or default_batch
+        model = load_model(card, "random")
+        size = model.card.preprocessing.size
+        tower: torch.nn.Module = (model.image_tower() if model._embeds()
+                                  else model.module.get_submodule("image_encoder"))
+        pixels = torch.rand(m, 3, size, size, generator=torch.Generator().manual_seed(0))
+        with FlopCounterMode(display=False) as counter, torch.inference_mode():
+            tower(pixels[:1])
+        gf = counter.get_total_flops() / 1e9
+        t = time.perf_counter()
+        try:
+            agreement: encoder_path.Agreement | None = encoder_path.check_export(tower, size)
+            paths: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
+                "torch fp32": ("fp32", tower), "onnxruntime fp32": ("fp32", encoder_path.ort_runner(tower, size)),
+                "torch bf16": ("bf16", tower)}
+        except Exception as exc:  # noqa: BLE001  # reported, and the family is timed on torch only
+            agreement, paths = None, {"torch fp32": ("fp32", tower), "torch bf16": ("bf16", tower)}
+            print(f"{family}: the ONNX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+        export_s = time.perf_counter() - t
+        outs: dict[str, torch.Tensor] = {}
+        for name, (precision, fn) in paths.items():
+            with autocast("cpu", precision):
+                outs[name] = fn(pixels).float()
+        cpu_s: dict[str, list[float]] = {k: [] for k in paths}
+        peaks: list[tuple[float, float]] = []
+        for _ in range(rounds):  # interleaved with the peaks, so that other processes' load falls on all alike
+            peaks.append((matmul_peak("cpu", torch.float32)[1], matmul_peak("cpu", torch.bfloat16)[1]))
+            for name, (precision, fn) in paths.items():
+                with autocast("cpu", precision):
+                    c = cpu_seconds()
+                    fn(pixels)
+                    cpu_s[name].append((cpu_seconds() - c) / m)
+        peak32, peak16 = (statistics.median(p[i] for p in peaks) for i in (0, 1))
+        chosen32 = encoder_path.resolve_encoder_path(tower, size, "cpu", "fp32")
+        here = resolve_precision("auto", "cpu")
+        rows.append((family, card, size, gf, peak32, peak16, {k: statistics.median(v) for k, v in cpu_s.items()},
+                     agreement, export_s, f"{'onnxruntime' if chosen32 == 'onnxruntime' else 'torch'} fp32",
+                     f"{encoder_path.resolve_encoder_path(tower, size, 'cpu', here)} {here}",
+                     (outs["torch bf16"] - outs["torch fp32"]).abs().max().item()))
+        print(f"{family} done ({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+    print(f"\n[3] frozen encoder families, random weights, CPU-s per image (median of {rounds} interleaved rounds); "
+          "'of peak': GFLOP per CPU-s over the fp32 matmul peak (bf16: over the bf16 peak) measured in the same rounds")
+    print(f"{'family':<14}{'card':<18}{'px':>5}{'GFLOP':>7}{'peak32':>8}{'peak16':>8}  "
+          f"{'torch fp32':>13}  {'ORT fp32':>13}  {'torch bf16':>13}  {'ORT diff':>16}{'bf16 diff':>10}  "
+          "auto: no-bf16 CPU / here")
+    for family, card, size, gf, p32, p16, med, agr, export_s, chosen32, here, bf16_diff in rows:
+        cells = "".join(f"{med[name]:7.2f} {gf / med[name] / peak:5.0%}  " if name in med else f"{'-':>13}  "
+                        for name, peak in (("torch fp32", p32), ("onnxruntime fp32", p32), ("torch bf16", p16)))
+        diff = f"{agr.max_abs_diff:.1e}/{agr.bound:.0e}" if agr else "no export"
+        print(f"{family:<14}{card:<18}{size:5d}{gf:7.1f}{p32:8.0f}{p16:8.0f}  {cells}{diff:>16}{bf16_diff:10.1e}  "
+              f"{chosen32} / {here}  (export+check {export_s:.0f} s)")
+    print("(peaks in GFLOP per CPU-s, 2048^3 matmul; ORT diff: max abs difference from torch fp32 on the export's "
+          "probe batch / its bound; bf16 diff: on the timed batch)")
+    print(f"load average (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=8, help="number of real PNGs (default 8)")
@@ -88,7 +176,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds; medians are printed")
     ap.add_argument("--compile", action="store_true",
                     help="also time torch.compile (inductor; minutes of compiling on a cold cache)")
+    ap.add_argument("--families", nargs="?", const=",".join(FAMILIES), default=None,
+                    help=f"only section 3, for these families (default all: {','.join(FAMILIES)})")
     args = ap.parse_args()
+    if args.families is not None:
+        return families(args.families.split(","), args.batch_size if "--batch-size" in sys.argv else None,
+                        args.rounds)
 
     root = Path(os.environ.get("FMB_REAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "real"))
     png_dir = root / "nih-cxr14" / "images"
@@ -138,9 +231,7 @@ def main() -> int:
     m = min(n, bs)  # the runs are timed on one batch of real images
     pixels = torch.cat([torch.from_numpy(model.preprocess(split.load_image(i)))[None] for i in range(m)]).to(device)
     runs: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {"torch fp32 (reference)": ("fp32", encoder)}
-    if device == "cpu" and not encoder_path.ort_versions():
-        print("(onnxruntime fp32 not measured: pip install 'fairmedbench[fast]')")
-    elif device == "cpu":
+    if device == "cpu":
         runs["onnxruntime fp32"] = ("fp32", encoder_path.ort_runner(encoder, size))
     runs["torch bf16 autocast"] = ("bf16", encoder)
     if args.compile:

@@ -331,12 +331,17 @@ def kernel_environment() -> dict[str, str]:
     return {v: os.environ[v] for v in KERNEL_VARIABLES if v in os.environ}
 
 
+#: each frozen encoder's path chosen in this process (registry.models.encoder_path): the path, why, and the export's
+#: max abs difference from torch with its bound; provenance, not identity (a path is used only within its bound)
+ENCODER_CHOICES: dict[str, dict[str, object]] = {}
+
 _CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
 
 
 def compute_settings(heads_pinned: bool) -> dict[str, object]:
     """What a run computed with, for its environment block (provenance, not identity): torch's intra-op threads
-    (the encoder's), the head's threads, the thread and kernel settings of the environment, and the CPU."""
+    (the encoder's), the head's threads, the thread and kernel settings of the environment, the CPU, and the frozen
+    encoders' paths chosen in this process."""
     import torch
 
     info = _cpuinfo()
@@ -347,7 +352,8 @@ def compute_settings(heads_pinned: bool) -> dict[str, object]:
             "env": {v: os.environ[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNEL_VARIABLES)
                     if v in os.environ},
             "cpu": _cpu_identity().split("|")[0], "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "encoder_paths": {k: dict(v) for k, v in ENCODER_CHOICES.items()}}
 
 
 def prepare_module(module: torch.nn.Module, device: str, channels_last: bool = False) -> torch.nn.Module:

@@ -37,13 +37,6 @@ def install_requires() -> set[str]:
     return _requirements("options", "install_requires")
 
 
-@functools.cache
-def fast_extra() -> set[str]:
-    """The `fast` extra: ONNX Runtime's encoder path, imported only once registry.models.encoder_path found it
-    installed (every card runs without it, on the torch path)."""
-    return _requirements("options.extras_require", "fast")
-
-
 def _source(module: str) -> Path | None:
     """The file of a fairmedbench module or package, None for a name that is not one (e.g. a class)."""
     base = ROOT.joinpath(*module.split("."))
@@ -93,7 +86,7 @@ def _distributions() -> dict[str, list[str]]:
 @pytest.mark.parametrize("card", sorted(MODELS.names()))
 def test_loader_imports_are_declared_in_install_requires(card: str) -> None:
     module = MODELS.get(card).loader.split(":")[0]
-    declared = install_requires() | fast_extra()
+    declared = install_requires()
     dists = _distributions()
     missing = {}
     for top in sorted(third_party_imports(module)):
@@ -107,3 +100,9 @@ def test_loader_imports_are_declared_in_install_requires(card: str) -> None:
 def test_segvol_needs_monai_and_it_is_declared() -> None:
     assert "monai" in third_party_imports(MODELS.get("segvol").loader.split(":")[0])
     assert "monai" in install_requires()
+
+
+def test_the_onnx_runtime_encoder_path_needs_no_extra() -> None:
+    """The README's install runs every frozen encoder's fastest CPU path: ONNX Runtime and its exporter are
+    dependencies, not an extra."""
+    assert {"onnxruntime", "onnx", "onnxscript"} <= install_requires()

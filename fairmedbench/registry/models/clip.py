@@ -26,10 +26,10 @@ class OpenClipModel(FoundationModel):
         self._tokenizer_factory = tokenizer_factory
         self._tokenizer: Callable[[Sequence[str]], torch.Tensor] | None = None
 
-    @torch.inference_mode()
-    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+    def embed(self, module: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
         """Projected image embedding (not normalised)."""
-        return self.module.encode_image(pixels)
+        out: torch.Tensor = module.encode_image(pixels)  # type: ignore[operator]  # an open_clip.CLIP
+        return out
 
     @torch.inference_mode()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:

@@ -1,23 +1,29 @@
 """How a frozen image encoder runs on a CPU: the torch module itself (the reference) or ONNX Runtime on the same
 module exported by torch.onnx, chosen per machine by a cached measurement and printed once, like the precision.
 
-ONNX Runtime (the optional `fast` extra: onnxruntime, onnx, onnxscript) runs fp32 frozen inference only
-(`frozen_forward` without autograd or autocast) of the encoders in `EXPORTABLE`; training, LoRA copies, bf16
-autocast and other devices run the torch module. The two paths agree to float rounding, not bit for bit (LiteMedSAM
-on its real weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94, printed by
-benchmarks/encoder_throughput.py), so the path resolved here keys the feature cache (`engine.features`).
-$FMB_ENCODER_PATH=torch|onnxruntime forces a path. The exported file (26 MB for LiteMedSAM) is kept in the user
-cache, keyed by the module's structure, weights and exporter versions.
+Every frozen image encoder that a loader registers (`register_frozen`: a model's image tower, `ImageTower`, or a
+SAM-family image encoder) is exported on its first fp32 frozen inference on a CPU, cached per weights (a sha256 of
+the module's structure and every tensor, the input size, the opset and the torch and ONNX package versions), and
+checked against the torch module on a probe batch: ONNX Runtime is used only where its largest absolute difference
+from torch's output is within ORT_TOLERANCE of that output's scale; an encoder that does not export, or disagrees,
+runs the torch module and the printed line says why. Training, LoRA copies (never registered), bf16 autocast and
+other devices run the torch module. The two paths agree to float rounding, not bit for bit (LiteMedSAM on its real
+weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94), so the path resolved here keys the
+feature cache (`engine.features`) and each choice with its difference is recorded in the run's environment.
+$FMB_ENCODER_PATH=torch|onnxruntime forces a path.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import sys
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -25,18 +31,44 @@ import numpy as np
 import torch
 from torch import nn
 
-from fairmedbench.engine.device import cached_probe, probe_cache_dir, probe_key
+from fairmedbench.engine.device import ENCODER_CHOICES, cached_probe, probe_cache_dir, probe_key
 from fairmedbench.errors import InputError
-from fairmedbench.registry.models.tinyvit import TinyViTSAM
 
 PATHS = ("auto", "torch", "onnxruntime")
 ENV = "FMB_ENCODER_PATH"
-#: encoder classes whose ONNX export is tested (tests/models/test_encoder_path.py) against their torch forward
-EXPORTABLE: tuple[type[nn.Module], ...] = (TinyViTSAM,)
 #: 'auto' takes ONNX Runtime only when the probe measures its CPU seconds per image at least this much below torch's
 ORT_MIN_SPEEDUP = 1.1
-PROBE_VERSION = 1
+#: ONNX Runtime is used only where its largest absolute difference from torch's output on the probe batch is at most
+#: this fraction of that output's largest magnitude (at least 1): fp32 reductions in another order differ by ~1e-6
+#: of the scale (LiteMedSAM 3.7e-6 absolute on maps up to 0.94); a wrong export differs by the output's own size
+ORT_TOLERANCE = 1e-4
+#: the ONNX opset of every export (torch.onnx's dynamo exporter's own; part of the export's cache key)
+OPSET = 18
+PROBE_VERSION = 2
 _ORT_PACKAGES = ("onnxruntime", "onnx", "onnxscript")
+_FROZEN: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def register_frozen(module: nn.Module) -> None:
+    """Mark `module` (a loaded model's own image path) as one whose frozen inference may run on another path; copies
+    made later (a LoRA-wrapped deep copy) are not marked and always run the torch module."""
+    _FROZEN.add(module)
+
+
+class ImageTower(nn.Module):
+    """`embed(module, pixels)` as one module (what a model's encode_image computes: encoder, pooling, projection),
+    so that it exports and runs as a whole; `tag` names the model and its pooling in the module's repr."""
+
+    def __init__(self, module: nn.Module, embed: Callable[[nn.Module, torch.Tensor], torch.Tensor], tag: str) -> None:
+        super().__init__()
+        self.module, self.tag = module, tag
+        self._embed = embed
+
+    def extra_repr(self) -> str:
+        return f"tag={self.tag}"
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self._embed(self.module, pixels)
 
 
 def ort_versions() -> str:
@@ -52,30 +84,99 @@ def _signature(module: nn.Module) -> tuple[tuple[str, int, int], ...]:
     return tuple((n, t.data_ptr(), t._version) for n, t in (*module.named_parameters(), *module.named_buffers()))
 
 
-def _module_digest(module: nn.Module, size: int) -> str:
-    """sha256 of the module's structure, every parameter and buffer, the input size and the exporter versions."""
-    h = hashlib.sha256(f"{module!r}|{size}|torch {torch.__version__}|{ort_versions()}".encode())
+def export_key(module: nn.Module, size: int) -> str:
+    """sha256 of what an export depends on: the module's structure and every parameter and buffer (names, dtypes,
+    shapes, bytes), the input size, the opset and the torch and ONNX package versions."""
+    h = hashlib.sha256(f"{module!r}|{size}|opset {OPSET}|torch {torch.__version__}|{ort_versions()}".encode())
     for name, t in (*module.named_parameters(), *module.named_buffers()):
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
+def _probe_batch(size: int) -> torch.Tensor:
+    return torch.rand(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+
+
 def export_onnx(module: nn.Module, size: int) -> Path:
-    """The module exported to ONNX for (batch, 3, size, size) fp32 input, batch dynamic; cached in the user cache."""
-    path = probe_cache_dir() / "onnx" / f"{type(module).__name__}-{_module_digest(module, size)[:24]}.onnx"
+    """The module exported to ONNX for (batch, 3, size, size) fp32 input, batch dynamic, weights in a file beside it
+    (models over 2 GB need one); cached in its own folder of the user cache, written by a rename of the folder."""
+    folder = probe_cache_dir() / "onnx" / f"{type(module).__name__}-{export_key(module, size)[:24]}"
+    path = folder / "model.onnx"
     if path.is_file():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    example = torch.rand(2, 3, size, size, generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():
-        program = torch.onnx.export(module.eval(), (example,), dynamo=True, optimize=True, verbose=False,
-                                    dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
-    assert program is not None, "a dynamo export returns its program"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    program.save(str(tmp))
-    os.replace(tmp, path)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        with torch.inference_mode():
+            program = torch.onnx.export(module.eval(), (_probe_batch(size),), dynamo=True, optimize=True,
+                                        verbose=False, opset_version=OPSET,
+                                        dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+        assert program is not None, "a dynamo export returns its program"
+        program.save(str(tmp / "model.onnx"), external_data=True)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process exported the same weights first: keep theirs
+            if not path.is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """ONNX Runtime's output against torch's on the probe batch: the largest absolute difference and the largest
+    magnitude of torch's output."""
+
+    max_abs_diff: float
+    scale: float
+
+    @property
+    def bound(self) -> float:
+        """The largest difference accepted: ORT_TOLERANCE of the output's scale (at least 1)."""
+        return ORT_TOLERANCE * max(1.0, self.scale)
+
+    @property
+    def within(self) -> bool:
+        """Whether the difference is within the bound."""
+        return self.max_abs_diff <= self.bound
+
+    def describe(self) -> str:
+        """'max abs difference 3.7e-06 of outputs up to 0.94 (bound 1.0e-04)'."""
+        return (f"max abs difference {self.max_abs_diff:.1e} of outputs up to {self.scale:.3g} "
+                f"(bound {self.bound:.1e})")
+
+
+def compare_outputs(reference: torch.Tensor, other: torch.Tensor) -> Agreement:
+    """The Agreement of `other` with `reference` (a shape mismatch or a non-finite value is an infinite difference)."""
+    ref, got = reference.detach().float(), other.detach().float()
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    if got.shape != ref.shape or not bool(torch.isfinite(got).all()):
+        return Agreement(float("inf"), scale)
+    return Agreement(float((got - ref).abs().max()) if ref.numel() else 0.0, scale)
+
+
+def check_export(module: nn.Module, size: int) -> Agreement:
+    """The module's export (cached, see `export_onnx`) run by ONNX Runtime against the torch module on a seeded probe
+    batch of two random images; the result is kept beside the export (`check.json`), so it is computed once per
+    weights."""
+    path = export_onnx(module, size)
+    record = path.with_name("check.json")
+    try:
+        stored = json.loads(record.read_text())
+        return Agreement(float(stored["max_abs_diff"]), float(stored["scale"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    x = _probe_batch(size)
+    with torch.inference_mode():
+        agreement = compare_outputs(module.eval()(x), ort_runner(module, size)(x))
+    tmp = record.with_name(f".check.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"max_abs_diff": agreement.max_abs_diff, "scale": agreement.scale}))
+    os.replace(tmp, record)
+    return agreement
 
 
 class OrtEncoder:
@@ -88,6 +189,7 @@ class OrtEncoder:
         import onnxruntime as ort
 
         self.size, self.signature = size, _signature(module)
+        self.agreement: Agreement | None = None  # set by frozen_forward from check_export before the first use
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
@@ -124,7 +226,7 @@ def measure_paths(module: nn.Module, size: int, repeats: int = 2) -> dict[str, f
     """CPU seconds of the torch forward and of ONNX Runtime on one random image (a batch of 1), each the least of
     `repeats` interleaved calls after a warm-up (process CPU time: other processes on the cores distort it less)."""
     x = torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0))
-    runner = ort_runner(module, size)  # exports the module on the first probe of its weights
+    runner = ort_runner(module, size)
     with torch.inference_mode():
         module(x)
         runner(x)
@@ -143,8 +245,9 @@ def _architecture(module: nn.Module, size: int) -> str:
     module: milliseconds) and the input size."""
     structure = _STRUCTURES.get(module)
     if structure is None:
+        name = module.tag if isinstance(module, ImageTower) else type(module).__name__
         digest = hashlib.sha256(repr(module).encode()).hexdigest()[:12]
-        structure = _STRUCTURES[module] = f"{type(module).__name__}|{digest}"
+        structure = _STRUCTURES[module] = f"{name}|{digest}"
     return f"{structure}|{size}px"
 
 
@@ -158,34 +261,67 @@ def _requested() -> str:
     return value
 
 
+def _checked(module: nn.Module, size: int) -> tuple[Agreement | None, str]:
+    """The export's agreement with torch, and why ONNX Runtime cannot be used ('' when it can)."""
+    try:
+        agreement = check_export(module, size)
+    except Exception as exc:  # noqa: BLE001  # any exporter or runtime failure means: run the torch module
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        return None, f"the ONNX export failed ({type(exc).__name__}: {first})"
+    if not agreement.within:
+        return agreement, f"its output differs from torch's: {agreement.describe()}"
+    return agreement, ""
+
+
+def _record(arch: str, device: str, precision: str, path: str, reason: str, agreement: Agreement | None,
+            measured: dict[str, float] | None = None) -> None:
+    """Keep the choice for the run's environment (engine.device.compute_settings)."""
+    ENCODER_CHOICES[f"{arch}|{device}|{precision}"] = {
+        "path": path, "reason": reason,
+        **({"max_abs_diff": agreement.max_abs_diff, "output_scale": agreement.scale, "tolerance": agreement.bound}
+           if agreement is not None else {}),
+        **({f"{k}_cpu_s_per_image": v for k, v in measured.items()} if measured else {})}
+
+
 def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: str) -> str:
     """'torch' or 'onnxruntime' for frozen inference of `module` on (batch, 3, size, size) input.
 
-    ONNX Runtime needs a CPU, fp32, an encoder class in EXPORTABLE and the `fast` extra; 'auto' then takes it when
-    the cached probe measures it ORT_MIN_SPEEDUP faster. A choice on a CPU is printed on stderr once per process
-    (other devices and classes have only the torch path, silently).
+    ONNX Runtime needs a CPU, fp32, a module registered by its loader (`register_frozen`), an export that agrees with
+    torch within ORT_TOLERANCE; 'auto' then takes it when the cached probe measures it ORT_MIN_SPEEDUP faster. A
+    choice on a CPU is printed on stderr once per process (other devices and unregistered modules run torch,
+    silently).
     """
     requested = _requested()
     arch = _architecture(module, size)
     key = (arch, device, precision)
     if key in _RESOLVED:
         return _RESOLVED[key]
-    if device.split(":")[0] != "cpu" or not isinstance(module, EXPORTABLE):  # nothing to choose: not said
+    if device.split(":")[0] != "cpu" or module not in _FROZEN:  # nothing to choose: not said
         if requested == "onnxruntime":
-            raise InputError(f"${ENV}=onnxruntime: it runs {', '.join(c.__name__ for c in EXPORTABLE)} on a CPU "
-                             f"only (here {type(module).__name__} on {device})")
+            raise InputError(f"${ENV}=onnxruntime: it runs a loaded model's frozen image encoder on a CPU only "
+                             f"(here {type(module).__name__} on {device})")
         return "torch"
     unavailable = ("it runs fp32 only (--precision fp32 runs it)" if precision != "fp32"
-                   else "the `fast` extra is not installed (pip install 'fairmedbench[fast]')" if not ort_versions()
-                   else "")
+                   else "onnxruntime, onnx or onnxscript is not installed (pip install -e . installs them)"
+                   if not ort_versions() else "")
     if requested == "onnxruntime" and unavailable:
         raise InputError(f"${ENV}=onnxruntime: {unavailable}")
-    if requested != "auto":
+    if requested == "torch":
         _RESOLVED[key] = requested
+        _record(arch, device, precision, requested, f"${ENV}=torch", None)
         return requested
-    if unavailable:
+    agreement: Agreement | None = None
+    measured: dict[str, float] | None = None
+    if not unavailable:
+        agreement, unavailable = _checked(module, size)
+    if requested == "onnxruntime":
+        if unavailable:
+            raise InputError(f"${ENV}=onnxruntime: {type(module).__name__}: {unavailable}; unset it to run torch")
+        choice, reason = "onnxruntime", f"${ENV}=onnxruntime"
+    elif unavailable:
         choice, reason = "torch", f"ONNX Runtime not used: {unavailable}"
     else:
+        assert agreement is not None
         threads = torch.get_num_threads()
         probe_id = f"encoder-path v{PROBE_VERSION}|{probe_key()}|{ort_versions()}|{arch}|threads {threads}"
         t0 = time.perf_counter()
@@ -194,16 +330,19 @@ def resolve_encoder_path(module: nn.Module, size: int, device: str, precision: s
         choice = "onnxruntime" if speedup >= ORT_MIN_SPEEDUP else "torch"
         how = "cached" if cached else f"measured in {time.perf_counter() - t0:.0f} s and cached"
         reason = (f"ONNX Runtime {measured['onnxruntime']:.2f}, torch {measured['torch']:.2f} CPU-s for one image: "
-                  f"{speedup:.2f}x on this CPU, probe {how} at {path}; ${ENV}=torch to choose")
+                  f"{speedup:.2f}x on this CPU, {agreement.describe()}, probe {how} at {path}; ${ENV}=torch to "
+                  "choose")
     _RESOLVED[key] = choice
-    print(f"encoder path auto -> {choice} ({reason})", file=sys.stderr)
+    _record(arch, device, precision, choice, reason, agreement, measured)
+    if requested == "auto":
+        print(f"encoder path auto -> {choice} ({reason})", file=sys.stderr)
     return choice
 
 
 def path_of(module: nn.Module, pixels: torch.Tensor) -> str:
     """The path `frozen_forward(module, pixels)` takes now: the resolved one for frozen CPU inference, else torch."""
     dev = pixels.device.type
-    if torch.is_grad_enabled() or module.training or dev != "cpu":
+    if torch.is_grad_enabled() or module.training or dev != "cpu" or module not in _FROZEN:
         return "torch"
     dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.float32
     precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
@@ -215,4 +354,11 @@ def frozen_forward(module: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
     with autograd on or in training mode, always the torch module."""
     if path_of(module, pixels) == "torch":
         return module(pixels)
-    return ort_runner(module, pixels.shape[-1])(pixels).to(pixels.device)
+    size = pixels.shape[-1]
+    runner = ort_runner(module, size)
+    if runner.agreement is None:  # the choice is made per architecture: these weights' export is checked here
+        runner.agreement = check_export(module, size)
+    if not runner.agreement.within:
+        raise InputError(f"ONNX Runtime's output for these {type(module).__name__} weights differs from torch's "
+                         f"({runner.agreement.describe()}); run with ${ENV}=torch")
+    return runner(pixels).to(pixels.device)

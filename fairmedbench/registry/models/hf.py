@@ -49,10 +49,9 @@ class HFModel(FoundationModel):
         self._tokenizer_factory = tokenizer_factory
         self._tokenizer: Tokenize | None = None
 
-    @torch.inference_mode()
-    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, embedding_dim)."""
-        return self._image_fn(self.module, pixels)
+    def embed(self, module: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, embedding_dim), by the family's image function."""
+        return self._image_fn(module, pixels)
 
     @torch.inference_mode()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:

@@ -18,7 +18,13 @@ import torch.nn.functional as F
 
 from fairmedbench.errors import InputError
 from fairmedbench.registry.models.card import ModelCard
-from fairmedbench.registry.models.encoder_path import frozen_forward, path_of, resolve_encoder_path
+from fairmedbench.registry.models.encoder_path import (
+    ImageTower,
+    frozen_forward,
+    path_of,
+    register_frozen,
+    resolve_encoder_path,
+)
 from fairmedbench.registry.models.preprocess import preprocess_image, resized_shape
 from fairmedbench.registry.models.weights import ResolvedWeights
 
@@ -55,6 +61,8 @@ class FoundationModel:
         self.weights = weights
         self.module = module.eval()
         self.device = torch.device("cpu")
+        if self._embeds():
+            register_frozen(self.image_tower())
 
     def to(self, device: str | torch.device) -> FoundationModel:
         """Move the model to `device`."""
@@ -78,16 +86,37 @@ class FoundationModel:
     def encoder_path(self, device: str, precision: str) -> str:
         """How frozen inference of the image encoder runs on `device` at `precision` (see
         registry.models.encoder_path): 'torch' unless another path was measured faster on this machine."""
-        return "torch"
+        if not self._embeds():
+            return "torch"
+        return resolve_encoder_path(self.image_tower(), self.card.preprocessing.size, device, precision)
+
+    def _embeds(self) -> bool:
+        return type(self).embed is not FoundationModel.embed
+
+    def embed(self, module: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) preprocessed pixels -> (B, embedding_dim), computed by `module` (this model's module or a
+        copy of it, e.g. LoRA's); a model that embeds images defines it."""
+        raise self._unsupported("encode_image")
+
+    def image_tower(self) -> ImageTower:
+        """`embed` on this model's current module as one module (built again when the module was replaced)."""
+        tower = self.__dict__.get("_tower")
+        if not isinstance(tower, ImageTower) or tower.module is not self.module:
+            tower = self._tower = ImageTower(self.module, self.embed, f"{type(self).__name__}:{self.card.name}")
+        return tower
 
     def _unsupported(self, capability: str) -> InputError:
         return InputError(
             f"model {self.card.name!r} cannot {capability}; it offers: {', '.join(self.card.capabilities)}"
         )
 
+    @torch.inference_mode()
     def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) preprocessed pixels -> (B, embedding_dim) embeddings."""
-        raise self._unsupported("encode_image")
+        """(B, C, H, W) preprocessed pixels -> (B, embedding_dim) embeddings: `embed` on the frozen-inference path
+        resolved for this machine (registry.models.encoder_path; with gradients, the torch module)."""
+        if not self._embeds():
+            raise self._unsupported("encode_image")
+        return frozen_forward(self.image_tower(), pixels)
 
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
         """Texts -> (B, embedding_dim) embeddings in the joint image-text space."""
@@ -174,6 +203,11 @@ class PromptableSegmenter(FoundationModel):
     """
 
     module: SamParts
+
+    def __init__(self, card: ModelCard, weights: ResolvedWeights, module: torch.nn.Module) -> None:
+        super().__init__(card, weights, module)
+        if type(self).image_map is PromptableSegmenter.image_map:  # a subclass with its own image path runs torch
+            register_frozen(self.module.image_encoder)
 
     def _memo_key(self, pixels: torch.Tensor) -> tuple[str, str, str]:
         dev = pixels.device.type

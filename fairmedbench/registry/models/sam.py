@@ -210,10 +210,10 @@ class EncoderOnly(FoundationModel):
 
     module: _EncoderHolder
 
-    @torch.inference_mode()
-    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+    def embed(self, module: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
         """(B, 3, S, S) -> (B, 768)."""
-        enc = self.module.image_encoder
+        enc = module.image_encoder
+        assert isinstance(enc, ImageEncoderViT), "an _EncoderHolder holds a SAM ViT"
         x = enc.patch_embed(pixels)
         for blk in enc.blocks:
             x = blk(x)

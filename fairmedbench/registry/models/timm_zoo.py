@@ -90,10 +90,9 @@ class TimmEncoder(FoundationModel):
     """A timm ViT; the embedding pools its final (normed) tokens as the model's authors do: the class token
     ('token'), the mean of the patch tokens ('avg'), or both concatenated ('token+avg', Virchow2)."""
 
-    @torch.inference_mode()
-    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+    def embed(self, module: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, embedding_dim)."""
-        vit: VisionTransformer = self.module  # type: ignore[assignment]  # timm's class, built by build_timm
+        vit: VisionTransformer = module  # type: ignore[assignment]  # timm's class, built by build_timm
         tokens = vit.forward_features(pixels)
         patches = tokens[:, vit.num_prefix_tokens:]
         pool = self.card.loader_options.get("pool", "token")

@@ -16,10 +16,10 @@ from fairmedbench.registry.models.weights import ResolvedWeights, load_into, rea
 class VisionEncoder(FoundationModel):
     """A backbone whose forward already returns the pooled embedding (classifier head removed)."""
 
-    @torch.inference_mode()
-    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+    def embed(self, module: torch.nn.Module, pixels: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, embedding_dim)."""
-        return self.module(pixels)
+        out: torch.Tensor = module(pixels)
+        return out
 
 
 def _drop(prefixes: tuple[str, ...], strip: tuple[str, ...] = ()) -> Callable[[str], str | None]:
