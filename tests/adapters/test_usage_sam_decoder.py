@@ -157,13 +157,17 @@ def test_compare_erm_and_groupdro_with_segmentation_metrics(small_sam: str, run_
     assert row["method"] == "groupdro" and row["dsc"] is not None and 0 <= row["dsc"]["mean"] <= 1
     assert "auc" not in row and {"worst_group_dsc", "dsc_gap", "dsc_diff", "dsc_es"} <= set(row)
     assert {v["metric"] for v in out.versus_erm} <= {"worst_group_dsc", "dsc_gap", "dsc"}
-    assert out.test_bootstrap == {} and "no paired test-set bootstrap" in out.notes[0]
+    # segmentation has its paired test-set bootstrap of mean DSC (Task.resampled_headline), whole patients drawn
+    boot = out.test_bootstrap["synth-control"]
+    assert boot["metric"] == "dsc" and boot["groups"] == ["female", "male"] and boot["unit"] == "patient"
+    assert set(boot["methods"]) == {"erm", "groupdro"}
+    assert not any("no paired test-set bootstrap" in n for n in out.notes)
     doc = out.to_dict()
     json.dumps(doc, allow_nan=False)
     console = Console(file=io.StringIO(), width=200)
     render_compare(doc, console)
     text = console.file.getvalue()
-    assert "worst_group_dsc" in text and "no paired test-set bootstrap" in text
+    assert "worst_group_dsc" in text and "paired test-set bootstrap" in text and "no paired test-set bootstrap" not in text
     with pytest.raises(InputError, match="does not apply to segmentation"):
         compare(small_sam, ["synth-control"], "sex", "sam-decoder", ["domainind"], (0, 1), opts, weights="random")
     # the CLI reaches the same runs (reused) with --usage sam-decoder
