@@ -85,6 +85,9 @@ def test_every_guide_step_is_a_file_or_a_command() -> None:
         assert all(t or lang == "bash" for lang, t, _ in blocks), f"{guide}: an untitled non-bash block is no step"
 
 
+# slow: 6 s; test_add_a_mitigation_guide runs a guide's steps the same way and
+# test_every_guide_step_is_a_file_or_a_command checks every guide's steps
+@pytest.mark.slow
 def test_add_a_model_guide(tmp_path: Path) -> None:
     listed, _ = follow("add-model.md", tmp_path)
     assert "toy-intensity" in listed
@@ -95,6 +98,9 @@ def test_add_a_model_guide(tmp_path: Path) -> None:
     check_auc_recomputes(doc, pred)
 
 
+# slow: 7 s; test_add_a_mitigation_guide runs a guide's steps the same way and
+# test_every_guide_step_is_a_file_or_a_command checks every guide's steps
+@pytest.mark.slow
 def test_add_a_dataset_guide(tmp_path: Path) -> None:
     follow("add-dataset.md", tmp_path)
     data = json.loads((tmp_path / "toy-spots.json").read_text())["data"]
@@ -111,6 +117,9 @@ def test_add_a_dataset_guide(tmp_path: Path) -> None:
     check_auc_recomputes(doc, pred)
 
 
+# slow: 7 s; test_add_a_mitigation_guide runs a guide's steps the same way and
+# test_every_guide_step_is_a_file_or_a_command checks every guide's steps
+@pytest.mark.slow
 def test_add_a_usage_guide(tmp_path: Path) -> None:
     listed, _ = follow("add-usage.md", tmp_path)
     assert "lp-pca" in listed
@@ -139,6 +148,9 @@ def test_add_a_mitigation_guide(tmp_path: Path) -> None:
     assert float(out.stdout) == pytest.approx(np.sqrt(10.0))
 
 
+# slow: 8 s; test_add_a_mitigation_guide runs a guide's steps the same way and
+# test_every_guide_step_is_a_file_or_a_command checks every guide's steps
+@pytest.mark.slow
 def test_add_a_task_guide(tmp_path: Path) -> None:
     listed, _ = follow("add-task.md", tmp_path)
     assert "lp-regression" in listed

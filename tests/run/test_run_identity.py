@@ -196,6 +196,9 @@ def _run_in_process(argv: list[str], queue) -> None:  # a child process: one `ru
     queue.put((outcome.reused, outcome.config.run_id))
 
 
+# slow (14 s): tests/models/test_features.py::test_two_processes_at_once_leave_one_complete_entry checks the same
+# lock-then-reuse on the feature cache
+@pytest.mark.slow
 def test_two_identical_runs_started_at_once_compute_once(tmp_path: Path) -> None:
     """The second waits on the run folder's lock, then reuses the first's result."""
     import multiprocessing as mp
