@@ -147,6 +147,13 @@ def main() -> int:
     restart_after = a.restart_after if a.restart_after is not None else max(1, a.bundles // 4)
     restart: dict[str, Any] = {}
 
+    def tally(r: requests.Response, latencies: list[float], seconds: float) -> None:
+        """One answer counted (the caller holds `lock`): its latency, its status, an unclear 503's body."""
+        latencies.append(seconds)
+        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+        if r.status_code == 503 and not _clear_503(r):
+            unclear_503.append(r.text[:200])
+
     def restarter() -> None:
         while len(created) < restart_after and time.time() < deadline:
             time.sleep(0.05)
@@ -175,12 +182,9 @@ def main() -> int:
                         errors.append(f"upload: {type(err).__name__}")
                     break
                 with lock:
-                    upload_s.append(time.time() - t0)
-                    codes[r.status_code] = codes.get(r.status_code, 0) + 1
+                    tally(r, upload_s, time.time() - t0)
                     if r.status_code == 201:
                         created.append(r.json()["id"])
-                    if r.status_code == 503 and not _clear_503(r):
-                        unclear_503.append(r.text[:200])
                 last = r.status_code
                 if last != 503:
                     break
@@ -208,10 +212,7 @@ def main() -> int:
                     errors.append(f"read: {type(err).__name__}")
                 continue
             with lock:
-                read_s.append(time.time() - t0)
-                codes[r.status_code] = codes.get(r.status_code, 0) + 1
-                if r.status_code == 503 and not _clear_503(r):
-                    unclear_503.append(r.text[:200])
+                tally(r, read_s, time.time() - t0)
 
     t = time.time()
     threads = [threading.Thread(target=submitter, args=plan[k]) for k in range(a.submitters)]
