@@ -499,7 +499,7 @@ def write_compare_report(path: Path, doc: dict[str, Any]) -> Path:
                 return (c["ci_low"], c["ci_high"]) if c.get("ci_low") is not None else (c["mean"], c["mean"])
 
             figures.append(Img(utility_gap_scatter(
-                [r["method"] for r in pts], u, g, title=f"{ds}: {u_name} vs {g_name} (mean, 95% CI over seeds)",
+                [r["method"] for r in pts], u, g, title=f"{ds}: {u_name} vs {g_name} (mean, 95% CI over {unit}s)",
                 xlabel=u_name, ylabel=g_name, xerr=[err(r, util) for r in pts], yerr=[err(r, gap) for r in pts],
                 front=front), f"{u_name} against {g_name} per method; filled and joined: non-dominated (Pareto front)"))
             pareto = Table(["method", u_name, g_name, "Pareto front"],

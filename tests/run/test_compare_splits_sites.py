@@ -23,7 +23,7 @@ def _opts(tmp: Path) -> RunOptions:
     return RunOptions(out_root=str(tmp / "r"), cache_dir=str(tmp / "c"), device="cpu")
 
 
-def test_split_seeds_pair_per_split_and_pool_the_test_bootstrap(tmp_path: Path) -> None:
+def test_split_seeds_pair_per_split_and_pool_the_test_bootstrap(tmp_path: Path, monkeypatch) -> None:
     out = compare(*ARGS, _opts(tmp_path), split_seeds=(0, 1, 2), **KW)
     assert out.split_seeds == [0, 1, 2] and out.datasets == ["synth-underrep"]
     per_split = {}
@@ -52,10 +52,15 @@ def test_split_seeds_pair_per_split_and_pool_the_test_bootstrap(tmp_path: Path) 
     assert gap_vs["value"] == pytest.approx(np.mean(gaps["groupdro"]) - np.mean(gaps["erm"]))
     assert gap_vs["ci_low"] <= gap_vs["value"] <= gap_vs["ci_high"]
     json.dumps(out.to_dict(), allow_nan=False)
+    from fairmedbench.report import figures
     from fairmedbench.report.html import write_compare_report
 
+    titles: list[str] = []
+    scatter = figures.utility_gap_scatter
+    monkeypatch.setattr(figures, "utility_gap_scatter", lambda *a, **k: titles.append(k["title"]) or scatter(*a, **k))
     html = write_compare_report(tmp_path / "page.html", out.to_dict()).read_text()
     assert "against ERM, per method" in html and "t 95% CI over splits" in html
+    assert titles and all(t.endswith("(mean, 95% CI over splits)") for t in titles)  # the chart's unit too
     assert "across splits 0, 1, 2" in html
 
 
