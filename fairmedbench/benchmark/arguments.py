@@ -1,5 +1,5 @@
 """Values as the `benchmark` command line gives them (seed lists, KEY=VALUE pairs, options left out) turned into
-the spec types, with the refusals of contradictory options; and the routing of `benchmark --model X ...`."""
+the spec types, with the refusals of contradictory options."""
 
 from __future__ import annotations
 
@@ -108,14 +108,6 @@ def parse_label_pairs(items: Sequence[str]) -> list[tuple[str, str]]:
     from fairmedbench.analysis.encoding import class_pairs
 
     return [p for spec in items for p in class_pairs(spec)]
-
-
-def route_default(argv: Sequence[str], commands: Sequence[str], default: str) -> list[str]:
-    """Insert the default subcommand when the first argument is an option other than help/version."""
-    argv = list(argv)
-    if default in commands and argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
-        return [default, *argv]
-    return argv
 
 
 def check_evaluate(opts: EvaluateOptions, n_sources: int) -> None:

@@ -40,7 +40,7 @@ task's scorer (argmax decision, no threshold) and ranked by its headline, macro 
 
 `submit` accepts a bundle only when: every file is a regular .json or .parquet file (no symlinks, no
 pickles or zip archives, Parquet magic present, strict JSON without NaN), within the size limits
-(`submit.Limits`); model.json and suite.json follow their schemas; each result validates against
+(`recompute.Limits`); model.json and suite.json follow their schemas; each result validates against
 engine/result_schema.json and matches its entry, seed and model card; predictions.file names the Parquet
 beside it (no absolute path, no '..'); predictions have finite scores and the test ids match the
 board's pinned test set (when pinned; else the result's own test_fingerprint and n_test; on a board whose

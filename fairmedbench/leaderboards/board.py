@@ -22,11 +22,11 @@ from fairmedbench.leaderboards.flags import (
     read_predictions,
     row_flags,
 )
+from fairmedbench.leaderboards.recompute import TOLERANCE
 from fairmedbench.leaderboards.seal import BoardKey
 from fairmedbench.leaderboards.submit import (
     SUBMISSION_FILE,
     SUBMISSION_FORMAT,
-    TOLERANCE,
     differences,
     revalidate_stored,
     revision_label,

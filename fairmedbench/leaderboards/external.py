@@ -9,8 +9,8 @@ A result of an entry with external datasets carries, as every run with `--eval-d
   seed<s>.external<k>.predictions.parquet   its test rows, in the internal predictions' columns.
 `check_seed` accepts them only when the labels are the entry's, the test ids are the pinned external test set (or
 the run's own fingerprint while pending), the alignment is what the two cards give (`analysis.shift.check_alignment`),
-the external result uses the internal run's settings and is reproduced by `submit.recompute` (classification picks
-its threshold on the internal validation rows, as the run did), and every shift (external − internal per group,
+the external result uses the internal run's settings and is reproduced by `recompute.recompute` (classification
+picks its threshold on the internal validation rows, as the run did), and every shift (external − internal per group,
 of the gap, of the difference) is reproduced by `analysis.shift.group_draws` + `shift_block` on the two
 predictions files, seeded as the run seeds it. A board row then shows each external dataset's board columns
 (mean over seeds) and the shift of the seed mean (`analysis.shift.seeds_shift_block`): every seed's predictions
@@ -38,9 +38,8 @@ from fairmedbench.analysis.shift import (
 )
 from fairmedbench.engine.splits import test_fingerprint
 from fairmedbench.errors import InputError
-from fairmedbench.leaderboards.submit import (
+from fairmedbench.leaderboards.recompute import (
     MAX_LINES_PER_FILE,
-    PATIENT_COLUMN,
     Limits,
     _close,
     _Columns,
@@ -53,7 +52,7 @@ from fairmedbench.leaderboards.submit import (
     result_schema,
 )
 from fairmedbench.leaderboards.suites import Entry
-from fairmedbench.tasks.base import PredictionTable, Task, get_task
+from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, Task, get_task
 from fairmedbench.tasks.common import external_file
 
 #: the predictions file of an external dataset inside a bundle's entry folder

@@ -12,8 +12,6 @@ import numpy as np
 from fairmedbench.errors import InputError
 from fairmedbench.metrics import FairnessResult, evaluate_classification
 from fairmedbench.metrics.groups import Attribute
-from fairmedbench.metrics.multiclass import evaluate_multiclass
-from fairmedbench.metrics.seg_fairness import evaluate_segmentation
 from fairmedbench.spec import ScoreSettings
 from fairmedbench.tasks.base import PATIENT_COLUMN, PredictionTable, get_task
 
@@ -75,6 +73,8 @@ def score_classification(table: PredictionTable, settings: ScoreSettings, on_ste
 def score_multiclass(table: PredictionTable, settings: ScoreSettings, on_step: Step | None = None) -> FairnessResult:
     """Multi-class: one label column (the class index) and score:<class> per class, decided by the argmax under
     the default profile."""
+    from fairmedbench.metrics.multiclass import evaluate_multiclass  # loaded by the task that scores with it
+
     if settings.profile != "default":
         raise InputError(f"metric profile {settings.profile!r} defines binary conventions; the multiclass task uses "
                          "the default profile (drop --profile)")
@@ -90,6 +90,8 @@ def score_multiclass(table: PredictionTable, settings: ScoreSettings, on_step: S
 def score_segmentation(table: PredictionTable, settings: ScoreSettings, on_step: Step | None = None
                        ) -> FairnessResult:
     """Segmentation: a DSC per row (a sample or a volume), with IoU, HD95 and empty_gt where the table has them."""
+    from fairmedbench.metrics.seg_fairness import evaluate_segmentation
+
     t = table.test
     return evaluate_segmentation(
         t["dsc"], attributes(table, settings), iou=t.get("iou"), hd95=t.get("hd95"), empty_gt=t.get("empty_gt"),
