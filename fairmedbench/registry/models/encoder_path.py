@@ -4,12 +4,13 @@ module exported by torch.onnx, chosen per machine by a cached measurement and pr
 Every frozen image encoder that a loader registers (`register_frozen`: a model's image tower, `ImageTower`, or a
 SAM-family image encoder) is exported on its first fp32 frozen inference on a CPU, cached per weights (a sha256 of
 the module's structure and every tensor, the input size, the opset, the exporter and the torch and ONNX package
-versions), and checked against the torch module on a probe batch: ONNX Runtime is used only where its largest absolute difference
-from torch's output is within ORT_TOLERANCE of that output's scale; an encoder that does not export, or disagrees,
-runs the torch module and the printed line says why. Training, LoRA copies (never registered), bf16 autocast and
-other devices run the torch module. The two paths agree to float rounding, not bit for bit (LiteMedSAM on its real
-weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94), so the path resolved here keys the
-feature cache (`engine.features`) and each choice with its difference is recorded in the run's environment.
+versions), and checked against the torch module on a probe batch: ONNX Runtime is used only where its largest
+absolute difference from torch's output is within ORT_TOLERANCE of that output's scale; an encoder that does not
+export, or disagrees, runs the torch module and the printed line says why. Training, LoRA copies (never registered),
+bf16 autocast and other devices run the torch module. The two paths agree to float rounding, not bit for bit
+(LiteMedSAM on its real weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94), so the path
+resolved here keys the feature cache (`engine.features`) and each choice with its difference is recorded in the
+run's environment.
 $FMB_ENCODER_PATH=torch|onnxruntime forces a path.
 """
 
