@@ -9,7 +9,8 @@
    average; then the paths `auto` chooses here (precision and encoder path).
 
 3. With --families: every frozen encoder family on random weights through its real loader (ViT-B, ViT-L, ViT-H,
-   ResNet, the SAM image encoders: see FAMILIES), each path (torch fp32, ONNX Runtime fp32 after its check against
+   ResNet, the SAM image encoders: see FAMILIES; ViT-H's ONNX path scaled from depth-reduced copies: see
+   DEPTH_SCALED), each path (torch fp32, ONNX Runtime fp32 after its check against
    torch, torch bf16 autocast) in CPU-seconds per image against this machine's fp32 and bf16 matmul peaks measured
    in the same rounds, and the path `auto` picks for fp32 (a CPU without native bf16) and here.
 
@@ -22,6 +23,7 @@ Real PNGs: $FMB_REAL_DATA/nih-cxr14/images (default ../shared/real next to the p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -43,7 +45,9 @@ from fairmedbench.engine.device import (  # noqa: E402
     select_device,
 )
 from fairmedbench.engine.features import default_workers, extract_features  # noqa: E402
-from fairmedbench.registry.models import encoder_path, load_model, runtime  # noqa: E402
+from fairmedbench.registry.models import encoder_path, get_card, load_model, runtime  # noqa: E402
+from fairmedbench.registry.models.card import loader_function  # noqa: E402
+from fairmedbench.registry.models.weights import resolve_weights  # noqa: E402
 
 
 class PngSplit:
@@ -97,6 +101,27 @@ FAMILIES: dict[str, tuple[str, int]] = {
     "resnet": ("imagenet-resnet50", 2), "tinyvit-sam": ("litemedsam", 2), "sam-vit-b-256": ("sam-med2d", 2),
     "sam-vit-b": ("sam-vit-b", 1),
 }
+#: families whose ONNX path is measured on two depth-reduced copies (the card's own width, heads and MLP, fewer
+#: blocks) and scaled to the card's depth: UNI2-h's full export needs ~10 GB more than a shared 24 GB machine has free
+DEPTH_SCALED: dict[str, tuple[int, int]] = {"vit-h": (2, 4)}
+PATHS = {"torch fp32": "fp32", "onnxruntime fp32": "fp32", "torch bf16": "bf16"}
+
+
+def family_tower(card_name: str, depth: int | None = None) -> tuple[torch.nn.Module, int, int]:
+    """The card's frozen image path on random weights (with `depth` blocks when given), its input size and depth."""
+    card = get_card(card_name)
+    full = int(card.loader_options.get("kwargs", {}).get("depth", 0))
+    if depth is not None:
+        options = card.loader_options
+        card = dataclasses.replace(card, loader_options={**options, "kwargs": {**options["kwargs"], "depth": depth}})
+    model = loader_function(card)(card, resolve_weights(card, "random"))
+    tower: torch.nn.Module = model.image_tower() if model._embeds() else model.module.get_submodule("image_encoder")
+    return tower, card.preprocessing.size, full
+
+
+def scaled(t_lo: float, t_hi: float, lo: int, hi: int, depth: int) -> float:
+    """A cost linear in the number of blocks, measured at `lo` and `hi` blocks, at `depth` blocks."""
+    return t_hi + (depth - hi) * (t_hi - t_lo) / (hi - lo)
 
 
 def families(names: list[str], batch_size: int | None, rounds: int) -> int:
@@ -107,48 +132,71 @@ def families(names: list[str], batch_size: int | None, rounds: int) -> int:
         return 2
     print(f"CPU: {describe_device('cpu')}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{encoder_path.ort_versions()}")
-    rows = []
+    rows, notes = [], []
     for family in names:
         card, default_batch = FAMILIES[family]
         m = batch_size or default_batch
-        model = load_model(card, "random")
-        size = model.card.preprocessing.size
-        tower: torch.nn.Module = (model.image_tower() if model._embeds()
-                                  else model.module.get_submodule("image_encoder"))
+        tower, size, depth = family_tower(card)
         pixels = torch.rand(m, 3, size, size, generator=torch.Generator().manual_seed(0))
         with FlopCounterMode(display=False) as counter, torch.inference_mode():
             tower(pixels[:1])
         gf = counter.get_total_flops() / 1e9
         t = time.perf_counter()
-        try:
-            agreement: encoder_path.Agreement | None = encoder_path.check_export(tower, size)
-            paths: dict[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]] = {
-                "torch fp32": ("fp32", tower), "onnxruntime fp32": ("fp32", encoder_path.ort_runner(tower, size)),
-                "torch bf16": ("bf16", tower)}
-        except Exception as exc:  # noqa: BLE001  # reported, and the family is timed on torch only
-            agreement, paths = None, {"torch fp32": ("fp32", tower), "torch bf16": ("bf16", tower)}
-            print(f"{family}: the ONNX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+        # variant (None: the card's depth, else a depth-reduced copy) -> its tower and the paths timed on it
+        variants: dict[int | None, tuple[torch.nn.Module, dict[str, Callable[[torch.Tensor], torch.Tensor]]]] = {}
+        reduced: tuple[int, ...] = DEPTH_SCALED.get(family, ())
+        variants[None] = (tower, {"torch fp32": tower, "torch bf16": tower} if reduced else {})
+        agreement: encoder_path.Agreement | None = None
+        for d in (*reduced,) or (None,):
+            module = family_tower(card, d)[0] if d is not None else tower
+            paths = {"torch fp32": module, "torch bf16": module}
+            try:
+                agreement = encoder_path.check_export(module, size)
+                paths["onnxruntime fp32"] = encoder_path.ort_runner(module, size)
+            except Exception as exc:  # noqa: BLE001  # reported, and the family is timed on torch only
+                print(f"{family}: the ONNX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+            variants[d] = (module, paths)
         export_s = time.perf_counter() - t
         outs: dict[str, torch.Tensor] = {}
-        for name, (precision, fn) in paths.items():
-            with autocast("cpu", precision):
+        for name, fn in variants[None][1].items():
+            with autocast("cpu", PATHS[name]):
                 outs[name] = fn(pixels).float()
-        cpu_s: dict[str, list[float]] = {k: [] for k in paths}
+        for d in reduced:  # warm-up of the reduced copies
+            for name, fn in variants[d][1].items():
+                with autocast("cpu", PATHS[name]):
+                    fn(pixels)
+        cpu_s: dict[tuple[int | None, str], list[float]] = {(d, k): [] for d, v in variants.items() for k in v[1]}
         peaks: list[tuple[float, float]] = []
         for _ in range(rounds):  # interleaved with the peaks, so that other processes' load falls on all alike
             peaks.append((matmul_peak("cpu", torch.float32)[1], matmul_peak("cpu", torch.bfloat16)[1]))
-            for name, (precision, fn) in paths.items():
-                with autocast("cpu", precision):
-                    c = cpu_seconds()
-                    fn(pixels)
-                    cpu_s[name].append((cpu_seconds() - c) / m)
+            for d, (_, paths) in variants.items():
+                for name, fn in paths.items():
+                    with autocast("cpu", PATHS[name]):
+                        c = cpu_seconds()
+                        fn(pixels)
+                        cpu_s[d, name].append((cpu_seconds() - c) / m)
+        med = {k: statistics.median(v) for k, v in cpu_s.items()}
+        per_image = {name: med[None, name] for name in PATHS if (None, name) in med}
+        if reduced:
+            lo, hi = reduced
+            estimate = {name: scaled(med[lo, name], med[hi, name], lo, hi, depth)
+                        for name in PATHS if (lo, name) in med}
+            per_image.setdefault("onnxruntime fp32", estimate.get("onnxruntime fp32", float("nan")))
+            notes.append(f"{family}: ONNX Runtime scaled to {depth} blocks from copies of {lo} and {hi} blocks "
+                         f"({', '.join(f'{med[d, n]:.2f}' for d in reduced for n in PATHS if (d, n) in med)} CPU-s "
+                         f"per image, {'/'.join(PATHS)} at {lo} then {hi}); the same scaling gives torch fp32 "
+                         f"{estimate['torch fp32']:.2f} and bf16 {estimate['torch bf16']:.2f} against "
+                         f"{per_image['torch fp32']:.2f} and {per_image['torch bf16']:.2f} measured at {depth} "
+                         f"blocks; ORT diff and the auto choice: of the {hi}-block copy")
         peak32, peak16 = (statistics.median(p[i] for p in peaks) for i in (0, 1))
-        chosen32 = encoder_path.resolve_encoder_path(tower, size, "cpu", "fp32")
+        chosen_on = variants[reduced[-1]][0] if reduced else tower
+        chosen32 = encoder_path.resolve_encoder_path(chosen_on, size, "cpu", "fp32")
         here = resolve_precision("auto", "cpu")
-        rows.append((family, card, size, gf, peak32, peak16, {k: statistics.median(v) for k, v in cpu_s.items()},
-                     agreement, export_s, f"{'onnxruntime' if chosen32 == 'onnxruntime' else 'torch'} fp32",
-                     f"{encoder_path.resolve_encoder_path(tower, size, 'cpu', here)} {here}",
+        rows.append((family, card, size, gf, peak32, peak16, per_image, agreement, export_s,
+                     f"{'onnxruntime' if chosen32 == 'onnxruntime' else 'torch'} fp32",
+                     f"{encoder_path.resolve_encoder_path(chosen_on, size, 'cpu', here)} {here}",
                      (outs["torch bf16"] - outs["torch fp32"]).abs().max().item()))
+        del variants, tower, outs
         print(f"{family} done ({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
     print(f"\n[3] frozen encoder families, random weights, CPU-s per image (median of {rounds} interleaved rounds); "
           "'of peak': GFLOP per CPU-s over the fp32 matmul peak (bf16: over the bf16 peak) measured in the same rounds")
@@ -163,6 +211,8 @@ def families(names: list[str], batch_size: int | None, rounds: int) -> int:
               f"{chosen32} / {here}  (export+check {export_s:.0f} s)")
     print("(peaks in GFLOP per CPU-s, 2048^3 matmul; ORT diff: max abs difference from torch fp32 on the export's "
           "probe batch / its bound; bf16 diff: on the timed batch)")
+    for note in notes:
+        print(note)
     print(f"load average (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
     return 0
 

@@ -201,7 +201,7 @@ def _net(seed: int = 0) -> torch.nn.Module:
                                torch.nn.Flatten()).eval()
 
 
-def test_the_export_is_keyed_by_weights_opset_and_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_export_is_keyed_by_weights_opset_exporter_and_versions(monkeypatch: pytest.MonkeyPatch) -> None:
     net = _net()
     key = ep.export_key(net, 16)
     assert ep.export_key(copy.deepcopy(net), 16) == key  # the content, not the object
@@ -214,8 +214,44 @@ def test_the_export_is_keyed_by_weights_opset_and_versions(monkeypatch: pytest.M
     monkeypatch.setattr(ep, "OPSET", ep.OPSET + 1)
     assert ep.export_key(net, 16) != changed
     monkeypatch.undo()
+    monkeypatch.setattr(ep, "EXPORTER", "dynamo, optimize=True")  # an export made with other options
+    assert ep.export_key(net, 16) != changed
+    monkeypatch.undo()
     monkeypatch.setattr(ep, "ort_versions", lambda: "onnxruntime 0.0,onnx 0.0,onnxscript 0.0")
     assert ep.export_key(net, 16) != changed
+
+
+def test_the_export_tries_torchscript_then_dynamo_without_its_optimiser(fresh: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, object]] = []
+
+    def spy(*args: object, **kwargs: object) -> None:
+        calls.append(kwargs)
+        raise RuntimeError("stop before exporting")
+
+    monkeypatch.setattr(torch.onnx, "export", spy)
+    with pytest.raises(RuntimeError, match="stop"):
+        ep.export_onnx(_net(seed=7), 16)
+    assert [(c["dynamo"], c.get("optimize")) for c in calls] == [(False, None), (True, False)]
+    assert not list((fresh / "fairmedbench" / "onnx").glob(".*.tmp"))  # nothing half-written is left
+
+
+class _BakedBatch(torch.nn.Module):
+    """Reads its batch size as a Python int: TorchScript's trace keeps the example's batch as a constant."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(int(x.shape[0]), -1).sum(dim=1, keepdim=True)
+
+
+def test_an_export_that_kept_its_example_batch_fails_its_check_and_runs_torch(
+        fresh: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    net = _BakedBatch()
+    ep.register_frozen(net)
+    assert ep.CHECK_BATCH != ep._probe_batch(8).shape[0]
+    assert ep.resolve_encoder_path(net, 8, "cpu", "fp32") == "torch"
+    assert "ONNX Runtime not used" in capsys.readouterr().err
+    x = torch.rand(3, 3, 8, 8)
+    assert torch.equal(ep.frozen_forward(net, x), net(x))
 
 
 def test_agreement_is_bounded_by_the_output_scale() -> None:

@@ -3,13 +3,14 @@ module exported by torch.onnx, chosen per machine by a cached measurement and pr
 
 Every frozen image encoder that a loader registers (`register_frozen`: a model's image tower, `ImageTower`, or a
 SAM-family image encoder) is exported on its first fp32 frozen inference on a CPU, cached per weights (a sha256 of
-the module's structure and every tensor, the input size, the opset and the torch and ONNX package versions), and
-checked against the torch module on a probe batch: ONNX Runtime is used only where its largest absolute difference
-from torch's output is within ORT_TOLERANCE of that output's scale; an encoder that does not export, or disagrees,
-runs the torch module and the printed line says why. Training, LoRA copies (never registered), bf16 autocast and
-other devices run the torch module. The two paths agree to float rounding, not bit for bit (LiteMedSAM on its real
-weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94), so the path resolved here keys the
-feature cache (`engine.features`) and each choice with its difference is recorded in the run's environment.
+the module's structure and every tensor, the input size, the opset, the exporter and the torch and ONNX package
+versions), and checked against the torch module on a probe batch: ONNX Runtime is used only where its largest
+absolute difference from torch's output is within ORT_TOLERANCE of that output's scale; an encoder that does not
+export, or disagrees, runs the torch module and the printed line says why. Training, LoRA copies (never registered),
+bf16 autocast and other devices run the torch module. The two paths agree to float rounding, not bit for bit
+(LiteMedSAM on its real weights and real NIH images: max abs difference 3.7e-6 of maps up to 0.94), so the path
+resolved here keys the feature cache (`engine.features`) and each choice with its difference is recorded in the
+run's environment.
 $FMB_ENCODER_PATH=torch|onnxruntime forces a path.
 """
 
@@ -21,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +46,12 @@ ORT_MIN_SPEEDUP = 1.1
 ORT_TOLERANCE = 1e-4
 #: the ONNX opset of every export (torch.onnx's dynamo exporter's own; part of the export's cache key)
 OPSET = 18
+#: how torch.onnx exports (part of the export's cache key). Its TorchScript exporter first: on LiteMedSAM's encoder
+#: it took 9.1 CPU-s against the dynamo exporter's 25.8 (18.2 without its onnxscript optimiser), and ONNX Runtime
+#: ran its graph at 1.34 CPU-s per image against 1.79 (1.69): its fusions match that exporter's patterns (medians
+#: of 5 interleaved rounds, one thread, under load). A module it cannot trace takes the dynamo exporter, without
+#: the optimiser (ONNX Runtime optimises the graph itself when it loads it).
+EXPORTER = "torchscript, else dynamo without its optimiser"
 PROBE_VERSION = 2
 _ORT_PACKAGES = ("onnxruntime", "onnx", "onnxscript")
 _FROZEN: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -86,21 +94,49 @@ def _signature(module: nn.Module) -> tuple[tuple[str, int, int], ...]:
 
 def export_key(module: nn.Module, size: int) -> str:
     """sha256 of what an export depends on: the module's structure and every parameter and buffer (names, dtypes,
-    shapes, bytes), the input size, the opset and the torch and ONNX package versions."""
-    h = hashlib.sha256(f"{module!r}|{size}|opset {OPSET}|torch {torch.__version__}|{ort_versions()}".encode())
+    shapes, bytes), the input size, the opset, the exporter's options and the torch and ONNX package versions."""
+    h = hashlib.sha256(f"{module!r}|{size}|opset {OPSET}|{EXPORTER}|torch {torch.__version__}|{ort_versions()}"
+                       .encode())
     for name, t in (*module.named_parameters(), *module.named_buffers()):
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
-def _probe_batch(size: int) -> torch.Tensor:
-    return torch.rand(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+def _probe_batch(size: int, n: int = 2) -> torch.Tensor:
+    return torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(0))
+
+
+#: the check's batch: another size than the export's example batch (2), so that an export that kept that batch size
+#: as a constant fails its check instead of running
+CHECK_BATCH = 3
+
+
+def _export_to(module: nn.Module, size: int, target: Path) -> None:
+    """Write the module's ONNX export to `target` (see EXPORTER), batch dynamic, weights in external files when the
+    exporter needs them (models over 2 GB)."""
+    x = _probe_batch(size)
+    try:
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer warnings
+            torch.onnx.export(module.eval(), (x,), str(target), dynamo=False, opset_version=OPSET,
+                              input_names=["pixels"], output_names=["output"],
+                              dynamic_axes={"pixels": {0: "batch"}, "output": {0: "batch"}})
+        return
+    except Exception:  # noqa: BLE001  # a module TorchScript cannot trace: the dynamo exporter below
+        for leftover in target.parent.iterdir():
+            leftover.unlink()
+    with torch.inference_mode():
+        program = torch.onnx.export(module.eval(), (x,), dynamo=True, optimize=False, verbose=False,
+                                    opset_version=OPSET,
+                                    dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+    assert program is not None, "a dynamo export returns its program"
+    program.save(str(target), external_data=True)
 
 
 def export_onnx(module: nn.Module, size: int) -> Path:
-    """The module exported to ONNX for (batch, 3, size, size) fp32 input, batch dynamic, weights in a file beside it
-    (models over 2 GB need one); cached in its own folder of the user cache, written by a rename of the folder."""
+    """The module exported to ONNX for (batch, 3, size, size) fp32 input (`_export_to`); cached in its own folder of
+    the user cache, written by a rename of the folder."""
     folder = probe_cache_dir() / "onnx" / f"{type(module).__name__}-{export_key(module, size)[:24]}"
     path = folder / "model.onnx"
     if path.is_file():
@@ -110,12 +146,7 @@ def export_onnx(module: nn.Module, size: int) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        with torch.inference_mode():
-            program = torch.onnx.export(module.eval(), (_probe_batch(size),), dynamo=True, optimize=True,
-                                        verbose=False, opset_version=OPSET,
-                                        dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
-        assert program is not None, "a dynamo export returns its program"
-        program.save(str(tmp / "model.onnx"), external_data=True)
+        _export_to(module, size, tmp / "model.onnx")
         try:
             os.replace(tmp, folder)
         except OSError:  # another process exported the same weights first: keep theirs
@@ -161,7 +192,7 @@ def compare_outputs(reference: torch.Tensor, other: torch.Tensor) -> Agreement:
 
 def check_export(module: nn.Module, size: int) -> Agreement:
     """The module's export (cached, see `export_onnx`) run by ONNX Runtime against the torch module on a seeded probe
-    batch of two random images; the result is kept beside the export (`check.json`), so it is computed once per
+    batch of CHECK_BATCH random images; the result is kept beside the export (`check.json`), so it is computed once per
     weights."""
     path = export_onnx(module, size)
     record = path.with_name("check.json")
@@ -170,7 +201,7 @@ def check_export(module: nn.Module, size: int) -> Agreement:
         return Agreement(float(stored["max_abs_diff"]), float(stored["scale"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    x = _probe_batch(size)
+    x = _probe_batch(size, CHECK_BATCH)
     with torch.inference_mode():
         agreement = compare_outputs(module.eval()(x), ort_runner(module, size)(x))
     tmp = record.with_name(f".check.{os.getpid()}.tmp")
