@@ -6,7 +6,7 @@ first --volumes volumes through engine.features.extract_features, in interleaved
 - before: each gray slice replicated to three planes before preprocessing (three PIL resizes and three planes of
   float work, as preprocessing did before), encoder batch 2 (the runner's CPU default, as the 2.5D path used);
 - after: the gray plane preprocessed once, the slice batch of adapters.volumes.slice_batch (32 for c2l).
-Per stage (index: SliceView reading each volume to list its slices; read, preprocess, encode, store) in CPU-ms
+Per stage (index: SliceView reading each volume to list its slices; read, preprocess, collate, encode, store) in CPU-ms
 per slice (extract_features' stage clock read as this process's CPU time, time.process_time: every thread),
 wall-ms per slice, slices per wall second, GFLOP per CPU-second (against this machine's matmul GFLOP per CPU-second
 at the run's precision) and per wall second (FLOPs counted by FlopCounterMode), and the features' max abs
@@ -41,7 +41,7 @@ from fairmedbench.registry.models import load_model  # noqa: E402
 from fairmedbench.tasks.common import SplitView  # noqa: E402
 
 MODEL, DATASET = "c2l", "synth3d-contrast"
-STAGES = ("index", "read", "preprocess", "encode", "store")
+STAGES = ("index", "read", "preprocess", "collate", "encode", "store")
 
 
 class ThreePlanes:

@@ -215,8 +215,8 @@ def _encode_rows(model: Encoder, split: ImageSplit, pending: _Pending, content: 
                  allocate: Callable[[int], np.ndarray], settings: dict[str, Any],
                  progress: Callable[[int, int], None] | None) -> tuple[np.ndarray | None, dict[str, float]]:
     """Encode `pending.todo` in batches into rows of `allocate(dim)` (and `pending.known` per content); returns
-    the array (None when nothing was encoded) and the seconds spent per stage: read, preprocess (where the
-    loader runs in this process; else `loader`, the wait for its workers), encode and store."""
+    the array (None when nothing was encoded) and the seconds spent per stage: read, preprocess and collate (where
+    the loader runs in this process; else `loader`, the wait for its workers), encode and store."""
     import torch
 
     todo, device, precision = pending.todo, settings["device"], settings["precision"]
@@ -258,7 +258,9 @@ def _encode_rows(model: Encoder, split: ImageSplit, pending: _Pending, content: 
         if progress is not None:
             progress(done, len(todo))
         t = time.perf_counter()
-    stages.update(pixels.seconds if workers == 0 else {"loader": t_load})
+    # in this process: the loader's time is reading, preprocessing and collating the batch; else the workers' wait
+    stages.update({**pixels.seconds, "collate": t_load - sum(pixels.seconds.values())} if workers == 0
+                  else {"loader": t_load})
     return out, stages
 
 

@@ -261,5 +261,5 @@ def test_extraction_times_each_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(enc, "encode_image", timed(100.0, encode))
     feats = extract_features(enc, split, split_name="train", cache_dir=None, batch_size=2, device="cpu")
     # 5 images in batches of 2, 2, 1: 3 encoder calls; nothing is cached, so storing rows takes no fake time
-    assert feats.stages == {"read": 5.0, "preprocess": 50.0, "encode": 300.0, "store": 0.0}
+    assert feats.stages == {"read": 5.0, "preprocess": 50.0, "collate": 0.0, "encode": 300.0, "store": 0.0}
     assert feats.seconds == 355.0 and feats.encoded == 5
