@@ -227,7 +227,8 @@ class RunOptions:
     cache_dir: str | None = field(default=".fmb-cache", metadata=option("feature cache folder"))
     device: str = field(default="auto", metadata=option("auto | cpu | cuda | cuda:N"))
     batch_size: int | None = field(default=None, metadata=option(  # None: engine.device.encoder_batch_size chooses
-        "encoder batch size (default: 2 on a CPU, 16 on a GPU; printed)", type=int))
+        "encoder batch size (default: 2 on a CPU, 16 on a GPU; printed); 2.5D slices on a CPU go in batches of "
+        "at least 128 GFLOP, up to 32 slices, where that is larger", type=int))
     num_workers: int | None = field(default=None, metadata=option("data loader workers (default: 0 on CPU)",
                                                                   type=int))
     channels_last: bool = field(default=False, metadata=option("channels-last memory format for the encoder"))

@@ -77,7 +77,8 @@ class LinearProbe(Usage):
                                      precision=ctx.precision, channels_last=ctx.channels_last,
                                      progress=features_progress(ctx, model, name))
             inputs[name] = np.array(feats.array, dtype=np.float32)
-            notes[name] = {"from_cache": feats.from_cache, "seconds": round(feats.seconds, 3), "key": feats.key}
+            notes[name] = {"from_cache": feats.from_cache, "seconds": round(feats.seconds, 3), "key": feats.key,
+                           "stages": {k: round(v, 3) for k, v in feats.stages.items()}}
         rate = float((ctx.hparams or {}).get("dropout", 0.0))
 
         def make_head(x_train: np.ndarray, k: int):  # -> torch.nn.Module

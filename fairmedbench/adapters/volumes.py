@@ -12,7 +12,9 @@ those of its slice of highest positive probability, in training as at inference.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,13 @@ DEFAULT_SLICES = "all"  # FairMedFM feeds every slice of an ADNI / COVID-CT-MD v
 DEFAULT_AGG = "max"
 # hyperparameters of a usage that accepts volumes (Usage.volumes), declared by the resolver on 3D datasets only
 VOLUME_HPARAMS = MappingProxyType({"slices": DEFAULT_SLICES, "slice_agg": DEFAULT_AGG})
+#: on a CPU, slices go to the encoder in batches of at least this many GFLOP (whole volumes' slices where the
+#: encoder is small; the runner's default batch of 2 where it is not). The small batch suits a large encoder's
+#: memory, not a ResNet's 224 px slice (3.6 GFLOP): with torch's 2 threads on 2 shared cores a batch of 2 spent most
+#: of its CPU time in the threads' waits (c2l bf16, load 15: 314 CPU-ms per slice at 2, 82 at 32; one thread: 41, 33)
+SLICE_BATCH_GFLOP = 128.0
+#: the largest such batch (a 32-slice volume; a ResNet-18 batch of 32 needs about 0.4 GB)
+MAX_SLICE_BATCH = 32
 
 
 def parse_policy(policy: object) -> tuple[str, int]:
@@ -164,6 +173,23 @@ def volume_settings(hparams: dict[str, Any] | None) -> tuple[str, str]:
     return policy, agg
 
 
+def slice_batch(model: FoundationModel, ctx: RunContext) -> int:
+    """The encoder batch of the slices: on a CPU, enough slices for SLICE_BATCH_GFLOP of the model's FLOPs per call
+    (at most MAX_SLICE_BATCH, never below the run's batch); elsewhere, or FLOPs unknown, the run's."""
+    if not ctx.device.startswith("cpu"):
+        return ctx.batch_size
+    from fairmedbench.benchmark.costs import model_flops
+
+    gflops = model_flops(model.card.name).get("gflops")
+    if not gflops:
+        return ctx.batch_size
+    batch = max(ctx.batch_size, min(MAX_SLICE_BATCH, int(SLICE_BATCH_GFLOP // gflops)))
+    if batch != ctx.batch_size:
+        print(f"slice batch -> {batch} ({gflops:.1f} GFLOP per slice: at least {SLICE_BATCH_GFLOP:.0f} GFLOP per "
+              f"encoder call on a CPU, up to {MAX_SLICE_BATCH} slices)", file=sys.stderr)
+    return batch
+
+
 def prepare_classification(usage: Usage, model: FoundationModel, views: Mapping[str, ImageSplit],
                            ctx: RunContext) -> Prepared:
     """`usage.prepare` on 2D data; on a 3D dataset the same usage on slices, with a per-volume head."""
@@ -176,7 +202,8 @@ def prepare_classification(usage: Usage, model: FoundationModel, views: Mapping[
         return usage.prepare(model, views, ctx)
     policy, agg = volume_settings(ctx.hparams)
     slice_views = {name: SliceView(view, policy) for name, view in views.items()}
-    inner = usage.prepare(model, slice_views, ctx)
+    batch = slice_batch(model, ctx)
+    inner = usage.prepare(model, slice_views, replace(ctx, batch_size=batch))
     counts = {name: sv.counts for name, sv in slice_views.items()}
     inputs = {name: to_volumes(np.asarray(x), counts[name]) for name, x in inner.inputs.items()}
     flat_train = np.asarray(inner.inputs["train"])
@@ -188,7 +215,7 @@ def prepare_classification(usage: Usage, model: FoundationModel, views: Mapping[
         return make_volume_head(inner.make_head(flat_train, k), agg, flat_train)
 
     notes = {**inner.notes, "volumes": {
-        "slices": policy, "slice_agg": agg, "unit": "volume",
+        "slices": policy, "slice_agg": agg, "unit": "volume", "encoder_batch": batch,
         "slices_per_volume": {name: {"min": int(min(c)), "max": int(max(c)), "total": int(sum(c))}
                               for name, c in counts.items()}}}
     return Prepared(inputs, make_head, notes)

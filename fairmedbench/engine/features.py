@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -73,6 +73,7 @@ class Features:
     from_cache: bool
     seconds: float
     encoded: int = 0  # images run through the encoder by this call (0 when every feature came from the cache)
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per stage of this call (none from the cache)
 
 
 def sample_ids_of(split: Any) -> list[str]:
@@ -137,16 +138,23 @@ def _write_item(folder: Path, content: str, row: np.ndarray) -> None:
 
 class _Pixels:
     """torch Dataset view of the split's samples at `rows`: loads and preprocesses one image per item (runs in
-    workers)."""
+    workers); `seconds` sums the time of each step in this process (a worker's own copy stays in the worker)."""
 
     def __init__(self, split: ImageSplit, preprocess: Callable[[np.ndarray], np.ndarray], rows: list[int]) -> None:
         self.split, self.preprocess, self.rows = split, preprocess, rows
+        self.seconds = {"read": 0.0, "preprocess": 0.0}
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.preprocess(self.split.load_image(self.rows[i]))
+        t0 = time.perf_counter()
+        image = self.split.load_image(self.rows[i])
+        t1 = time.perf_counter()
+        pixels = self.preprocess(image)
+        self.seconds["read"] += t1 - t0
+        self.seconds["preprocess"] += time.perf_counter() - t1
+        return pixels
 
 
 def _entry_dir(cache_dir: Path, model_name: str, key: str) -> Path:
@@ -174,6 +182,103 @@ def default_workers(device: str) -> int:
     return max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
+@dataclass
+class _Pending:
+    """What one extraction still has to encode: `todo` rows (each distinct uncached content once), the features
+    `known` per content key (read from `items`, the per-content cache, or encoded by this call)."""
+
+    todo: list[int]
+    known: dict[str, np.ndarray]
+    items: Path | None
+
+
+def _pending(model: Encoder, content: list[str] | None, n: int, cache_dir: Path | None, precision: str,
+             encoder_path: str) -> _Pending:
+    """Rows to encode: every row without content keys; else the first row of each content with no cached
+    feature."""
+    if content is None:
+        return _Pending(list(range(n)), {}, None)
+    items = _item_dir(cache_dir, model, precision, encoder_path) if cache_dir is not None else None
+    first: dict[str, int] = {}
+    for r, c in enumerate(content):
+        first.setdefault(c, r)
+    known: dict[str, np.ndarray] = {}
+    if items is not None:
+        for c in first:
+            row = _read_item(items, c)
+            if row is not None:
+                known[c] = row
+    return _Pending([r for c, r in first.items() if c not in known], known, items)
+
+
+def _encode_rows(model: Encoder, split: ImageSplit, pending: _Pending, content: list[str] | None,
+                 allocate: Callable[[int], np.ndarray], settings: dict[str, Any],
+                 progress: Callable[[int, int], None] | None) -> tuple[np.ndarray | None, dict[str, float]]:
+    """Encode `pending.todo` in batches into rows of `allocate(dim)` (and `pending.known` per content); returns
+    the array (None when nothing was encoded) and the seconds spent per stage: read, preprocess and collate (where
+    the loader runs in this process; else `loader`, the wait for its workers), encode and store."""
+    import torch
+
+    todo, device, precision = pending.todo, settings["device"], settings["precision"]
+    stages = {"encode": 0.0, "store": 0.0}
+    if progress is not None:
+        progress(0, len(todo))  # starts the stage's clock and says what is running before the first batch
+    if not todo:
+        return None, stages
+    model.to(device)
+    if settings["channels_last"]:
+        model.module.to(memory_format=torch.channels_last)
+    pixels = _Pixels(split, model.preprocess, todo)
+    workers = settings["num_workers"]
+    loader = torch.utils.data.DataLoader(
+        cast("torch.utils.data.Dataset[np.ndarray]", pixels), batch_size=settings["batch_size"], shuffle=False,
+        num_workers=workers, pin_memory=device.startswith("cuda"), persistent_workers=False,
+        prefetch_factor=4 if workers > 0 else None)
+    out: np.ndarray | None = None
+    done, t_load, t = 0, 0.0, time.perf_counter()
+    for batch in loader:
+        t_load += time.perf_counter() - t
+        t = time.perf_counter()
+        batch = batch.to(device, non_blocking=True)
+        if settings["channels_last"]:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        with autocast(device, precision):
+            emb = model.encode_image(batch).float().cpu().numpy()
+        stages["encode"] += time.perf_counter() - t
+        t = time.perf_counter()
+        out = allocate(emb.shape[1]) if out is None else out
+        for j, r in enumerate(todo[done:done + len(emb)]):
+            out[r] = emb[j]
+            if content is not None:
+                pending.known[content[r]] = emb[j]
+                if pending.items is not None:
+                    _write_item(pending.items, content[r], emb[j])
+        done += len(emb)
+        stages["store"] += time.perf_counter() - t
+        if progress is not None:
+            progress(done, len(todo))
+        t = time.perf_counter()
+    # in this process: the loader's time is reading, preprocessing and collating the batch; else the workers' wait
+    stages.update({**pixels.seconds, "collate": t_load - sum(pixels.seconds.values())} if workers == 0
+                  else {"loader": t_load})
+    return out, stages
+
+
+def _publish(cache_dir: Path, name: str, key: str, tmp: Path, meta: dict[str, Any]) -> tuple[np.ndarray, Path]:
+    """Rename the finished staging folder `tmp` into the cache entry of `key` (another process may have finished
+    the same entry first: theirs is kept) and return the entry's memory-mapped features and folder."""
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    final = _entry_dir(cache_dir, name, key)
+    try:
+        os.replace(tmp, final)
+    except OSError:  # another process finished the same entry first: keep theirs (ours is removed by the caller)
+        if not (final / "meta.json").is_file():
+            raise
+    hit = read_cached(cache_dir, name, key)
+    assert hit is not None
+    return hit[0], final
+
+
 def extract_features(model: Encoder, split: ImageSplit, *, split_name: str, cache_dir: str | Path | None,
                      batch_size: int = 32, num_workers: int | None = None, device: str = "auto",
                      precision: str = "fp32", channels_last: bool = False,
@@ -184,10 +289,8 @@ def extract_features(model: Encoder, split: ImageSplit, *, split_name: str, cach
     are encoded, each distinct content once. num_workers=None picks `default_workers(device)`; precision "bf16"
     autocasts, "auto" is resolved for the device (see engine.device) and the resolved one keys the cache, as does
     the model's `encoder_path(device, precision)` (how its encoder runs: see registry.models.encoder_path);
-    `progress(done, total)` after each batch.
+    `progress(done, total)` after each batch. `Features.stages`: the seconds of each stage (see _encode_rows).
     """
-    import torch
-
     t0 = time.perf_counter()
     device = select_device(device)
     precision = resolve_precision(precision, device)
@@ -197,102 +300,43 @@ def extract_features(model: Encoder, split: ImageSplit, *, split_name: str, cach
         raise InputError(f"split has {len(ids)} samples but {len(content)} content keys")
     encoder_path = model.encoder_path(device, precision)
     key, parts = cache_key(model, split, split_name, precision, content, encoder_path)
-    name = str(parts["model"])
-    if cache_dir is not None:
-        cache_dir = Path(cache_dir)
-        hit = read_cached(cache_dir, name, key)
-        if hit is not None:
-            array, meta = hit
-            return Features(meta["sample_ids"], array, key, _entry_dir(cache_dir, name, key), True,
-                            time.perf_counter() - t0)
-    if num_workers is None:
-        num_workers = default_workers(device)
+    name, cache = str(parts["model"]), Path(cache_dir) if cache_dir is not None else None
+    hit = read_cached(cache, name, key) if cache is not None else None
+    if cache is not None and hit is not None:
+        return Features(hit[1]["sample_ids"], hit[0], key, _entry_dir(cache, name, key), True,
+                        time.perf_counter() - t0)
+    num_workers = default_workers(device) if num_workers is None else num_workers
     if batch_size < 1 or num_workers < 0:
         raise InputError(f"batch_size must be >= 1 and num_workers >= 0 (got {batch_size}, {num_workers})")
     if not ids:
         raise InputError(f"split {split_name!r} is empty: nothing to extract")
-    # rows to encode: every row without content keys; else the first row of each content with no cached feature
-    known: dict[str, np.ndarray] = {}
-    items = (_item_dir(cache_dir, model, precision, encoder_path)
-             if cache_dir is not None and content is not None else None)
-    if content is None:
-        todo = list(range(len(ids)))
-    else:
-        first: dict[str, int] = {}
-        for r, c in enumerate(content):
-            first.setdefault(c, r)
-        if items is not None:
-            for c in first:
-                row = _read_item(items, c)
-                if row is not None:
-                    known[c] = row
-        todo = [r for c, r in first.items() if c not in known]
+    pending = _pending(model, content, len(ids), cache, precision, encoder_path)
     tmp = None
-    if cache_dir is not None:
-        remove_stale_staging(cache_dir / name)
-        tmp = staging_dir(cache_dir / name, key[:12])
+    if cache is not None:
+        remove_stale_staging(cache / name)
+        tmp = staging_dir(cache / name, key[:12])
     try:
-        out: np.ndarray | None = None
-        done = 0
-
         def allocate(dim: int) -> np.ndarray:
-            shape = (len(ids), dim)
-            return (np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=shape)
-                    if tmp is not None else np.empty(shape, np.float32))
+            return (np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=(len(ids), dim))
+                    if tmp is not None else np.empty((len(ids), dim), np.float32))
 
-        if progress is not None:
-            progress(0, len(todo))  # starts the stage's clock and says what is running before the first batch
-        if todo:
-            model.to(device)
-            if channels_last:
-                model.module.to(memory_format=torch.channels_last)
-            pixels = cast("torch.utils.data.Dataset[np.ndarray]", _Pixels(split, model.preprocess, todo))  # map-style
-            loader = torch.utils.data.DataLoader(
-                pixels, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                pin_memory=device.startswith("cuda"), persistent_workers=False,
-                prefetch_factor=4 if num_workers > 0 else None,
-            )
-            for batch in loader:
-                batch = batch.to(device, non_blocking=True)
-                if channels_last:
-                    batch = batch.contiguous(memory_format=torch.channels_last)
-                with autocast(device, precision):
-                    encoded = model.encode_image(batch)
-                emb = encoded.float().cpu().numpy()
-                if out is None:
-                    out = allocate(emb.shape[1])
-                for j, r in enumerate(todo[done:done + len(emb)]):
-                    out[r] = emb[j]
-                    if content is not None:
-                        known[content[r]] = emb[j]
-                        if items is not None:
-                            _write_item(items, content[r], emb[j])
-                done += len(emb)
-                if progress is not None:
-                    progress(done, len(todo))
+        settings = {"device": device, "precision": precision, "batch_size": batch_size, "num_workers": num_workers,
+                    "channels_last": channels_last}
+        out, stages = _encode_rows(model, split, pending, content, allocate, settings, progress)
         if content is not None:  # every row from its content's feature (cached, or encoded above for its first row)
-            if out is None:
-                out = allocate(len(next(iter(known.values()))))
+            out = allocate(len(next(iter(pending.known.values())))) if out is None else out
             for r, c in enumerate(content):
-                out[r] = known[c]
+                out[r] = pending.known[c]
         assert out is not None
-        if tmp is None:
-            return Features(ids, out, key, Path(), False, time.perf_counter() - t0, len(todo))
+        if cache is None or tmp is None:
+            return Features(ids, out, key, Path(), False, time.perf_counter() - t0, len(pending.todo), stages)
         assert isinstance(out, np.memmap)
         out.flush()
         del out
-        meta = {"key": key, "parts": parts, "sample_ids": ids, "created": time.time()}
-        (tmp / "meta.json").write_text(json.dumps(meta))
-        final = _entry_dir(cache_dir, name, key)  # type: ignore[arg-type]
-        try:
-            os.replace(tmp, final)
-            tmp = None
-        except OSError:  # another process finished the same entry first: keep theirs, drop ours below
-            if not (final / "meta.json").is_file():
-                raise
-        hit = read_cached(cache_dir, name, key)  # type: ignore[arg-type]
-        assert hit is not None
-        return Features(ids, hit[0], key, final, False, time.perf_counter() - t0, len(todo))
+        array, final = _publish(cache, name, key, tmp, {"key": key, "parts": parts, "sample_ids": ids,
+                                                        "created": time.time()})
+        tmp = None if not tmp.exists() else tmp
+        return Features(ids, array, key, final, False, time.perf_counter() - t0, len(pending.todo), stages)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -229,3 +229,37 @@ def test_kill_9_during_extraction_then_rerun_completes_and_leaves_no_staging(tmp
     res = extract_features(enc, TinySplit(n=8), split_name="train", cache_dir=tmp_path, batch_size=4, device="cpu")
     assert not res.from_cache and enc.forwards == 2 and res.array.shape == (8, 64)
     assert [p.name for p in (tmp_path / "counting").iterdir() if p.name.startswith(".tmp-")] == []
+
+
+class _Clock:
+    """A fake perf_counter that moves only when the test says: 1 s per image read, 10 per preprocess, 100 per
+    encoder call."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_extraction_times_each_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    clock = _Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    split, enc = TinySplit(n=5, size=8), CountingEncoder()
+    read, pre, encode = split.load_image, enc.preprocess, enc.encode_image
+
+    def timed(step: float, fn):  # noqa: ANN001, ANN202
+        def call(*args):  # noqa: ANN002, ANN202
+            clock.now += step
+            return fn(*args)
+        return call
+
+    monkeypatch.setattr(split, "load_image", timed(1.0, read))
+    monkeypatch.setattr(enc, "preprocess", timed(10.0, pre))
+    monkeypatch.setattr(enc, "encode_image", timed(100.0, encode))
+    feats = extract_features(enc, split, split_name="train", cache_dir=None, batch_size=2, device="cpu")
+    # 5 images in batches of 2, 2, 1: 3 encoder calls; nothing is cached, so storing rows takes no fake time
+    assert feats.stages == {"read": 5.0, "preprocess": 50.0, "collate": 0.0, "encode": 300.0, "store": 0.0}
+    assert feats.seconds == 355.0 and feats.encoded == 5

@@ -42,3 +42,20 @@ def test_grayscale_channel_handling_and_bad_dtype() -> None:
 def test_card_preprocessing_descriptions_differ_between_models() -> None:
     descs = {get_card(n).preprocessing.describe() for n in ("litemedsam", "sam-vit-b", "medsam", "clip-vit-b32")}
     assert len(descs) == 4
+
+
+@pytest.mark.parametrize("spec", [
+    Preprocessing(size=24, resize_size=28, interpolation="bilinear"),  # ImageNet mean/std per channel
+    Preprocessing(size=24, resize="longest_pad", intensity="minmax", mean=(0.5,), std=(0.25,)),  # one mean/std
+])
+def test_gray_image_is_resized_once_yet_equals_its_three_plane_copy(spec: Preprocessing) -> None:
+    gray = np.random.default_rng(1).integers(0, 256, (16, 20), dtype=np.uint8)
+    out = preprocess_image(gray, spec)
+    assert out.shape == (3, 24, 24) and out.flags.c_contiguous
+    assert np.array_equal(out, preprocess_image(np.repeat(gray[:, :, None], 3, axis=2), spec))
+    # by hand: a uniform gray 100 is (100 / 255 - mean[c]) / std[c] in channel c (minmax: 0 at every pixel)
+    flat = preprocess_image(np.full((16, 20), 100, np.uint8), spec)
+    for c in range(3):
+        level = 0.0 if spec.intensity == "minmax" else 100 / 255
+        expected = (level - spec.mean[c % len(spec.mean)]) / spec.std[c % len(spec.std)]
+        assert flat[c, 12, 12] == pytest.approx(expected, abs=1e-6)

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
+from fairmedbench.adapters import volumes
+from fairmedbench.adapters.base import RunContext
 from fairmedbench.adapters.linear_probe import make_linear_head
-from fairmedbench.adapters.volumes import make_volume_head, select_slices, to_volumes
+from fairmedbench.adapters.volumes import make_volume_head, select_slices, slice_batch, to_volumes
 from fairmedbench.benchmark.run import RunOptions, run
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunSpec
@@ -109,6 +111,7 @@ def _per_volume(out, n_volumes: int) -> pd.DataFrame:
     vols = doc["usage"]["volumes"]
     assert vols["unit"] == "volume" and vols["slices"] == "n:3" and vols["slice_agg"] == "max"
     assert sum(v["total"] for v in vols["slices_per_volume"].values()) == 3 * n_volumes
+    assert vols["encoder_batch"] == 32  # c2l: 128 GFLOP // 3.63 per slice = 35, capped at MAX_SLICE_BATCH
     return pred
 
 
@@ -160,3 +163,21 @@ def test_official_layout_fixtures_run_end_to_end(tmp_path: Path, name: str, make
     pred = _per_volume(out, n)
     assert len(pred) == out.seed_docs[0]["inputs"]["dataset"]["n_test"] + (pred["split"] == "val").sum()
     assert pred["score:label"].between(0, 1).all()
+
+
+@pytest.mark.parametrize(("gflops", "device", "run_batch", "expected"), [
+    (3.6, "cpu", 2, 32),  # 128 // 3.6 = 35 slices, capped at 32
+    (40.0, "cpu", 2, 3),  # 128 // 40 = 3
+    (200.0, "cpu", 2, 2),  # one slice would exceed the budget: the run's batch
+    (3.6, "cpu", 48, 48),  # never below the run's batch
+    (None, "cpu", 2, 2),  # FLOPs unknown
+    (3.6, "cuda:0", 16, 16),  # not on a CPU
+])
+def test_slice_batch_holds_enough_flops_per_encoder_call(monkeypatch: pytest.MonkeyPatch, gflops: float | None,
+                                                         device: str, run_batch: int, expected: int) -> None:
+    import fairmedbench.benchmark.costs as costs
+
+    monkeypatch.setattr(costs, "model_flops", lambda name: {"gflops": gflops, "how": "counted"})
+    model = type("M", (), {"card": type("C", (), {"name": "c2l"})()})()
+    assert volumes.SLICE_BATCH_GFLOP == 128.0 and volumes.MAX_SLICE_BATCH == 32
+    assert slice_batch(model, RunContext(device=device, batch_size=run_batch)) == expected

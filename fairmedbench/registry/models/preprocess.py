@@ -11,14 +11,14 @@ _PIL_FILTERS = {"bicubic": 3, "bilinear": 2, "area": 4}  # PIL.Image.Resampling:
 
 
 def _as_channels(image: np.ndarray, channels: int) -> np.ndarray:
+    """(H, W, C) with C = `channels`, or one plane for a grayscale image of a 3-channel model (the planes would be
+    equal: it is resized and scaled once, and normalising by the three channels' mean and std makes the three)."""
     if image.ndim == 2:
         image = image[:, :, None]
     if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
         raise InputError(f"image of shape {image.shape}: expected (H, W) or (H, W, 3) uint8")
     image = image[:, :, :3]
-    if channels == 3 and image.shape[2] == 1:
-        image = np.repeat(image, 3, axis=2)
-    elif channels == 1 and image.shape[2] == 3:
+    if channels == 1 and image.shape[2] == 3:
         image = image.mean(axis=2, keepdims=True).round().astype(image.dtype)
     return image
 
@@ -65,9 +65,13 @@ def preprocess_image(image: np.ndarray, spec: Preprocessing) -> np.ndarray:
         x = (x - lo) / max(hi - lo, 1e-8)
     else:
         x /= 255.0
-    mean = np.asarray(spec.mean[: x.shape[2]], dtype=np.float32)
-    std = np.asarray(spec.std[: x.shape[2]], dtype=np.float32)
+    planes = spec.channels if spec.channels == 3 else x.shape[2]  # a gray plane broadcasts to the model's three
+    mean = np.asarray(spec.mean[:planes], dtype=np.float32)
+    std = np.asarray(spec.std[:planes], dtype=np.float32)
     x = (x - mean) / std
     if spec.resize == "longest_pad":
         x = np.pad(x, ((0, s - nh), (0, s - nw), (0, 0)))
-    return np.ascontiguousarray(x.transpose(2, 0, 1))
+    out = x.transpose(2, 0, 1)
+    if out.shape[0] != spec.channels:  # a gray plane of a 3-channel model normalised by one mean and std
+        out = np.broadcast_to(out, (spec.channels, *out.shape[1:]))
+    return np.ascontiguousarray(out)
