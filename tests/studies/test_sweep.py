@@ -142,7 +142,7 @@ def test_ray_launcher_gives_the_local_results(local, tmp_path: Path) -> None:
     _ray_matches_local(local, load_study(str(_smoke_on_contrast(tmp_path))), "ray-contrast", encodes=2, runs=4)
 
 
-# slow (about 2x the cost of the test above, whose cells are half of these): the same check on all 8 runs
+# slow: the same check on all 8 of smoke's runs (4 encodes); test_ray_launcher_gives_the_local_results runs half
 @pytest.mark.slow
 def test_ray_launcher_gives_the_local_results_for_all_of_smoke(local) -> None:
     _ray_matches_local(local, load_study("smoke"), "ray", encodes=4, runs=8)
