@@ -215,7 +215,7 @@ def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.Ca
     """--model/--dataset: linear-probe features through the feature cache, the random-weight baseline paired
     with the model, and an ImageNet baseline that says it was not computed when its weights are absent."""
     cache = tmp_path / "cache"
-    rc, out, err = _run(capsys, "inspect", "--model", "imagenet-resnet50", "--weights", "random", "--dataset",
+    rc, out, err = _run(capsys, "inspect", "--model", "moco-cxr", "--weights", "random", "--dataset",
                         "synth-contrast", "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu",
                         "--cache-dir", str(cache), "--n-boot", "50", "--no-tsne",
                         "--imagenet-model", "imagenet-vit-b16",
@@ -224,7 +224,7 @@ def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.Ca
     doc = json.loads(out)
     feats = doc["inputs"]["features"]
     assert set(feats) == {"train", "val", "test"} and not feats["test"]["from_cache"]
-    assert any(cache.joinpath("imagenet-resnet50").iterdir())  # the cache `benchmark run` reads
+    assert any(cache.joinpath("moco-cxr").iterdir())  # the cache `benchmark run` reads
     assert doc["inputs"]["baselines"]["random"]["weights"] == "random:seed=0"
     imagenet = doc["inputs"]["baselines"]["imagenet"]
     assert imagenet["computed"] is False and "imagenet-vit-b16" in imagenet["reason"]
@@ -240,7 +240,7 @@ def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.Ca
 def test_inspect_unknown_baseline_is_refused_before_any_encode(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A typo in --baselines fails in one line before features are extracted; `none` runs without baselines."""
     cache = tmp_path / "cache"
-    common = ["inspect", "--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-contrast",
+    common = ["inspect", "--model", "moco-cxr", "--weights", "random", "--dataset", "synth-contrast",
               "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu", "--cache-dir", str(cache),
               "--n-boot", "0", "--no-tsne"]
     rc, out, err = _run(capsys, *common, "--baselines", "random,imagnet", "--out", str(tmp_path / "bad"))

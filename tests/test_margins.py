@@ -80,7 +80,7 @@ def test_paired_mde_and_tost_hold_their_rates_by_simulation() -> None:
 
 # ----------------------------------------------------------------------------------------------------------- run
 
-RUN = ["run", "--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-control", "--dataset-option",
+RUN = ["run", "--model", "moco-cxr", "--weights", "random", "--dataset", "synth-control", "--dataset-option",
        "n=80", "--attribute", "sex", "--usage", "lp", "--n-boot", "100", "--n-perm", "100", "--device", "cpu"]
 
 

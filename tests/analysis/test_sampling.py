@@ -82,15 +82,22 @@ def test_infeasible_sizes_say_what_fits() -> None:
              np.array(["a", "a", "a"], dtype=object), np.array([0, 0, 0]), 0, 0)
 
 
-def test_a_run_trains_on_the_drawn_share(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def feature_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One feature cache for this file's runs: they all encode the same 60 synth-contrast images with the same
+    random-weight ResNet-18 (moco-cxr; what is drawn does not depend on the encoder)."""
+    return tmp_path_factory.mktemp("sampling-cache")
+
+
+def test_a_run_trains_on_the_drawn_share(tmp_path: Path, feature_cache: Path) -> None:
     """End to end: the run's training set has the requested size and share; the result records the draw."""
     from fairmedbench.benchmark.run import RunOptions, run
     from fairmedbench.spec import RunSpec
 
-    spec = RunSpec(model="imagenet-resnet50", dataset="synth-contrast", weights="random", usage="lp",
+    spec = RunSpec(model="moco-cxr", dataset="synth-contrast", weights="random", usage="lp",
                    attributes=("sex",), n_boot=0, hparams={"epochs": 2}, dataset_options={"n": 60},
                    train_group_share=0.25, train_size=8, seeds=(0, 1))
-    out = run(spec, RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu"))
+    out = run(spec, RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(feature_cache), device="cpu"))
     assert out.config.sampling == {"train_group_share": 0.25, "share_group": out.config.sampling["share_group"],
                                    "train_size": 8}
     for doc in out.seed_docs:
@@ -98,19 +105,19 @@ def test_a_run_trains_on_the_drawn_share(tmp_path: Path) -> None:
         assert train["n"] == 8
         assert train["by_group"][out.config.sampling["share_group"]]["n"] == 2
     other = run(spec.__class__(**{**spec.__dict__, "train_group_share": 0.75}),
-                RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu"))
+                RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(feature_cache), device="cpu"))
     assert other.config.run_id != out.config.run_id
 
 
-def test_a_run_reports_a_resampled_test_set_beside_the_original(tmp_path: Path) -> None:
+def test_a_run_reports_a_resampled_test_set_beside_the_original(tmp_path: Path, feature_cache: Path) -> None:
     """--test-resample balanced:sex: equal group sizes in the second test set, its ids stored, its own result."""
     from fairmedbench.benchmark.run import RunOptions, run
     from fairmedbench.spec import RunSpec
 
-    spec = RunSpec(model="imagenet-resnet50", dataset="synth-contrast", weights="random", usage="lp",
+    spec = RunSpec(model="moco-cxr", dataset="synth-contrast", weights="random", usage="lp",
                    attributes=("sex", "age"), n_boot=0, hparams={"epochs": 2}, dataset_options={"n": 60},
                    test_resample="balanced: sex")
-    out = run(spec, RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu"))
+    out = run(spec, RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(feature_cache), device="cpu"))
     assert out.config.sampling == {"test_resample": "balanced:sex"}  # one spelling, one run id
     block = out.seed_docs[0]["test_resample"]
     sizes = {g: c["n"] for g, c in block["counts"].items()}

@@ -15,16 +15,23 @@ from fairmedbench.benchmark.run import RunOptions
 from fairmedbench.engine.results import RunResult
 from fairmedbench.errors import InputError
 
-ARGS = ("imagenet-resnet50", ["synth-underrep"], "sex", "lp", ["groupdro"], (0, 1))
+ARGS = ("moco-cxr", ["synth-underrep"], "sex", "lp", ["groupdro"], (0, 1))
 KW = {"weights": "random", "n_boot": 20, "dataset_options": {"n": 60}, "hparams": {"epochs": 5}}
 
 
-def _opts(tmp: Path) -> RunOptions:
-    return RunOptions(out_root=str(tmp / "r"), cache_dir=str(tmp / "c"), device="cpu")
+def _opts(tmp: Path, cache: Path | None = None) -> RunOptions:
+    """Results under `tmp`; features cached in `cache` (default `tmp`/c)."""
+    return RunOptions(out_root=str(tmp / "r"), cache_dir=str(cache or tmp / "c"), device="cpu")
 
 
-def test_split_seeds_pair_per_split_and_pool_the_test_bootstrap(tmp_path: Path, monkeypatch) -> None:
-    out = compare(*ARGS, _opts(tmp_path), split_seeds=(0, 1, 2), **KW)
+@pytest.fixture(scope="module")
+def features(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One feature cache for this file's comparisons: they encode the same synth-underrep images."""
+    return tmp_path_factory.mktemp("features")
+
+
+def test_split_seeds_pair_per_split_and_pool_the_test_bootstrap(tmp_path: Path, features: Path, monkeypatch) -> None:
+    out = compare(*ARGS, _opts(tmp_path, features), split_seeds=(0, 1, 2), **KW)
     assert out.split_seeds == [0, 1, 2] and out.datasets == ["synth-underrep"]
     per_split = {}
     for m in ("erm", "groupdro"):
@@ -74,9 +81,9 @@ def test_split_seeds_bad_input_refused_before_any_run(tmp_path: Path, kw: dict, 
     assert not (tmp_path / "r").exists()
 
 
-def test_eval_dataset_compares_each_site_as_dataset_at_site(tmp_path: Path) -> None:
+def test_eval_dataset_compares_each_site_as_dataset_at_site(tmp_path: Path, features: Path) -> None:
     site = "synth-underrep:n=60:data_seed=7"
-    out = compare(*ARGS, _opts(tmp_path), eval_datasets=(site,), **KW)
+    out = compare(*ARGS, _opts(tmp_path, features), eval_datasets=(site,), **KW)
     name = "synth-underrep@synth-underrep:data_seed=7:n=60"
     assert out.datasets == ["synth-underrep", name] and out.sites == {name: "synth-underrep"}
     for m in ("erm", "groupdro"):

@@ -17,13 +17,14 @@ from fairmedbench.engine.hparams import TRAINING_SPACE, LogUniform
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunOptions, RunSpec
 
-SPEC = RunSpec(model="imagenet-resnet50", dataset="synth-underrep", attributes=("sex",), usage="lp",
+SPEC = RunSpec(model="moco-cxr", dataset="synth-underrep", attributes=("sex",), usage="lp",
                mitigation="groupdro", seeds=(0, 1), weights="random", n_boot=0, n_perm=0,
                dataset_options={"n": 60}, hparams={"epochs": 5})
 
 
-def _opts(tmp: Path) -> RunOptions:
-    return RunOptions(out_root=str(tmp / "r"), cache_dir=str(tmp / "c"), device="cpu")
+def _opts(tmp: Path, cache: Path | None = None) -> RunOptions:
+    """Results under `tmp`; features cached in `cache` (default `tmp`/c)."""
+    return RunOptions(out_root=str(tmp / "r"), cache_dir=str(cache or tmp / "c"), device="cpu")
 
 
 def test_candidates_are_the_defaults_then_seeded_draws_in_the_declared_space() -> None:
@@ -112,7 +113,8 @@ def test_the_search_never_reads_a_test_label(method: str, tmp_path: Path, monkey
     ds = load_dataset("synth-underrep", n=60)
     truth = ds.samples.set_index("sample_id")[ds.card.label_column].copy()
     _flip_test_labels(monkeypatch, truth)
-    flipped = search(spec, _opts(tmp_path / "flipped"), 3)
+    features = tmp_path / "plain" / "c"  # the same images: the flip changes labels, not pixels
+    flipped = search(spec, _opts(tmp_path / "flipped", features), 3)
     assert [c["hparams"] for c in flipped.record["candidates"]] == [c["hparams"] for c in plain.record["candidates"]]
     scores = [c["val_score"] for c in plain.record["candidates"]]
     assert [c["val_score"] for c in flipped.record["candidates"]] == scores  # identical, not approximately
@@ -122,7 +124,7 @@ def test_the_search_never_reads_a_test_label(method: str, tmp_path: Path, monkey
     assert scores[best] == max(s for s in scores if s is not None)
     # the flip did reach the test set: every test AUC became 1 - AUC
     a = run_mod.run(plain.spec, _opts(tmp_path / "plain")).seeds[0].value("auc", "sex")
-    b = run_mod.run(flipped.spec, _opts(tmp_path / "flipped")).seeds[0].value("auc", "sex")
+    b = run_mod.run(flipped.spec, _opts(tmp_path / "flipped", features)).seeds[0].value("auc", "sex")
     assert math.isclose(a + b, 1.0, abs_tol=1e-9)
     # the chosen run's validation score is the one recorded
     again = validation_score(run_mod.run(plain.spec, _opts(tmp_path / "plain")), "sex", "worst_group_auc")

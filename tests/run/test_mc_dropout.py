@@ -22,7 +22,7 @@ T = 6
 
 
 def _spec(**kw) -> RunSpec:
-    base = dict(model="imagenet-resnet50", weights="random", dataset="synth-contrast", usage="lp", seeds=(0,),
+    base = dict(model="moco-cxr", weights="random", dataset="synth-contrast", usage="lp", seeds=(0,),
                 n_boot=0, dataset_options={"n": 120}, hparams={"epochs": 15, "dropout": 0.3, "mc_samples": T})
     base.update(kw)
     return RunSpec(**base)

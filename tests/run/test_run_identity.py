@@ -272,7 +272,8 @@ def test_kill_9_during_feature_extraction_then_rerun_completes_with_no_staging_l
     import sys
     import time
 
-    argv = [sys.executable, "-m", "fairmedbench", "--model", "imagenet-resnet50", "--weights", "random", "--dataset",
+    # random-weight ResNet-18: its 20 batches of 4 still take seconds to stage, the kill comes within 0.05 s
+    argv = [sys.executable, "-m", "fairmedbench", "--model", "moco-cxr", "--weights", "random", "--dataset",
             "synth-contrast", "--dataset-option", "n=80", "--n-boot", "0", "--hparam", "epochs=3", "--device", "cpu",
             "--batch-size", "4", "--out", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"), "--json"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

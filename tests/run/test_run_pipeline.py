@@ -18,7 +18,7 @@ SMALL = {"n": 60}
 
 
 def _spec(**kw) -> RunSpec:
-    base = dict(model="imagenet-resnet50", weights="random", dataset="synth-contrast", usage="lp", seeds=(0, 1),
+    base = dict(model="moco-cxr", weights="random", dataset="synth-contrast", usage="lp", seeds=(0, 1),
                 n_boot=50, dataset_options=SMALL, hparams={"epochs": 30})
     base.update(kw)
     return RunSpec(**base)
@@ -32,6 +32,13 @@ def _opts(tmp: Path, **kw) -> RunOptions:
 def lp_run(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("run")
     return tmp, run(_spec(), _opts(tmp))
+
+
+@pytest.fixture
+def lp_cache(lp_run) -> dict[str, str]:
+    """lp_run's feature cache, for a test's own runs on the same images (random-weight ResNet-18, moco-cxr: the
+    runner's behaviour does not depend on the encoder) that check nothing about the cache."""
+    return {"cache_dir": str(lp_run[0] / "cache")}
 
 
 def test_lp_run_writes_valid_results_per_seed_and_summary(lp_run) -> None:
@@ -96,7 +103,8 @@ def test_test_labels_never_choose_threshold_or_checkpoint(lp_run, monkeypatch: p
     assert auc(first.seed_docs[0]) != auc(other.seed_docs[0])  # the test labels did change
 
 
-def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           lp_cache: dict[str, str]) -> None:
     calls = {"n": 0}
     import fairmedbench.tasks.scoring as scoring
 
@@ -110,18 +118,18 @@ def test_interrupted_run_leaves_no_partial_files_and_resumes(tmp_path: Path, mon
 
     monkeypatch.setattr(scoring, "evaluate_classification", interrupt_on_second)
     with pytest.raises(KeyboardInterrupt):
-        run(_spec(), _opts(tmp_path))
+        run(_spec(), _opts(tmp_path, **lp_cache))
     folder = next((tmp_path / "results").rglob("seed0.json")).parent
     names = sorted(p.name for p in folder.iterdir())
     # the config and the lock, then seed 0: no summary, no seed 1, no temporary files
     assert names == [".lock", "config.json", "seed0.json", "seed0.predictions.parquet"]
     monkeypatch.setattr(scoring, "evaluate_classification", original)
-    resumed = run(_spec(), _opts(tmp_path))
+    resumed = run(_spec(), _opts(tmp_path, **lp_cache))
     assert calls["n"] == 2 and (folder / "summary.json").exists() and len(resumed.seed_docs) == 2
 
 
-def test_mitigation_and_hparams_are_recorded(tmp_path: Path) -> None:
-    out = run(_spec(mitigation="groupdro", seeds=(0,), hparams={"epochs": 5, "eta": 0.1}), _opts(tmp_path))
+def test_mitigation_and_hparams_are_recorded(tmp_path: Path, lp_cache: dict[str, str]) -> None:
+    out = run(_spec(mitigation="groupdro", seeds=(0,), hparams={"epochs": 5, "eta": 0.1}), _opts(tmp_path, **lp_cache))
     tr = out.seed_docs[0]["training"]
     assert tr["mitigation"]["name"] == "groupdro" and tr["mitigation"]["hparams"]["eta"] == 0.1
     assert tr["config"]["epochs"] == 5
@@ -149,7 +157,7 @@ def test_missing_real_dataset_says_where_to_get_it(tmp_path: Path, monkeypatch: 
 
 
 def test_cli_run_default_command_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    base = ["--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-control",
+    base = ["--model", "moco-cxr", "--weights", "random", "--dataset", "synth-control",
             "--dataset-option", "n=40", "--n-boot", "20", "--hparam", "epochs=5", "--out", str(tmp_path / "r"),
             "--cache-dir", str(tmp_path / "c"), "--device", "cpu"]
     assert main(base + ["--json"]) == 0

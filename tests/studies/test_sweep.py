@@ -111,17 +111,41 @@ def test_study_report_command_writes_the_table_figures_and_page(local, capsys: p
     assert main(["study", "report", "imbalance", "--out", str(out)]) == 2  # never swept here: says to sweep first
 
 
-def test_ray_launcher_gives_the_local_results(local) -> None:
-    root, out, result = local
+def _ray_matches_local(local, study: Any, folder: str, encodes: int, runs: int) -> None:
+    """`study` swept on a local 2-CPU Ray cluster: `encodes` encodes and `runs` runs, each with the JSON the local
+    smoke sweep wrote for the same run id (its cells are smoke's, so their run ids are too)."""
+    root, out, _ = local
     lines: list[str] = []
-    ray_result = sweep.sweep(load_study("smoke"), _opts(root / "ray", root / "cache"), launcher="ray",
-                             max_parallel=2, report=lines.append)
-    assert (ray_result.encodes, ray_result.ran, ray_result.failed) == (4, 8, [])
-    local_runs, ray_runs = _results(out), _results(root / "ray")
-    assert sorted(local_runs) == sorted(ray_runs) and len(local_runs) == 8
-    for run_id, files in local_runs.items():  # bit-identical on this AMD EPYC; within the kernel tolerance anywhere
-        assert differences(files, ray_runs[run_id]) == [], run_id
+    ray_result = sweep.sweep(study, _opts(root / folder, root / "cache"), launcher="ray", max_parallel=2,
+                             report=lines.append)
+    assert (ray_result.encodes, ray_result.ran, ray_result.failed) == (encodes, runs, [])
+    local_runs, ray_runs = _results(out), _results(root / folder)
+    assert len(ray_runs) == runs and set(ray_runs) <= set(local_runs)
+    for run_id, files in ray_runs.items():  # bit-identical on this AMD EPYC; within the kernel tolerance anywhere
+        assert differences(local_runs[run_id], files) == [], run_id
     assert any("done: run" in line for line in lines)
+
+
+def _smoke_on_contrast(folder: Path) -> Path:
+    """smoke.yaml with its synth-contrast cells only (both encoders, both mitigations: 2 encodes, 4 runs, half of
+    smoke's), written as `folder`/smoke-contrast.yaml: the same run ids as the local smoke sweep's."""
+    text = Path(load_study("smoke").source).read_text()
+    assert "datasets: [synth-control, synth-contrast]\n" in text
+    study = folder / "smoke-contrast.yaml"
+    study.write_text(text.replace("datasets: [synth-control, synth-contrast]\n", "datasets: [synth-contrast]\n"))
+    return study
+
+
+def test_ray_launcher_gives_the_local_results(local, tmp_path: Path) -> None:
+    """Smoke's synth-contrast cells on Ray match the local sweep's; the whole smoke study on Ray is
+    test_ray_launcher_gives_the_local_results_for_all_of_smoke (slow)."""
+    _ray_matches_local(local, load_study(str(_smoke_on_contrast(tmp_path))), "ray-contrast", encodes=2, runs=4)
+
+
+# slow: the same check on all 8 of smoke's runs (4 encodes); test_ray_launcher_gives_the_local_results runs half
+@pytest.mark.slow
+def test_ray_launcher_gives_the_local_results_for_all_of_smoke(local) -> None:
+    _ray_matches_local(local, load_study("smoke"), "ray", encodes=4, runs=8)
 
 
 def _free_port() -> int:
@@ -142,10 +166,12 @@ def test_unreachable_address_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_kill_9_of_the_driver_then_rerun_finishes_the_missing_runs_only(local, tmp_path: Path) -> None:
+    """On smoke's synth-contrast cells (4 runs; a run takes seconds, the journal is polled every 0.2 s)."""
     root, _, _ = local
     out = tmp_path / "out"
-    state = out / "studies/smoke/state"
-    cmd = [sys.executable, "-m", "fairmedbench", "sweep", "smoke", "--out", str(out), "--cache-dir",
+    study_file = _smoke_on_contrast(tmp_path)
+    state = out / "studies/smoke-contrast/state"
+    cmd = [sys.executable, "-m", "fairmedbench", "sweep", str(study_file), "--out", str(out), "--cache-dir",
            str(root / "cache"), "--device", "cpu", "--batch-size", "8"]
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -163,22 +189,24 @@ def test_kill_9_of_the_driver_then_rerun_finishes_the_missing_runs_only(local, t
     assert first is not None, "the sweep finished no run before the deadline"
     first_dir = next((out / "runs").glob(f"*/*/*/{first['task']}"))
     first_seed = (first_dir / "seed0.json").read_bytes()
-    status = sweep.read_status(out, "smoke")
-    assert sum(c["status"] == "done" for c in status["cells"]) < 8  # killed midway
+    status = sweep.read_status(out, "smoke-contrast")
+    assert sum(c["status"] == "done" for c in status["cells"]) < 4  # killed midway
     assert not any(c["status"] == "running" for c in status["cells"])  # a dead driver's entry is stale, not running
 
-    result = sweep.sweep(load_study("smoke"), _opts(out, root / "cache"), max_parallel=2, report=lambda m: None)
+    study = load_study(str(study_file))
+    result = sweep.sweep(study, _opts(out, root / "cache"), max_parallel=2, report=lambda m: None)
     assert result.failed == [] and result.ran + result.reused == len(result.plan.runs)
     assert first["task"] not in result.plan.runs  # complete in the store: planned as done, not run again
     assert (first_dir / "seed0.json").read_bytes() == first_seed
     folders = list((out / "runs").glob("*/*/*/*"))
-    assert len(folders) == 8
+    assert len(folders) == 4
     for folder in folders:  # exactly one complete result each, nothing partial left behind
         names = sorted(p.name for p in folder.iterdir())
         assert names == [".lock", "config.json", "seed0.json", "seed0.predictions.parquet", "summary.json"], names
-    assert sweep.render_status(sweep.read_status(out, "smoke")).startswith(
-        "study smoke (" + str(load_study("smoke").source) + "): 8 done, 0 running, 0 stale, 0 failed")
-    assert _results(out) == {k: v for k, v in _results(local[1]).items()}
+    assert sweep.render_status(sweep.read_status(out, "smoke-contrast")).startswith(
+        f"study smoke-contrast ({study.source}): 4 done, 0 running, 0 stale, 0 failed")
+    killed, whole = _results(out), _results(local[1])
+    assert len(killed) == 4 and killed == {k: whole[k] for k in killed}
 
 
 def test_fairmedfm_dry_run_lists_every_run_with_skip_reasons_and_a_cost(tmp_path: Path, monkeypatch,
