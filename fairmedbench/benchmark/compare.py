@@ -153,6 +153,88 @@ def compare_with(o: CompareOptions, opts: RunOptions) -> CompareOutcome:
                    split_seeds=split_seeds, eval_datasets=sites, hparam_search=o.hparam_search, margin=o.margin)
 
 
+def _check_seeds(seeds: tuple[int, ...], split_seeds: tuple[int, ...], split_file: str | None) -> None:
+    """Enough seeds (and split seeds) for the across-seed and across-split intervals; one way to split."""
+    if len(seeds) < 2:
+        raise InputError("compare needs at least two seeds for across-seed intervals, e.g. --seeds 0-4")
+    if len(split_seeds) == 1:
+        raise InputError("--split-seeds takes the split as the unit of the paired test: give at least two, e.g. 0-2")
+    if split_seeds and split_file:
+        raise InputError("--split-seeds re-draws train/val and --split-file imports one split: give one of them")
+
+
+def _checked_specs(datasets: list[str], methods: list[str], select: str | None, hparams: dict[str, Any] | None,
+                   dataset_options: dict[str, Any] | None, hparam_search: int, spec_fields: dict[str, Any]
+                   ) -> tuple[dict[tuple[str, str], RunSpec], Task]:
+    """Every (dataset, method) run's spec (`spec_fields` and the method) with its checkpoint rule, each checked
+    before the first run starts, and the one task they share."""
+    from fairmedbench.benchmark.resolve import check_spec
+    from fairmedbench.tasks.base import get_task
+
+    specs = {}
+    task_of: dict[str, str] = {}
+    for ds in datasets:
+        for m in methods:
+            spec = RunSpec(dataset=ds, mitigation=m, hparams=dict(hparams or {}),
+                           dataset_options=dict(dataset_options or {}), **spec_fields)
+            checked = check_spec(spec)
+            if not checked.usage.learns:
+                raise InputError(f"compare trains: usage {spec_fields['usage']!r} learns nothing from the train split")
+            rule = select or checked.task.select_rules[0]
+            specs[(ds, m)] = dataclasses.replace(spec, hparams={**spec.hparams, "select": rule})
+            check_spec(specs[(ds, m)])
+            task_of[ds] = checked.task.name
+    if len(set(task_of.values())) > 1:
+        raise InputError("compare ranks methods on one task across datasets, but these datasets are of different "
+                         f"tasks: {', '.join(f'{d} ({t})' for d, t in task_of.items())}; compare each task's datasets "
+                         "in a call of its own")
+    if hparam_search:
+        from fairmedbench.benchmark.search import check_searchable
+
+        for m in methods:
+            check_searchable(m)  # a method without a declared space is refused before any run
+    return specs, get_task(task_of[datasets[0]])
+
+
+def _compare_dataset(out: CompareOutcome, ds: str, specs: dict[tuple[str, str], RunSpec], opts: RunOptions,
+                     task: Task, n_boot: int, hparam_search: int, with_sites: bool) -> None:
+    """Run every method on `ds` (each method's hyperparameters searched first with `hparam_search`), then summarise
+    the dataset and, `with_sites`, each of its external test sets as `<ds>@<site>`."""
+    for m in out.methods:
+        if hparam_search:
+            from fairmedbench.benchmark.search import search
+
+            found = search(specs[(ds, m)], opts, hparam_search, out.attribute)
+            out.hparam_search[f"{ds}|{m}"] = found.record
+            specs[(ds, m)] = found.spec
+        out.runs[(ds, m)] = run(specs[(ds, m)], replace(opts))
+    names = [ds, *(f"{ds}@{label}" for label in (_site_labels(out.runs[(ds, BASELINE)]) if with_sites else []))]
+    out.sites.update({name: ds for name in names[1:]})
+    for k, name in enumerate(names):
+        cells = {m: [[r if k == 0 else _site_view(r, k - 1) for r in split] for split in _splits(out.runs[(ds, m)])]
+                 for m in out.methods}
+        _summarise(out, name, cells, task, out.attribute, n_boot)
+    out.datasets[out.datasets.index(ds) + 1:out.datasets.index(ds) + 1] = names[1:]
+
+
+def _conclude(out: CompareOutcome, task: Task, split_seeds: tuple[int, ...], datasets: list[str]) -> None:
+    """The comparison's notes, the ranks across datasets (more than one) and one verdict per (method, metric)."""
+    from fairmedbench.report.verdicts import compare_verdicts
+
+    if not task.headline_draws:
+        out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
+    if split_seeds:
+        out.notes.append(f"repeated splits {', '.join(map(str, split_seeds))}: differences from ERM are paired per "
+                         "split (each split's mean over its training seeds; t interval and t-test over splits); the "
+                         "test-set bootstrap pools every split x seed run on the one test set")
+    if len(datasets) > 1:
+        out.ranks = _ranks(out, task.rank_metric, list(datasets))
+    # one verdict per (method, metric), from the one rule (report/verdicts.py), stored with its evidence
+    for row, judged in compare_verdicts({"table": out.table, "versus_erm": out.versus_erm,
+                                         "test_bootstrap": out.test_bootstrap}):
+        row["verdict"] = judged.to_dict()
+
+
 def compare(model: str, datasets: list[str], attribute: str, usage: str, methods: list[str], seeds: tuple[int, ...],
             opts: RunOptions, *, select: str | None = None, weights: str | None = None, n_boot: int = N_BOOT,
             dataset_options: dict[str, Any] | None = None, hparams: dict[str, Any] | None = None,
@@ -170,76 +252,19 @@ def compare(model: str, datasets: list[str], attribute: str, usage: str, methods
     `margin` (parse_margins): the equivalence margin of each difference from ERM (by metric name, else the single
     value) and of every run's two-group differences.
     """
-    from fairmedbench.benchmark.resolve import check_spec
-    from fairmedbench.tasks.base import get_task
-
-    if len(seeds) < 2:
-        raise InputError("compare needs at least two seeds for across-seed intervals, e.g. --seeds 0-4")
-    if len(split_seeds) == 1:
-        raise InputError("--split-seeds takes the split as the unit of the paired test: give at least two, e.g. 0-2")
-    if split_seeds and split_file:
-        raise InputError("--split-seeds re-draws train/val and --split-file imports one split: give one of them")
+    _check_seeds(seeds, split_seeds, split_file)
     methods = [BASELINE, *[m for m in methods if m != BASELINE]]
-    specs = {}
-    task_of: dict[str, str] = {}
-    for ds in datasets:
-        for m in methods:
-            spec = RunSpec(model=model, dataset=ds, attributes=(attribute,), usage=usage, mitigation=m, seeds=seeds,
-                           weights=weights, n_boot=n_boot, hparams=dict(hparams or {}),
-                           dataset_options=dict(dataset_options or {}), precision=precision, skip_bad=skip_bad,
-                           split_file=split_file, split_seeds=tuple(split_seeds), eval_datasets=tuple(eval_datasets),
-                           margin=margin, **(sampling or {}))
-            checked = check_spec(spec)
-            if not checked.usage.learns:
-                raise InputError(f"compare trains: usage {usage!r} learns nothing from the train split")
-            rule = select or checked.task.select_rules[0]
-            specs[(ds, m)] = dataclasses.replace(spec, hparams={**spec.hparams, "select": rule})
-            check_spec(specs[(ds, m)])
-            task_of[ds] = checked.task.name
-    if len(set(task_of.values())) > 1:
-        raise InputError("compare ranks methods on one task across datasets, but these datasets are of different "
-                         f"tasks: {', '.join(f'{d} ({t})' for d, t in task_of.items())}; compare each task's datasets "
-                         "in a call of its own")
-    if hparam_search:
-        from fairmedbench.benchmark.search import check_searchable
-
-        for m in methods:
-            check_searchable(m)  # a method without a declared space is refused before any run
-    task = get_task(task_of[datasets[0]])
+    spec_fields: dict[str, Any] = dict(
+        model=model, attributes=(attribute,), usage=usage, seeds=seeds, weights=weights, n_boot=n_boot,
+        precision=precision, skip_bad=skip_bad, split_file=split_file, split_seeds=tuple(split_seeds),
+        eval_datasets=tuple(eval_datasets), margin=margin, **(sampling or {}))
+    specs, task = _checked_specs(datasets, methods, select, hparams, dataset_options, hparam_search, spec_fields)
     t0 = time.perf_counter()
     out = CompareOutcome(attribute, methods, list(datasets), task.name, task.summary_metrics,
                          split_seeds=list(split_seeds), margins=parse_margins(margin))
     for ds in datasets:
-        for m in methods:
-            if hparam_search:
-                from fairmedbench.benchmark.search import search
-
-                found = search(specs[(ds, m)], opts, hparam_search, attribute)
-                out.hparam_search[f"{ds}|{m}"] = found.record
-                specs[(ds, m)] = found.spec
-            out.runs[(ds, m)] = run(specs[(ds, m)], replace(opts))
-        names = [ds, *(f"{ds}@{label}" for label in (_site_labels(out.runs[(ds, BASELINE)]) if eval_datasets
-                                                       else []))]
-        out.sites.update({name: ds for name in names[1:]})
-        for k, name in enumerate(names):
-            cells = {m: [[r if k == 0 else _site_view(r, k - 1) for r in split] for split in _splits(out.runs[(ds, m)])]
-                     for m in methods}
-            _summarise(out, name, cells, task, attribute, n_boot)
-        out.datasets[out.datasets.index(ds) + 1:out.datasets.index(ds) + 1] = names[1:]
-    if not task.headline_draws:
-        out.notes.append(BOOTSTRAP_NOTE.format(task=task.name, headline=task.headline))
-    if split_seeds:
-        out.notes.append(f"repeated splits {', '.join(map(str, split_seeds))}: differences from ERM are paired per "
-                         "split (each split's mean over its training seeds; t interval and t-test over splits); the "
-                         "test-set bootstrap pools every split x seed run on the one test set")
-    if len(datasets) > 1:
-        out.ranks = _ranks(out, task.rank_metric, list(datasets))
-    from fairmedbench.report.verdicts import compare_verdicts
-
-    # one verdict per (method, metric), from the one rule (report/verdicts.py), stored with its evidence
-    for row, judged in compare_verdicts({"table": out.table, "versus_erm": out.versus_erm,
-                                         "test_bootstrap": out.test_bootstrap}):
-        row["verdict"] = judged.to_dict()
+        _compare_dataset(out, ds, specs, opts, task, n_boot, hparam_search, bool(eval_datasets))
+    _conclude(out, task, split_seeds, datasets)
     out.seconds = time.perf_counter() - t0
     return out
 

@@ -23,7 +23,7 @@ from fairmedbench.spec import option
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fairmedbench.analysis.encoding import AUCRecord, Modes, Target
+    from fairmedbench.analysis.encoding import AUCRecord, KSFamily, Modes, Target
     from fairmedbench.engine.splits import Split
     from fairmedbench.registry.datasets.dataset import Dataset
 
@@ -471,24 +471,12 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] | None = None) -> InspectOutcome:
-    """Validate, load features, run every analysis, write inspect.json, the tidy table and the figures."""
-    import pandas as pd
-
-    from fairmedbench.analysis.encoding import (
-        CORRECT_PER,
-        Modes,
-        held_out_aucs,
-        ks_family,
-        logistic_probe,
-        multitask_head,
-        pca_modes,
-        tsne_2d,
-    )
+def _check_options(opts: InspectOptions) -> None:
+    """The flag combinations and choices, checked before anything is read."""
+    from fairmedbench.analysis.encoding import CORRECT_PER
     from fairmedbench.metrics.stats import ADJUST_METHODS
     from fairmedbench.report import figures
 
-    t0 = time.perf_counter()
     if bool(opts.embeddings) == bool(opts.model or opts.dataset):
         raise InputError("give either --embeddings FILE or --model M --dataset D")
     if opts.model and not opts.dataset or opts.dataset and not opts.model:
@@ -508,101 +496,172 @@ def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] 
                          "logistic probe fitted on the discovery half")
     if opts.slices < 2 or opts.n_perm < 1:
         raise InputError("--slices must be >= 2 and --n-perm >= 1")
-    text = _text_embeddings(opts.text_embeddings) if opts.text_embeddings else None
-    unknown = [b for b in opts.baselines if b not in BASELINES]
-    if unknown:  # before any feature extraction
+
+
+def _check_baselines(baselines: list[str]) -> None:
+    """Every --baselines name is known (checked before any feature extraction)."""
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
         raise InputError(f"--baselines {','.join(unknown)}: choose from {', '.join(BASELINES)} (comma-separated), "
                          "or none")
-    inp = load_embeddings(opts) if opts.embeddings else load_model_features(opts, progress)
-    t_load = time.perf_counter() - t0
-    notes = inp.notes
-    rows: list[dict[str, Any]] = []
-    # SPLIT: each attribute from the frozen features, against the baselines on the same held-out rows.
-    split_records = []
+
+
+def _split_probe(inp: Inputs, opts: InspectOptions) -> list[AUCRecord]:
+    """SPLIT: each attribute predicted from the frozen features, against the baselines on the same held-out rows."""
+    from fairmedbench.analysis.encoding import held_out_aucs, logistic_probe
+
+    records: list[AUCRecord] = []
     feature_sets = {"model" if opts.model else "embeddings": inp.x, **inp.baselines}
     ref = "random" if "random" in inp.baselines else None
     for attr in inp.attributes:
         probs = {name: logistic_probe(x, attr.codes, inp.train, inp.holdout, seed=opts.seed)
                  for name, x in feature_sets.items()}
         # with a random-weight baseline: also every feature set minus it, paired on the same resamples
-        split_records += held_out_aucs(attr.name, attr.codes[inp.holdout], probs, attr.classes, reference=ref,
-                                       n_boot=opts.n_boot, seed=opts.seed)
-    for r in split_records:
-        rows.append({"analysis": "split_auc", "features": r.features, "variable": r.target, "group": r.group,
-                     "n": r.n, "n_pos": r.n_pos, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
-    mt = multitask_head(inp.x, [inp.label, *inp.attributes], inp.train, inp.holdout, seed=opts.seed,
-                        n_boot=opts.n_boot)
-    for r in mt:
-        rows.append({"analysis": "multitask_auc", "features": r.features, "variable": r.target, "group": r.group,
-                     "n": r.n, "n_pos": r.n_pos, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high})
-    # Representation: modes (given or PCA), t-SNE, KS tests on each mode.
+        records += held_out_aucs(attr.name, attr.codes[inp.holdout], probs, attr.classes, reference=ref,
+                                 n_boot=opts.n_boot, seed=opts.seed)
+    return records
+
+
+def _auc_rows(analysis: str, records: list[AUCRecord]) -> list[dict[str, Any]]:
+    """Tidy-table rows of held-out AUC records."""
+    return [{"analysis": analysis, "features": r.features, "variable": r.target, "group": r.group, "n": r.n,
+             "n_pos": r.n_pos, "value": r.value, "ci_low": r.ci_low, "ci_high": r.ci_high} for r in records]
+
+
+def _modes(inp: Inputs, opts: InspectOptions) -> tuple[Modes, list[dict[str, Any]]]:
+    """The modes analysed (the given projected columns, or PCA) and the explained-variance rows of a PCA."""
+    from fairmedbench.analysis.encoding import Modes, pca_modes
+
     if inp.projected:
         k = min(opts.n_modes, inp.x.shape[1])
-        modes = Modes(inp.x[:, :k], tuple(inp.feature_names[:k]), None, True)
-    else:
-        modes = pca_modes(inp.x, opts.n_modes, seed=opts.seed)
-        for name, ev in zip(modes.names, modes.explained_variance_ratio or ()):
-            rows.append({"analysis": "pca_explained_variance", "features": "model" if opts.model else "embeddings",
-                         "mode": name, "value": ev})
+        return Modes(inp.x[:, :k], tuple(inp.feature_names[:k]), None, True), []
+    modes = pca_modes(inp.x, opts.n_modes, seed=opts.seed)
+    return modes, [{"analysis": "pca_explained_variance", "features": "model" if opts.model else "embeddings",
+                    "mode": name, "value": ev} for name, ev in zip(modes.names, modes.explained_variance_ratio or ())]
+
+
+def _ks_rows(ks: KSFamily) -> list[dict[str, Any]]:
+    """Tidy-table rows of the KS tests on each mode."""
+    return [{"analysis": "ks", "features": "modes", "variable": t.variable, "mode": t.feature, "group": t.group_a,
+             "group_b": t.group_b, "n": t.n_a, "n_b": t.n_b, "value": t.statistic, "p_value": t.p_value,
+             "p_adjusted": t.p_adjusted, "reject": t.reject, "correction": f"{ks.correction} per {ks.per}"}
+            for t in ks.rows]
+
+
+def _tsne(inp: Inputs, opts: InspectOptions) -> np.ndarray | None:
+    """The given t-SNE coordinates, else (with --tsne) a t-SNE of the features, noted."""
+    from fairmedbench.analysis.encoding import tsne_2d
+
+    if inp.tsne is not None or not opts.tsne:
+        return inp.tsne
+    tsne = tsne_2d(inp.x, seed=opts.seed)
+    inp.notes.append("t-SNE: scikit-learn TSNE on the features" + (" (the given modes)" if inp.projected else ""))
+    return tsne
+
+
+@dataclass
+class _Analyses:
+    """What `run_inspect` computed, before anything is written; `rows` is the tidy table's rows."""
+
+    split: list[AUCRecord]
+    multitask: list[AUCRecord]
+    modes: Modes
+    ks: KSFamily
+    discovery: dict[str, Any] | None
+    rows: list[dict[str, Any]]
+
+
+def _analyse(inp: Inputs, opts: InspectOptions, text: tuple[np.ndarray, list[str]] | None) -> _Analyses:
+    """Every analysis: SPLIT probe, multitask head, modes with their KS tests and (with --discover) slices."""
+    from fairmedbench.analysis.encoding import ks_family, multitask_head
+
+    split_records = _split_probe(inp, opts)
+    mt = multitask_head(inp.x, [inp.label, *inp.attributes], inp.train, inp.holdout, seed=opts.seed,
+                        n_boot=opts.n_boot)
+    modes, pca_rows = _modes(inp, opts)
     pairs = {inp.label.name: opts.label_pairs} if opts.label_pairs else None
     ks = ks_family(modes.values, modes.names, [inp.label, *inp.attributes], pairs=pairs, correction=opts.correction,
                    per=opts.correct_per, alpha=opts.alpha)
-    for t in ks.rows:
-        rows.append({"analysis": "ks", "features": "modes", "variable": t.variable, "mode": t.feature,
-                     "group": t.group_a, "group_b": t.group_b, "n": t.n_a, "n_b": t.n_b, "value": t.statistic,
-                     "p_value": t.p_value, "p_adjusted": t.p_adjusted, "reject": t.reject,
-                     "correction": f"{ks.correction} per {ks.per}"})
     discovery = _discover(inp, opts, text) if opts.discover else None
-    if discovery is not None:
-        rows += discovery_rows(discovery)
+    rows = [*_auc_rows("split_auc", split_records), *_auc_rows("multitask_auc", mt), *pca_rows, *_ks_rows(ks),
+            *(discovery_rows(discovery) if discovery is not None else [])]
+    return _Analyses(split_records, mt, modes, ks, discovery, rows)
+
+
+def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The tidy table, one row per number, in a fixed column order."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["analysis", "features", "variable", "mode", "group", "group_b", "n", "n_b",
+                                       "n_pos", "value", "ci_low", "ci_high", "p_value", "p_adjusted", "reject",
+                                       "correction"]).astype({"n": "Int64", "n_b": "Int64", "n_pos": "Int64"})
+
+
+def _ks_doc(ks: KSFamily) -> dict[str, Any]:
+    """inspect.json's `ks` section."""
+    return {"correction": ks.correction, "per": ks.per, "alpha": ks.alpha, "n_tests": len(ks.rows),
+            "skipped": ks.skipped, "tests": [
+                {"variable": r.variable, "mode": r.feature, "group_a": r.group_a, "group_b": r.group_b, "n_a": r.n_a,
+                 "n_b": r.n_b, "statistic": r.statistic, "p_value": r.p_value, "p_adjusted": r.p_adjusted,
+                 "reject": r.reject} for r in ks.rows]}
+
+
+def _document(spec: dict[str, Any], rid: str, inp: Inputs, an: _Analyses, figure_names: list[str],
+              timings: dict[str, float]) -> dict[str, Any]:
+    """inspect.json's document."""
+    modes = an.modes
+    return {
+        "schema_version": store.SCHEMA_VERSION, "kind": "inspect", "run_id": rid, "spec": spec,
+        "inputs": inp.provenance,
+        "split": {"n_fit": int(inp.train.sum()), "n_holdout": int(inp.holdout.sum())},
+        "label": {"name": inp.label.name, "classes": list(inp.label.classes)},
+        "attributes": {a.name: list(a.classes) for a in inp.attributes},
+        "split_probe": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in an.split],
+        "multitask": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in an.multitask],
+        "modes": {"names": list(modes.names), "projected_in_input": modes.projected_in_input,
+                  "explained_variance_ratio": list(modes.explained_variance_ratio)
+                  if modes.explained_variance_ratio else None},
+        "ks": _ks_doc(an.ks),
+        "figures": figure_names,
+        **({"discovery": an.discovery} if an.discovery is not None else {}),
+        "notes": inp.notes,
+        "timings": timings,
+    }
+
+
+def run_inspect(opts: InspectOptions, progress: Callable[[str, int, int], None] | None = None) -> InspectOutcome:
+    """Validate, load features, run every analysis, write inspect.json, the tidy table and the figures."""
+    t0 = time.perf_counter()
+    _check_options(opts)
+    text = _text_embeddings(opts.text_embeddings) if opts.text_embeddings else None
+    _check_baselines(opts.baselines)
+    inp = load_embeddings(opts) if opts.embeddings else load_model_features(opts, progress)
+    t_load = time.perf_counter() - t0
+    an = _analyse(inp, opts, text)
     t_analysis = time.perf_counter() - t0 - t_load
-    tsne = inp.tsne
-    if tsne is None and opts.tsne:
-        tsne = tsne_2d(inp.x, seed=opts.seed)
-        notes.append("t-SNE: scikit-learn TSNE on the features" + (" (the given modes)" if inp.projected else ""))
+    tsne = _tsne(inp, opts)
     # Output folder, figures, table, JSON.
     spec = {"command": "inspect", **{k: v for k, v in asdict(opts).items()
                                      if k not in ("out", "out_table", "device", "batch_size", "cache_dir", "json")}}
     rid = store.run_id({"kind": "inspect", "spec": spec, "inputs": inp.provenance})
     stem = Path(opts.embeddings).stem if opts.embeddings else f"{opts.model}-{opts.dataset}"
     out_dir = Path(opts.out) if opts.out else Path("results") / "inspect" / f"{stem}-{rid}"
-    fig_paths = _figures(out_dir / "figures", opts.figure_format, modes, tsne, inp, split_records)
-    table = pd.DataFrame(rows, columns=["analysis", "features", "variable", "mode", "group", "group_b", "n", "n_b",
-                                        "n_pos", "value", "ci_low", "ci_high", "p_value", "p_adjusted", "reject",
-                                        "correction"]).astype({"n": "Int64", "n_b": "Int64", "n_pos": "Int64"})
+    fig_paths = _figures(out_dir / "figures", opts.figure_format, an.modes, tsne, inp, an.split)
+    table = _table(an.rows)
     paths = {"result": str(out_dir / "inspect.json"), "table": str(out_dir / "table.csv")}
     store.write_table(out_dir / "table.csv", table)
     if opts.out_table:
         store.write_table(opts.out_table, table)
         paths["table"] = opts.out_table
-    doc = {
-        "schema_version": store.SCHEMA_VERSION, "kind": "inspect", "run_id": rid, "spec": spec,
-        "inputs": inp.provenance,
-        "split": {"n_fit": int(inp.train.sum()), "n_holdout": int(inp.holdout.sum())},
-        "label": {"name": inp.label.name, "classes": list(inp.label.classes)},
-        "attributes": {a.name: list(a.classes) for a in inp.attributes},
-        "split_probe": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in split_records],
-        "multitask": [{k: _jsonable(v) for k, v in asdict(r).items()} for r in mt],
-        "modes": {"names": list(modes.names), "projected_in_input": modes.projected_in_input,
-                  "explained_variance_ratio": list(modes.explained_variance_ratio)
-                  if modes.explained_variance_ratio else None},
-        "ks": {"correction": ks.correction, "per": ks.per, "alpha": ks.alpha, "n_tests": len(ks.rows),
-               "skipped": ks.skipped, "tests": [
-                   {"variable": r.variable, "mode": r.feature, "group_a": r.group_a, "group_b": r.group_b, "n_a": r.n_a,
-                    "n_b": r.n_b, "statistic": r.statistic, "p_value": r.p_value, "p_adjusted": r.p_adjusted,
-                    "reject": r.reject} for r in ks.rows]},
-        "figures": [str(p.relative_to(out_dir)) for p in fig_paths],
-        **({"discovery": discovery} if discovery is not None else {}),
-        "notes": notes,
-        "timings": {"load": t_load, "analysis": t_analysis, "total": time.perf_counter() - t0},
-    }
+    doc = _document(spec, rid, inp, an, [str(p.relative_to(out_dir)) for p in fig_paths],
+                    {"load": t_load, "analysis": t_analysis, "total": time.perf_counter() - t0})
     store.write_json(out_dir / "inspect.json", doc)
     paths["figures"] = str(out_dir / "figures")
-    if discovery is not None:
+    if an.discovery is not None:
         from fairmedbench.report.slices import write_discovery_page
 
         paths["page"] = str(write_discovery_page(out_dir / "discover.html", doc))
-    return InspectOutcome(doc, table, paths, notes)
+    return InspectOutcome(doc, table, paths, inp.notes)
 
 
 def _text_embeddings(path_text: str) -> tuple[np.ndarray, list[str]]:

@@ -44,7 +44,8 @@ from fairmedbench.spec import option
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fairmedbench.leaderboards.suites import Suite
+    from fairmedbench.leaderboards.seal import BoardKey
+    from fairmedbench.leaderboards.suites import Entry, Suite
     from fairmedbench.spec import RunOptions, RunSpec
 
 DEFAULT_SAMPLE = 64
@@ -255,23 +256,21 @@ def _compare(sub: pd.DataFrame, again: pd.DataFrame, ids: list[str], block: dict
     return int(a.size), float(np.max(np.abs(a - b))) if a.size else None, problems
 
 
-def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
-                  tolerance: float | None = None, weights: str | None = None,
-                  opts: RunOptions | None = None) -> Verification:
-    """Re-run every result of `bundle` (a stored submission or a bundle folder) on a seeded sample of its test ids;
-    record the outcome beside submission.json when the bundle is a stored submission."""
-    import pandas as pd
+@dataclasses.dataclass(frozen=True)
+class _Rerun:
+    """What every re-run of one bundle shares: the sample size and its seed, the --tolerance asked, the weights given
+    and the declared identity, the run options."""
 
-    from fairmedbench.benchmark.suite import board_split_file
-    from fairmedbench.leaderboards import seal
-    from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
-    from fairmedbench.leaderboards.suites import get_suite
-    from fairmedbench.leaderboards.tiers import write_verification
-    from fairmedbench.registry.models import MODELS
-    from fairmedbench.spec import RunOptions
-    from fairmedbench.tasks.base import unscored_mask
+    sample: int
+    seed: int
+    tolerance: float | None
+    weights: str | None
+    declared: str
+    opts: RunOptions
 
-    bundle = Path(bundle)
+
+def _check_arguments(bundle: Path, sample: int, tolerance: float | None) -> None:
+    """`bundle` is a bundle folder; --sample and --tolerance are in range."""
     if not (bundle / "model.json").is_file() or not (bundle / "suite.json").is_file():
         raise MissingResourceError(f"{bundle}: not a bundle (no model.json and suite.json); give a bundle folder "
                                    "or a stored submission (leaderboards/<board>/submissions/<model>/<revision>)")
@@ -279,82 +278,127 @@ def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DE
         raise InputError(f"--sample must be at least 1, got {sample}")
     if tolerance is not None and not (0 <= tolerance < 1):
         raise InputError(f"--tolerance is an absolute difference of scores in [0, 1), got {tolerance}")
+
+
+def _trusted_key(bundle: Path, suite: Suite) -> BoardKey | None:
+    """The board's key of a stored submission whose seal checks (None for a bundle folder, which must be valid for
+    `suite`); a submission that cannot be trusted is refused."""
+    from fairmedbench.leaderboards import seal
+    from fairmedbench.leaderboards.submit import SUBMISSION_FILE, validate_bundle
+
+    if not (bundle / SUBMISSION_FILE).is_file():
+        reasons, _, _ = validate_bundle(bundle, suite)
+        if reasons:
+            raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
+                             "`benchmark submit` lists every problem")
+        return None
+    # a stored submission passed these checks when it was accepted, if its seal says it is unchanged
+    board_dir = bundle.resolve().parent.parent.parent
+    key = seal.board_key(board_dir)
+    if key is None:
+        raise InputError(f"{bundle}: its board has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
+                         "is absent), so neither its seal nor a verification record can be checked; set "
+                         f"{seal.KEY_ENV} to the board's key")
+    _, why = seal.check(bundle, key)
+    if why is not None:
+        raise InputError(f"{bundle}: {why}; it cannot be verified")
+    return key
+
+
+def _sampled_ids(sub: pd.DataFrame, block: dict[str, Any], sample: int, seed: int) -> list[str]:
+    """The test ids re-run: a sample of the scored ids and one of the unscored (e.g. empty ground truth) ids, so
+    rows wrongly marked unscored (left out of every metric) are caught."""
+    from fairmedbench.tasks.base import unscored_mask
+
+    test = sub[sub[block["columns"]["split"]] == "test"]
+    empty = unscored_mask(test, len(test))
+    return sorted(sample_ids(test.loc[~empty, block["columns"]["id"]].astype(str).tolist(), sample, seed)
+                  + sample_ids(test.loc[empty, block["columns"]["id"]].astype(str).tolist(), sample, seed))
+
+
+def _check_seed(plan: _Rerun, doc: dict[str, Any], sub: pd.DataFrame, folder: Path, ids: list[str], k: int,
+                split_file: str | None) -> tuple[list[str], int, float | None]:
+    """Re-run seed `k`'s result on `ids` and compare it, and every external dataset's test rows, with the submitted
+    scores: (problems, values compared, max |diff|)."""
+    import pandas as pd
+
+    if doc["spec"].get("weights") != plan.declared:
+        return [f"seed {k}: the run's weights {str(doc['spec'].get('weights'))[:24]} are not "
+                f"the declared {plan.declared[:24]}"], 0, None
+    block = doc["predictions"]
+    frame, externals, problems = _rerun(doc, ids, plan.weights, plan.opts, split_file, plan.declared)
+    n, diff, more = (0, None, []) if frame is None else _compare(sub, frame, ids, block)
+    for ext, again in zip(doc.get("external", []), externals):  # every external test row
+        theirs = pd.read_parquet(folder / ext["predictions"])
+        m, d, p = _compare(theirs, again, theirs[block["columns"]["id"]].astype(str).tolist(), block)
+        n, diff = n + m, d if diff is None else max(diff, d if d is not None else diff)
+        more += [f"external {ext['label']}: {x}" for x in p]
+    return [f"seed {k}: {p}" for p in problems + more], n, diff
+
+
+def _check_entry(plan: _Rerun, entry: Entry, folder: Path, board_tol: dict[tuple[str, int], float],
+                 split_file: str | None) -> dict[str, Any]:
+    """The verification record of one entry: every seed's result re-run on its sample and compared."""
+    import pandas as pd
+
+    rec: dict[str, Any] = {"passed": False, "reasons": [], "n_compared": 0, "max_abs_diff": None, "seeds": {}}
+    for k in entry.seeds:
+        doc = _read(folder / f"seed{k}.json")
+        block = doc["predictions"]
+        sub = pd.read_parquet(folder / block["file"])
+        ids = _sampled_ids(sub, block, plan.sample, plan.seed)
+        tol = board_tol[(entry.key, k)] if plan.tolerance is None else plan.tolerance
+        rec["tolerance"] = max(tol, rec.get("tolerance", 0.0))
+        rec["board_tolerance"] = max(board_tol[(entry.key, k)], rec.get("board_tolerance", 0.0))
+        problems, n, diff = _check_seed(plan, doc, sub, folder, ids, k, split_file)
+        if diff is not None and diff > tol:
+            problems.append(f"seed {k}: scores differ by up to {diff:.3g} (tolerance {tol:g})")
+        rec["seeds"][str(k)] = {"sample_ids": ids, "n_compared": n, "max_abs_diff": diff,
+                                "precision": rerun_precision(doc["spec"])}
+        rec["reasons"] += problems
+        rec["n_compared"] += n
+        if diff is not None:
+            rec["max_abs_diff"] = max(diff, rec["max_abs_diff"] or 0.0)
+    rec["passed"] = not rec["reasons"] and rec["n_compared"] > 0
+    rec["precision"] = ", ".join(sorted({s["precision"] for s in rec["seeds"].values()}))  # of the re-run
+    return rec
+
+
+def verify_bundle(bundle: Path | str, board: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+                  tolerance: float | None = None, weights: str | None = None,
+                  opts: RunOptions | None = None) -> Verification:
+    """Re-run every result of `bundle` (a stored submission or a bundle folder) on a seeded sample of its test ids;
+    record the outcome beside submission.json when the bundle is a stored submission."""
+    from fairmedbench.benchmark.suite import board_split_file
+    from fairmedbench.leaderboards.suites import get_suite
+    from fairmedbench.leaderboards.tiers import write_verification
+    from fairmedbench.registry.models import MODELS
+    from fairmedbench.spec import RunOptions
+
+    bundle = Path(bundle)
+    _check_arguments(bundle, sample, tolerance)
     model, suite_doc = _read(bundle / "model.json"), _read(bundle / "suite.json")
     suite = get_suite(board or suite_doc["name"])
     board_tol = _board_tolerances(bundle, suite, tolerance)  # a looser --tolerance is refused before any work
     if model["name"] not in MODELS:
         raise InputError(f"model {model['name']!r} has no registered card, so it cannot be re-run here; its rows "
                          "stay self-reported (register the card and its loader to make it verifiable)")
-    stored = (bundle / SUBMISSION_FILE).is_file()
-    key = None
-    if stored:  # a stored submission passed these checks when it was accepted, if its seal says it is unchanged
-        board_dir = bundle.resolve().parent.parent.parent
-        key = seal.board_key(board_dir)
-        if key is None:
-            raise InputError(f"{bundle}: its board has no key ({seal.KEY_ENV} is unset and {board_dir / seal.KEY_FILE} "
-                             "is absent), so neither its seal nor a verification record can be checked; set "
-                             f"{seal.KEY_ENV} to the board's key")
-        _, why = seal.check(bundle, key)
-        if why is not None:
-            raise InputError(f"{bundle}: {why}; it cannot be verified")
-    else:
-        reasons, _, _ = validate_bundle(bundle, suite)
-        if reasons:
-            raise InputError(f"{bundle}: not a valid bundle for board {suite.name!r} ({reasons[0]}); "
-                             "`benchmark submit` lists every problem")
+    key = _trusted_key(bundle, suite)
     declared = _declared_weights(bundle, model)
-    opts = opts or RunOptions()
+    plan = _Rerun(sample, seed, tolerance, weights, declared, opts or RunOptions())
     entries: dict[str, Any] = {}
     for entry in suite.entries:
         folder = bundle / "results" / entry.key
-        if not folder.is_dir():
-            continue
-        split_file = board_split_file(entry, opts, suite)  # real boards: the pinned test set on this copy
-        rec: dict[str, Any] = {"passed": False, "reasons": [], "n_compared": 0, "max_abs_diff": None, "seeds": {}}
-        for k in entry.seeds:
-            doc = _read(folder / f"seed{k}.json")
-            block = doc["predictions"]
-            sub = pd.read_parquet(folder / block["file"])
-            test = sub[sub[block["columns"]["split"]] == "test"]
-            empty = unscored_mask(test, len(test))
-            # scores are compared on a sample of scored ids; a sample of the unscored (e.g. empty ground truth) ids
-            # is re-run as well, so rows wrongly marked unscored (left out of every metric) are caught
-            ids = sorted(sample_ids(test.loc[~empty, block["columns"]["id"]].astype(str).tolist(), sample, seed)
-                         + sample_ids(test.loc[empty, block["columns"]["id"]].astype(str).tolist(), sample, seed))
-            tol = board_tol[(entry.key, k)] if tolerance is None else tolerance
-            rec["tolerance"] = max(tol, rec.get("tolerance", 0.0))
-            rec["board_tolerance"] = max(board_tol[(entry.key, k)], rec.get("board_tolerance", 0.0))
-            if doc["spec"].get("weights") != declared:
-                problems, n, diff = [f"seed {k}: the run's weights {str(doc['spec'].get('weights'))[:24]} are not "
-                                     f"the declared {declared[:24]}"], 0, None
-            else:
-                frame, externals, problems = _rerun(doc, ids, weights, opts, split_file, declared)
-                n, diff, more = (0, None, []) if frame is None else _compare(sub, frame, ids, block)
-                for ext, again in zip(doc.get("external", []), externals):  # every external test row
-                    theirs = pd.read_parquet(folder / ext["predictions"])
-                    m, d, p = _compare(theirs, again, theirs[block["columns"]["id"]].astype(str).tolist(), block)
-                    n, diff = n + m, d if diff is None else max(diff, d if d is not None else diff)
-                    more += [f"external {ext['label']}: {x}" for x in p]
-                problems = [f"seed {k}: {p}" for p in problems + more]
-            if diff is not None and diff > tol:
-                problems.append(f"seed {k}: scores differ by up to {diff:.3g} (tolerance {tol:g})")
-            rec["seeds"][str(k)] = {"sample_ids": ids, "n_compared": n, "max_abs_diff": diff,
-                                    "precision": rerun_precision(doc["spec"])}
-            rec["reasons"] += problems
-            rec["n_compared"] += n
-            if diff is not None:
-                rec["max_abs_diff"] = max(diff, rec["max_abs_diff"] or 0.0)
-        rec["passed"] = not rec["reasons"] and rec["n_compared"] > 0
-        rec["precision"] = ", ".join(sorted({s["precision"] for s in rec["seeds"].values()}))  # of the re-run
-        entries[entry.key] = rec
+        if folder.is_dir():  # real boards: the pinned test set on this copy is the split file
+            entries[entry.key] = _check_entry(plan, entry, folder, board_tol, board_split_file(entry, plan.opts, suite))
     if not entries:
         raise InputError(f"{bundle}: answers no entry of suite {suite.name!r}; nothing to verify")
     precisions = sorted({p for e in entries.values() for p in e["precision"].split(", ") if p})
     record: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "engine": f"fairmedbench {__version__}", "weights": declared, "sample": sample, "seed": seed,
               "precision": ", ".join(precisions),
-              "device": opts.device, "tolerance": tolerance, "passed": all(e["passed"] for e in entries.values()),
-              "entries": entries}
+              "device": plan.opts.device, "tolerance": tolerance,
+              "passed": all(e["passed"] for e in entries.values()), "entries": entries}
     path = write_verification(bundle, record, key) if key is not None else None
     return Verification(record["passed"], record, path)
 

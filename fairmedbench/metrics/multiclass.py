@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -328,55 +329,81 @@ def evaluate_multiclass(
     return FairnessResult(reports, meta)
 
 
-def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Attribute, classes: list[str], task: str,
-                n_boot: int, seed: int, ci_level: float, min_group_size: int, patient_ids: np.ndarray | None = None,
-                n_perm: int = 0) -> AttributeReport:
-    from fairmedbench.metrics.result import attach_tests, resampling_record
+@dataclass(frozen=True)
+class _MCRows:
+    """One attribute's rows that have a group (`keep`): their true classes and group codes, each group's row
+    positions and block, the population's block, the group and class names."""
 
+    keep: np.ndarray
+    y: np.ndarray
+    codes: np.ndarray
+    slots: list[np.ndarray]
+    blocks: list[_MCBlock]
+    pop: _MCBlock
+    groups: list[str]
+    classes: list[str]
+
+    def evaluate(self, ws: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """Per-group and population metrics for each row of the per-group weights `ws`."""
+        return _mc_evaluate(self.blocks, self.pop, self.slots, len(self.y), ws, self.groups, self.classes)
+
+    def evaluate_pooled(self, masks: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+        """The same metrics with each group as a permutation's 0/1 memberships over all rows."""
+        return _mc_evaluate([self.pop] * len(self.groups), self.pop, self.slots, len(self.y), masks, self.groups,
+                            self.classes, pooled=True)
+
+
+def _mc_rows(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Attribute, classes: list[str]) -> _MCRows:
+    """The rows of `attr` with a group (code >= 0), split by group."""
     keep = attr.codes >= 0
     y, pred, s, codes = y[keep], pred[keep], s[keep], attr.codes[keep]
-    units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     k, groups = len(classes), list(attr.groups)
     slots = [np.flatnonzero(codes == g) for g in range(len(groups))]
     blocks = [_MCBlock(y[sl], pred[sl], s[sl], k) for sl in slots]
-    pop = _MCBlock(y, pred, s, k)
-    point = _mc_evaluate(blocks, pop, slots, len(y), [np.ones((1, len(sl))) for sl in slots], groups, classes)
-    defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
-    best = {m: max(defined[m], key=lambda g: point[m][g][0]) for m in MC_VS_BEST if defined[m]}
-    gaps, vs_best = _mc_between(point, groups, defined, best, classes)
+    return _MCRows(keep, y, codes, slots, blocks, _MCBlock(y, pred, s, k), groups, classes)
 
+
+def _mc_bootstrap(rows: _MCRows, units: bs.Units, defined: dict[str, list[str]], best: dict[str, str],
+                  n_boot: int, rng: np.random.Generator) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Every metric per group, the gaps and the differences to the best group over `n_boot` resamples."""
     boot: dict[str, dict[str, list[np.ndarray]]] = {}
-    if n_boot > 0:
-        rng = bs.stable_seed(seed, task, attr.name)
-        # drawn within each (group, true class) cell, group by group: one row per patient is the row bootstrap
-        strata = [st for sl in slots for st in bs.label_strata(units, sl, y, range(k))]
-        for start, stop in bs.chunks(n_boot, len(y) * k):
-            w = bs.unit_weights(rng, strata, units.n_units, stop - start)
-            res = _mc_evaluate(blocks, pop, slots, len(y), [w[:, units.of_row[sl]] for sl in slots], groups, classes)
-            g_res, v_res = _mc_between(res, groups, defined, best, classes)
-            for m, per_g in list(res.items()) + list(v_res.items()):
-                for g, v in per_g.items():
-                    boot.setdefault(m, {}).setdefault(g, []).append(v)
-            for m, v in g_res.items():
-                boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+    y, k = rows.y, len(rows.classes)
+    # drawn within each (group, true class) cell, group by group: one row per patient is the row bootstrap
+    strata = [st for sl in rows.slots for st in bs.label_strata(units, sl, y, range(k))]
+    for start, stop in bs.chunks(n_boot, len(y) * k):
+        w = bs.unit_weights(rng, strata, units.n_units, stop - start)
+        res = rows.evaluate([w[:, units.of_row[sl]] for sl in rows.slots])
+        g_res, v_res = _mc_between(res, rows.groups, defined, best, rows.classes)
+        for m, per_g in list(res.items()) + list(v_res.items()):
+            for g, v in per_g.items():
+                boot.setdefault(m, {}).setdefault(g, []).append(v)
+        for m, v in g_res.items():
+            boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+    return boot
 
+
+def _mc_null(rows: _MCRows, units: bs.Units, defined: dict[str, list[str]], best: dict[str, str], n_perm: int,
+             rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
+    """The gaps over `n_perm` permutations of the units' groups within each true class."""
     null: dict[str, list[np.ndarray]] = {}
-    if n_perm > 0:
-        rng = bs.stable_seed(seed, task, attr.name, "permutation")
-        pstrata, ugroup = bs.label_strata(units, np.arange(len(y)), y, range(k)), bs.unit_group(units, codes)
-        for start, stop in bs.chunks(n_perm, len(y) * k * max(len(groups), 1)):
-            perm = bs.permuted_groups(rng, pstrata, ugroup, stop - start)[:, units.of_row]
-            res = _mc_evaluate([pop] * len(groups), pop, slots, len(y),
-                               [(perm == g).astype(np.float64) for g in range(len(groups))], groups, classes,
-                               pooled=True)
-            for m, v in _mc_between(res, groups, defined, best, classes)[0].items():
-                null.setdefault(m, []).append(v)
+    y, k, n_groups = rows.y, len(rows.classes), len(rows.groups)
+    pstrata, ugroup = bs.label_strata(units, np.arange(len(y)), y, range(k)), bs.unit_group(units, rows.codes)
+    for start, stop in bs.chunks(n_perm, len(y) * k * max(n_groups, 1)):
+        perm = bs.permuted_groups(rng, pstrata, ugroup, stop - start)[:, units.of_row]
+        res = rows.evaluate_pooled([(perm == g).astype(np.float64) for g in range(n_groups)])
+        for m, v in _mc_between(res, rows.groups, defined, best, rows.classes)[0].items():
+            null.setdefault(m, []).append(v)
+    return null
 
+
+def _mc_empty_report(task: str, attr: Attribute, rows: _MCRows, min_group_size: int) -> AttributeReport:
+    """The report before any value: counts per class, small groups, and groups empty or missing a class."""
+    classes = rows.classes
     counts: dict[str, dict[str, int]] = {}
-    for g, yy in [(OVERALL, y)] + [(g, y[sl]) for g, sl in zip(groups, slots)]:
+    for g, yy in [(OVERALL, rows.y)] + [(g, rows.y[sl]) for g, sl in zip(rows.groups, rows.slots)]:
         counts[g] = {"n": int(len(yy)), **{f"n:{c}": int((yy == i).sum()) for i, c in enumerate(classes)}}
-    report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
-    for g in groups:
+    report = AttributeReport(task, attr.name, rows.groups, counts, n_missing=attr.n_missing)
+    for g in rows.groups:
         if counts[g]["n"] < min_group_size:
             report.small_groups.append(g)
         absent = [c for c in classes if counts[g][f"n:{c}"] == 0]
@@ -385,20 +412,26 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Attribute,
         elif absent:
             report.skipped[g] = (f"class(es) {', '.join(absent)} absent: their tpr undefined (NaN, left out of its "
                                  "gap); macro_auc averages the classes present, balanced_accuracy their recalls")
+    return report
 
-    def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(value):
-            return (float(value), math.nan, math.nan)
-        if metric.endswith("_vs_best") and best.get(metric[:-len("_vs_best")]) == group:
-            report.ci_notes.setdefault(metric, {})[group] = "the reference (best) group: 0 by definition"
-            return (float(value), math.nan, math.nan)
-        n = counts[group]["n"] if group in counts else 0  # the gap "group" has no count (never small)
-        return bs.group_interval(report, metric, group, value, n, boot[metric].get(group), min_group_size, ci_level)
 
-    for m, per_g in list(point.items()) + list(vs_best.items()):
-        report.values[m] = {g: triple(m, g, v[0]) for g, v in per_g.items()}
-    for m, v in gaps.items():
-        report.values.setdefault(m, {})[GAP] = triple(m, GAP, v[0])
+def _mc_triple(report: AttributeReport, best: dict[str, str], metric: str, group: str, value: float,
+               draws: list[np.ndarray] | None, n_boot: int, min_group_size: int,
+               ci_level: float) -> tuple[float, float, float]:
+    """(value, low, high): no interval without a bootstrap, a finite value, or for the best group's own
+    difference to itself; else the group's interval."""
+    if n_boot == 0 or not np.isfinite(value):
+        return (float(value), math.nan, math.nan)
+    if metric.endswith("_vs_best") and best.get(metric[:-len("_vs_best")]) == group:
+        report.ci_notes.setdefault(metric, {})[group] = "the reference (best) group: 0 by definition"
+        return (float(value), math.nan, math.nan)
+    n = report.counts[group]["n"] if group in report.counts else 0  # the gap "group" has no count (never small)
+    return bs.group_interval(report, metric, group, value, n, draws, min_group_size, ci_level)
+
+
+def _mc_notes(report: AttributeReport, point: dict[str, dict[str, np.ndarray]], defined: dict[str, list[str]],
+              best: dict[str, str]) -> None:
+    """Gaps left undefined, the worst group of the headline metrics, the argmax operating point and best groups."""
     for m, defs in defined.items():
         if len(defs) < 2:
             report.gap_notes[f"{m}_gap"] = f"fewer than two groups with a defined {m} ({len(defs)})"
@@ -407,8 +440,36 @@ def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Attribute,
             report.worst_group[m] = min(defined[m], key=lambda g: point[m][g][0])
     report.thresholds = {"operating": {"policy": "argmax", "value": None, "comparator": "argmax"},
                          "best_group": dict(best)}
+
+
+def _mc_analyse(y: np.ndarray, pred: np.ndarray, s: np.ndarray, attr: Attribute, classes: list[str], task: str,
+                n_boot: int, seed: int, ci_level: float, min_group_size: int, patient_ids: np.ndarray | None = None,
+                n_perm: int = 0) -> AttributeReport:
+    """One attribute's report: metrics per group, gaps and differences to the best group, bootstrap intervals,
+    permutation tests."""
+    from fairmedbench.metrics.result import attach_tests, resampling_record
+
+    rows = _mc_rows(y, pred, s, attr, classes)
+    units = bs.make_units(rows.codes, None if patient_ids is None else patient_ids[rows.keep])
+    groups = rows.groups
+    point = rows.evaluate([np.ones((1, len(sl))) for sl in rows.slots])
+    defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
+    best = {m: max(defined[m], key=lambda g: point[m][g][0]) for m in MC_VS_BEST if defined[m]}
+    gaps, vs_best = _mc_between(point, groups, defined, best, classes)
+    boot = _mc_bootstrap(rows, units, defined, best, n_boot, bs.stable_seed(seed, task, attr.name)
+                         ) if n_boot > 0 else {}
+    null = _mc_null(rows, units, defined, best, n_perm,
+                    bs.stable_seed(seed, task, attr.name, "permutation")) if n_perm > 0 else {}
+    report = _mc_empty_report(task, attr, rows, min_group_size)
+    for m, per_g in list(point.items()) + list(vs_best.items()):
+        report.values[m] = {g: _mc_triple(report, best, m, g, v[0], boot.get(m, {}).get(g), n_boot, min_group_size,
+                                          ci_level) for g, v in per_g.items()}
+    for m, v in gaps.items():
+        report.values.setdefault(m, {})[GAP] = _mc_triple(report, best, m, GAP, v[0], boot.get(m, {}).get(GAP),
+                                                          n_boot, min_group_size, ci_level)
+    _mc_notes(report, point, defined, best)
     attach_tests(report, gaps, {m: per[GAP] for m, per in boot.items() if GAP in per},
                  {m: np.concatenate(v) for m, v in null.items()}, n_perm)
-    n_units = bs.clusters_per_group(units, codes, len(groups))
+    n_units = bs.clusters_per_group(units, rows.codes, len(groups))
     report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
     return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -131,99 +132,137 @@ def evaluate_segmentation(
     return FairnessResult(reports, meta)
 
 
-def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty: np.ndarray, attr: Attribute,
-             profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
-             patient_ids: np.ndarray | None = None, n_perm: int = 0) -> AttributeReport:
+@dataclass(frozen=True)
+class _Kept:
+    """One attribute's rows that have a group (`keep`): their group codes, per-sample values, the group names, each
+    group's row positions and every row group by group (the order of the bootstrap weights' columns)."""
+
+    keep: np.ndarray
+    codes: np.ndarray
+    d: np.ndarray
+    hd: np.ndarray | None
+    iou: np.ndarray | None
+    groups: list[str]
+    idx: list[np.ndarray]
+    order: np.ndarray
+
+
+def _kept(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, attr: Attribute) -> _Kept:
+    """The rows of `attr` with a group (code >= 0), split by group."""
     keep = attr.codes >= 0
     codes = attr.codes[keep]
-    units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
-    d_k, hd_k, iou_k = d[keep], None if hd is None else hd[keep], None if iou is None else iou[keep]
-    groups = list(attr.groups)
-    idx = [np.nonzero(codes == g)[0] for g in range(len(groups))]
+    idx = [np.nonzero(codes == g)[0] for g in range(len(attr.groups))]
     order = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
+    return _Kept(keep, codes, d[keep], _take(hd, keep), _take(iou, keep), list(attr.groups), idx, order)
 
-    def run(ws: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-        per: dict[str, dict[str, np.ndarray]] = {}
 
-        def sub(a: np.ndarray | None, i: np.ndarray) -> np.ndarray | None:
-            return None if a is None else a[i]
+def _take(a: np.ndarray | None, i: np.ndarray) -> np.ndarray | None:
+    return None if a is None else a[i]
 
-        for g, i, w in zip(groups, idx, ws):
-            for m, v in _weighted(w, d_k[i], sub(hd_k, i), sub(iou_k, i)).items():
-                per.setdefault(m, {})[g] = v
-        w_all = np.concatenate(ws, axis=1)
-        for m, v in _weighted(w_all, d_k[order], sub(hd_k, order), sub(iou_k, order)).items():
-            per.setdefault(m, {})[OVERALL] = v
-        return per
 
-    def run_pooled(masks: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-        """The same statistics with each group as 0/1 weights over all rows (a permutation's memberships)."""
-        per: dict[str, dict[str, np.ndarray]] = {}
-        for g, w in zip(groups, masks):
-            for m, v in _weighted(w, d_k, hd_k, iou_k).items():
-                per.setdefault(m, {})[g] = v
-        for m, v in _weighted(np.ones_like(masks[0]), d_k, hd_k, iou_k).items():
-            per.setdefault(m, {})[OVERALL] = v
-        return per
+def _group_stats(rows: _Kept, ws: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Each group's and the overall statistics for every row of the per-group weights `ws`."""
+    per: dict[str, dict[str, np.ndarray]] = {}
+    for g, i, w in zip(rows.groups, rows.idx, ws):
+        for m, v in _weighted(w, rows.d[i], _take(rows.hd, i), _take(rows.iou, i)).items():
+            per.setdefault(m, {})[g] = v
+    w_all, o = np.concatenate(ws, axis=1), rows.order
+    for m, v in _weighted(w_all, rows.d[o], _take(rows.hd, o), _take(rows.iou, o)).items():
+        per.setdefault(m, {})[OVERALL] = v
+    return per
 
-    point = run([np.ones((1, len(i))) for i in idx])
-    defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point}
-    point_between = _between(point, defined, profile)
+
+def _pooled_stats(rows: _Kept, masks: list[np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """The same statistics with each group as 0/1 weights over all rows (a permutation's memberships)."""
+    per: dict[str, dict[str, np.ndarray]] = {}
+    for g, w in zip(rows.groups, masks):
+        for m, v in _weighted(w, rows.d, rows.hd, rows.iou).items():
+            per.setdefault(m, {})[g] = v
+    for m, v in _weighted(np.ones_like(masks[0]), rows.d, rows.hd, rows.iou).items():
+        per.setdefault(m, {})[OVERALL] = v
+    return per
+
+
+def _bootstrap(rows: _Kept, units: bs.Units, defined: dict[str, list[str]], profile: Profile, n_boot: int,
+               rng: np.random.Generator) -> dict[tuple[str, str], list[np.ndarray]]:
+    """Every group's statistics and the between-group values over `n_boot` resamples, keyed (metric, group)."""
     boot: dict[tuple[str, str], list[np.ndarray]] = {}
-    one = np.zeros(len(codes), dtype=np.int64)  # segmentation samples carry no label: one stratum per group
-    if n_boot > 0:
-        rng = bs.stable_seed(seed, "segmentation", attr.name)
-        strata = [bs.label_strata(units, i, one, (0,))[0] for i in idx]
-        for start, stop in bs.chunks(n_boot, len(codes)):
-            w = bs.unit_weights(rng, strata, units.n_units, stop - start)
-            res = run([w[:, units.of_row[i]] for i in idx])
-            for m, per_g in res.items():
-                for g, v in per_g.items():
-                    boot.setdefault((m, g), []).append(v)
-            for m, v in _between(res, defined, profile).items():
-                boot.setdefault((m, GAP), []).append(v)
+    one = np.zeros(len(rows.codes), dtype=np.int64)  # segmentation samples carry no label: one stratum per group
+    strata = [bs.label_strata(units, i, one, (0,))[0] for i in rows.idx]
+    for start, stop in bs.chunks(n_boot, len(rows.codes)):
+        w = bs.unit_weights(rng, strata, units.n_units, stop - start)
+        res = _group_stats(rows, [w[:, units.of_row[i]] for i in rows.idx])
+        for m, per_g in res.items():
+            for g, v in per_g.items():
+                boot.setdefault((m, g), []).append(v)
+        for m, v in _between(res, defined, profile).items():
+            boot.setdefault((m, GAP), []).append(v)
+    return boot
+
+
+def _null(rows: _Kept, units: bs.Units, defined: dict[str, list[str]], profile: Profile, n_perm: int,
+          rng: np.random.Generator) -> dict[str, list[np.ndarray]]:
+    """The between-group values over `n_perm` permutations of the units' groups (H0: the group label is
+    exchangeable; no label strata in segmentation)."""
     null: dict[str, list[np.ndarray]] = {}
-    if n_perm > 0:
-        # H0: the group label is exchangeable; units' group labels shuffled (no label strata in segmentation)
-        rng = bs.stable_seed(seed, "segmentation", attr.name, "permutation")
-        ugroup, all_units = bs.unit_group(units, codes), [bs.units_in_order(units, np.arange(len(codes)))]
-        for start, stop in bs.chunks(n_perm, len(codes) * max(len(groups), 1)):
-            perm = bs.permuted_groups(rng, all_units, ugroup, stop - start)[:, units.of_row]
-            res = run_pooled([(perm == g).astype(np.float64) for g in range(len(groups))])
-            for m, v in _between(res, defined, profile).items():
-                null.setdefault(m, []).append(v)
+    codes = rows.codes
+    ugroup, all_units = bs.unit_group(units, codes), [bs.units_in_order(units, np.arange(len(codes)))]
+    for start, stop in bs.chunks(n_perm, len(codes) * max(len(rows.groups), 1)):
+        perm = bs.permuted_groups(rng, all_units, ugroup, stop - start)[:, units.of_row]
+        res = _pooled_stats(rows, [(perm == g).astype(np.float64) for g in range(len(rows.groups))])
+        for m, v in _between(res, defined, profile).items():
+            null.setdefault(m, []).append(v)
+    return null
 
-    e = empty[keep]
-    counts = {OVERALL: {"n": int(len(codes)), "n_empty_gt": int(e.sum())}}
-    report = AttributeReport("segmentation", attr.name, groups, counts, n_missing=attr.n_missing)
 
-    def triple(m: str, g: str, v: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(v):
-            return (float(v), math.nan, math.nan)
-        if g in report.small_groups:
-            why: str | None = bs.small_group_reason(counts[g]["n"], min_group_size)
-            lo = hi = math.nan
-        else:
-            lo, hi, why = bs.interval(np.concatenate(boot[(m, g)]), ci_level)
-        if why:
-            report.ci_notes.setdefault(m, {})[g] = why
-        return (float(v), lo, hi)
-    for g, i in zip(groups, idx):
-        counts[g] = {"n": int(len(i)), "n_empty_gt": int(e[i].sum())}
+def _empty_report(attr: Attribute, rows: _Kept, empty: np.ndarray, min_group_size: int) -> AttributeReport:
+    """The report before any value: counts (with empty ground truths), empty and small groups."""
+    counts = {OVERALL: {"n": int(len(rows.codes)), "n_empty_gt": int(empty.sum())}}
+    report = AttributeReport("segmentation", attr.name, rows.groups, counts, n_missing=attr.n_missing)
+    for g, i in zip(rows.groups, rows.idx):
+        counts[g] = {"n": int(len(i)), "n_empty_gt": int(empty[i].sum())}
         if len(i) == 0:
             report.skipped[g] = "empty group: no samples, every metric undefined"
         if len(i) < min_group_size:
             report.small_groups.append(g)
+    return report
+
+
+def _triple(report: AttributeReport, metric: str, group: str, value: float, draws: list[np.ndarray] | None,
+            n_boot: int, min_group_size: int, ci_level: float) -> tuple[float, float, float]:
+    """(value, low, high): no interval without a bootstrap or a finite value, else the group's interval."""
+    if n_boot == 0 or not np.isfinite(value):
+        return (float(value), math.nan, math.nan)
+    n = report.counts[group]["n"] if group in report.counts else 0  # the gap "group" has no count (never small)
+    return bs.group_interval(report, metric, group, value, n, draws, min_group_size, ci_level)
+
+
+def _analyse(d: np.ndarray, iou: np.ndarray | None, hd: np.ndarray | None, empty: np.ndarray, attr: Attribute,
+             profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
+             patient_ids: np.ndarray | None = None, n_perm: int = 0) -> AttributeReport:
+    """One attribute's report: group statistics, between-group values, bootstrap intervals, permutation tests."""
+    rows = _kept(d, iou, hd, attr)
+    units = bs.make_units(rows.codes, _take(patient_ids, rows.keep))
+    point = _group_stats(rows, [np.ones((1, len(i))) for i in rows.idx])
+    defined = {m: [g for g in rows.groups if np.isfinite(point[m][g][0])] for m in point}
+    point_between = _between(point, defined, profile)
+    boot = _bootstrap(rows, units, defined, profile, n_boot, bs.stable_seed(seed, "segmentation", attr.name)
+                      ) if n_boot > 0 else {}
+    null = _null(rows, units, defined, profile, n_perm,
+                 bs.stable_seed(seed, "segmentation", attr.name, "permutation")) if n_perm > 0 else {}
+    report = _empty_report(attr, rows, empty[rows.keep], min_group_size)
     for m, per_g in point.items():
-        report.values[m] = {g: triple(m, g, v[0]) for g, v in per_g.items()}
+        report.values[m] = {g: _triple(report, m, g, v[0], boot.get((m, g)), n_boot, min_group_size, ci_level)
+                            for g, v in per_g.items()}
     for m, v in point_between.items():
-        report.values.setdefault(m, {})[GAP] = triple(m, GAP, v[0])
+        report.values.setdefault(m, {})[GAP] = _triple(report, m, GAP, v[0], boot.get((m, GAP)), n_boot,
+                                                       min_group_size, ci_level)
     if len(defined["dsc"]) < 2:
         report.gap_notes["dsc_gap"] = f"fewer than two groups with a defined dsc ({len(defined['dsc'])})"
     if defined["dsc"]:
         report.worst_group["dsc"] = min(defined["dsc"], key=lambda g: point["dsc"][g][0])
     attach_tests(report, point_between, {m: v for (m, g), v in boot.items() if g == GAP},
                  {m: np.concatenate(v) for m, v in null.items()}, n_perm)
-    n_units = bs.clusters_per_group(units, codes, len(groups))
-    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
+    n_units = bs.clusters_per_group(units, rows.codes, len(rows.groups))
+    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(rows.groups, n_units))})
     return report

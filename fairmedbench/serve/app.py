@@ -62,15 +62,24 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
-    """The application over `service`; at most `recompute_slots` bundles are unpacked and recomputed at once."""
-    from fairmedbench.leaderboards import render
+async def _thread(fn: Any, *args: Any) -> Any:
+    """`fn(*args)` in a worker thread, so a database or disk call does not block the event loop."""
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _boards(service: Service) -> list[dict[str, Any]]:
+    """Every board: name, version, description, number of submissions, page."""
     from fairmedbench.leaderboards.suites import SUITES
 
-    app = FastAPI(title="fairmedbench boards", version="1", docs_url=None, redoc_url=None)
-    limiter = anyio.CapacityLimiter(recompute_slots)
-    service.clean_work_dir()
+    counts: dict[str, int] = {}
+    for s in service.submissions_of():
+        counts[s["board"]] = counts.get(s["board"], 0) + 1
+    return [{"name": n, "version": SUITES.get(n).version, "description": SUITES.get(n).description,
+             "submissions": counts.get(n, 0), "page": f"/boards/{n}"} for n in SUITES.names()]
 
+
+def _add_error_handlers(app: FastAPI, service: Service) -> None:
+    """A refusal answers its own status; a database that does not answer 503 (retry); a full disk 507."""
     @app.exception_handler(ServeError)
     async def _refused(_: Request, err: ServeError) -> JSONResponse:
         return JSONResponse({"detail": err.message}, status_code=err.status)
@@ -93,47 +102,59 @@ def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
                                 status_code=507)
         raise err
 
-    def boards() -> list[dict[str, Any]]:
-        counts: dict[str, int] = {}
-        for s in service.submissions_of():
-            counts[s["board"]] = counts.get(s["board"], 0) + 1
-        return [{"name": n, "version": SUITES.get(n).version, "description": SUITES.get(n).description,
-                 "submissions": counts.get(n, 0), "page": f"/boards/{n}"} for n in SUITES.names()]
 
-    async def thread(fn: Any, *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args)
+def _add_pages(app: FastAPI, service: Service) -> None:
+    """The HTML pages: the index of boards, a board's live page, a submission's page."""
+    from fairmedbench.leaderboards import render
 
     @app.get("/", response_class=HTMLResponse, summary="index of the boards")
     async def index() -> HTMLResponse:
-        return HTMLResponse(TEMPLATES.get_template("index.html.j2").render(boards=await thread(boards)))
+        return HTMLResponse(TEMPLATES.get_template("index.html.j2").render(boards=await _thread(_boards, service)))
 
     @app.get("/boards/{name}", response_class=HTMLResponse, summary="a board's live page")
     async def board_page(name: str) -> HTMLResponse:
-        _, page = await thread(service.board, name)
+        _, page = await _thread(service.board, name)
         return HTMLResponse(page, headers={"Content-Security-Policy": render._csp()})
 
     @app.get("/submissions/{sid}", response_class=HTMLResponse, summary="a submission's page")
     async def submission_page(sid: str) -> HTMLResponse:
-        sub = await thread(service.submission, sid)
+        sub = await _thread(service.submission, sid)
         return HTMLResponse(TEMPLATES.get_template("submission.html.j2").render(s=sub))
 
+
+def _add_read_api(app: FastAPI, service: Service) -> None:
+    """The public JSON reads: boards, a board's rows, a submission, the queue."""
     @app.get("/api/boards", summary="every board: name, version, description, submissions, page")
     async def api_boards() -> list[dict[str, Any]]:
-        return await thread(boards)
+        return await _thread(_boards, service)
 
     @app.get("/api/boards/{name}/rows", summary="a board's rows as `leaderboard build` computes them")
     async def api_rows(name: str) -> dict[str, Any]:
-        doc, _ = await thread(service.board, name)
+        doc, _ = await _thread(service.board, name)
         return {"board": name, "rows": doc["rows"], "models": doc["models"], "refused": doc["refused"]}
 
     @app.get("/api/submissions/{sid}", summary="a submission: state, tier, flags, reasons, every event")
     async def api_submission(sid: str) -> dict[str, Any]:
-        return await thread(service.submission, sid)
+        return await _thread(service.submission, sid)
 
     @app.get("/api/queue", summary="open verification jobs")
     async def api_queue() -> list[dict[str, Any]]:
-        return await thread(service.queue)
+        return await _thread(service.queue)
 
+
+async def _receive_upload(request: Request, path: Path, cap: int) -> None:
+    """Stream the request body into `path`, refusing (413) once it passes `cap` bytes."""
+    total = 0
+    with open(path, "wb") as out:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > cap:
+                raise ServeError(413, f"upload is over this server's cap of {cap} bytes")
+            out.write(chunk)
+
+
+def _add_submission_api(app: FastAPI, service: Service, limiter: anyio.CapacityLimiter) -> None:
+    """The authenticated writes: submit a bundle (at most `limiter`'s slots ingested at once), withdraw one."""
     @app.post("/api/submissions", status_code=201, summary="submit a bundle (a tar archive of its folder)",
               responses={200: {"description": "the same bundle was submitted before: that submission"},
                          401: {"description": "no, wrong, revoked or expired token"},
@@ -141,20 +162,14 @@ def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
                          413: {"description": "over the upload cap"}, 429: {"description": "over the daily cap"},
                          503: {"description": "the verification queue is full"}})
     async def post_submission(request: Request, board: str | None = None) -> JSONResponse:
-        who = await thread(service.authenticate, request.headers.get("authorization"))
+        who = await _thread(service.authenticate, request.headers.get("authorization"))
         length = request.headers.get("content-length")
-        await thread(service.admit, who, int(length) if length and length.isdigit() else None)
+        await _thread(service.admit, who, int(length) if length and length.isdigit() else None)
         path = service.work_dir() / f"{uuid.uuid4().hex}.part"
         try:
-            total, cap = 0, service.settings.max_upload
-            with open(path, "wb") as out:
-                async for chunk in request.stream():
-                    total += len(chunk)
-                    if total > cap:
-                        raise ServeError(413, f"upload is over this server's cap of {cap} bytes")
-                    out.write(chunk)
+            await _receive_upload(request, path, service.settings.max_upload)
             async with limiter:
-                new, sub = await thread(service.ingest, who, path, board)
+                new, sub = await _thread(service.ingest, who, path, board)
         finally:
             path.unlink(missing_ok=True)
         LOG.info("submission %s on %s by %s: %s", sub["id"], sub["board"], who.name, sub["state"])
@@ -162,24 +177,38 @@ def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
 
     @app.post("/api/submissions/{sid}/withdraw", summary="withdraw a submission (maintainers, or its submitter)")
     async def withdraw(sid: str, request: Request) -> dict[str, Any]:
-        who = await thread(service.authenticate, request.headers.get("authorization"))
+        who = await _thread(service.authenticate, request.headers.get("authorization"))
         try:
             reason = str((await request.json())["reason"])
         except (ValueError, KeyError, TypeError):
             raise ServeError(422, "send JSON {\"reason\": \"...\"}") from None
-        return await thread(service.withdraw, who, sid, reason)
+        return await _thread(service.withdraw, who, sid, reason)
 
+
+def _add_maintenance(app: FastAPI, service: Service) -> None:
+    """The audit log (maintainers only) and the health check."""
     @app.get("/api/audit", summary="the audit log (maintainers)")
     async def api_audit(request: Request) -> list[dict[str, Any]]:
-        who = await thread(service.authenticate, request.headers.get("authorization"))
+        who = await _thread(service.authenticate, request.headers.get("authorization"))
         if not who.maintainer:
             raise ServeError(403, "the audit log is readable by maintainers")
-        return await thread(service.audit_log)
+        return await _thread(service.audit_log)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> Response:
         return Response("ok", media_type="text/plain")
 
+
+def create_app(service: Service, recompute_slots: int = 2) -> FastAPI:
+    """The application over `service`; at most `recompute_slots` bundles are unpacked and recomputed at once."""
+    app = FastAPI(title="fairmedbench boards", version="1", docs_url=None, redoc_url=None)
+    limiter = anyio.CapacityLimiter(recompute_slots)
+    service.clean_work_dir()
+    _add_error_handlers(app, service)
+    _add_pages(app, service)  # in this order: the OpenAPI document lists the routes as they were added
+    _add_read_api(app, service)
+    _add_submission_api(app, service, limiter)
+    _add_maintenance(app, service)
     return app
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.engine import store
 from fairmedbench.engine.device import head_threads
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.auc import auc
@@ -31,7 +31,7 @@ from fairmedbench.tasks.common import (
     min_group_size,
     patient_ids,
     prepare_inputs,
-    reuse_seed,
+    run_seeds,
     score_and_write,
     score_settings,
     seed_document,
@@ -42,8 +42,11 @@ from fairmedbench.tasks.table import SplitPredictions
 if TYPE_CHECKING:
     import torch
 
+    from fairmedbench.adapters.base import Prepared
+    from fairmedbench.analysis.sampling import Sampling
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.tasks.base import Task
 
 
 @dataclass
@@ -261,24 +264,38 @@ def describe_config(cfg: TrainConfig) -> dict[str, Any]:
     return asdict(cfg)
 
 
-def run(inputs: RunInputs) -> RunnerOutput:
-    """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics;
-    the same head, scores and threshold on each external dataset's test split, with its shift."""
+@dataclass
+class _Run:
+    """What every seed of one classification run shares: its inputs, the prepared features, the label columns and
+    labels, the split positions, the training groups (codes) and the sampling groups, the task and its training
+    settings, and the seconds preparing took."""
 
-    from fairmedbench.analysis.sampling import Sampling, describe, draw
-    from fairmedbench.analysis.uncertainty import mc_columns, run_uncertainty
-    from fairmedbench.metrics.profiles import get_profile
-    from fairmedbench.mitigation import make_mitigation
+    inputs: RunInputs
+    prepared: Prepared
+    label_cols: list[str]
+    pos: dict[str, np.ndarray]
+    y: np.ndarray
+    codes: np.ndarray | None
+    n_groups: int
+    sampling: Sampling
+    groups: np.ndarray
+    task: Task
+    cfg: TrainConfig
+    t_prep: float
 
-    spec, adapter, ds, split, out_dir, externals = (inputs.spec, inputs.usage, inputs.dataset, inputs.split,
-                                                    inputs.out_dir, inputs.externals)
+
+def _prepare_run(inputs: RunInputs) -> _Run:
+    """The features of every split (the expensive step: cached by the usage) and what each seed reads."""
+    from fairmedbench.analysis.sampling import Sampling
+
+    spec, ds, split = inputs.spec, inputs.dataset, inputs.split
     t0 = time.perf_counter()
     card = ds.card
     tasks = spec.train_hparams["tasks"]
     assert card.label_column is not None, f"dataset {card.name!r}: a classification dataset names its label column"
     label_cols = [card.label_column, *(card.extra_label_columns if tasks == "all" else ())]
     pos = {"train": split.train, "val": split.val, "test": split.test}
-    prepared = prepare_inputs(adapter, inputs.model, ds, split, inputs.ctx, externals)  # 3D: one row per volume
+    prepared = prepare_inputs(inputs.usage, inputs.model, ds, split, inputs.ctx, inputs.externals)  # 3D: per volume
     t_prep = time.perf_counter() - t0
     y = ds.samples[label_cols].to_numpy().astype(np.int64)
     codes, n_groups = training_groups(spec, ds)
@@ -286,67 +303,82 @@ def run(inputs: RunInputs) -> RunnerOutput:
     groups = (ds.samples[f"attr:{spec.attributes[0]}"].to_numpy() if spec.attributes
               else np.full(len(ds.samples), None, dtype=object))
     task = get_task(spec.task)
-    cfg = task.make_config(spec.train_hparams)
-    mit_h = spec.mitigation_hparams
-    mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
-    docs: list[dict[str, Any]] = []
-    results: list[FairnessResult] = []
-    reused: list[int] = []
-    for seed in spec.seeds:
-        path = out_dir / f"seed{seed}.json"
-        if reuse_seed(path, inputs.opts, docs, reused, seed):
-            continue
-        keep = draw(sampling, pos, groups, y[:, 0], spec.split_seed, seed)  # all of each split unless sampled
-        ps = {k: p[keep[k]] for k, p in pos.items()}
-        arrays = {k: SplitArrays(_rows(prepared.inputs[k], keep[k]), y[p], None if codes is None else codes[p],
-                                 n_groups) for k, p in ps.items()}
-        t1 = time.perf_counter()
-        def factory() -> Mitigation:
-            return make_mitigation(spec.mitigation, **mit_h)
+    return _Run(inputs, prepared, label_cols, pos, y, codes, n_groups, sampling, groups, task,
+                task.make_config(spec.train_hparams), t_prep)
 
-        extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds))
-                   for k, e in enumerate(externals)}
-        with head_threads(adapter.caches_features):  # the same head on any launcher or core count
-            [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
-                                      [seed], cfg, test_groups=arrays["test"].groups,
-                                      mc_samples=mc_t, extra=extra_x)
-        # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
-        policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
-        t_train = time.perf_counter() - t1
-        parts = [SplitPredictions(name, ds.samples["sample_id"].to_numpy()[p], patient_ids(ds, p),
-                                  attr_columns(ds, spec, p), y[p], scores,
-                                  extra=mc_columns(sr.mc[name], label_cols) if sr.mc is not None else {})
-                 for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores))]
-        pred_name = f"seed{seed}.predictions.parquet"
-        res, table = score_and_write(task, out_dir / pred_name, parts, seed, label_cols, spec.attributes,
-                                     score_settings(spec, seed, policy))  # the table the run writes
-        extra: dict[str, Any]
-        extra = {"training": {"config": describe_config(cfg), "mitigation": factory().describe(),
-                              "best_epoch": sr.fit.best_epoch, "best_val_loss": finite(sr.fit.best_val_loss),
-                              "select": sr.fit.select, "best_select_score": finite(sr.fit.best_score),
-                              "val_losses": sr.fit.val_losses, "threshold_policy": policy},
-                 "usage": {"name": adapter.name, **prepared.notes}}
-        if sr.mc is not None:
-            extra["uncertainty"] = run_uncertainty(y[ps["test"]], sr.mc["test"], label_cols,
-                                                   attr_columns(ds, spec, ps["test"]),
-                                                   patient_ids=patient_ids(ds, ps["test"]))
-        if sampling.active:
-            extra["sampling"] = {**sampling.identity(), "seed": [spec.split_seed, seed],
-                                 "splits": describe(keep, pos, groups, y[:, 0])}
-        if externals:
-            extra["external"] = _external_results(spec, externals, out_dir, seed, label_cols, sr, policy,
-                                                  (y[ps["test"]], attr_columns(ds, spec, ps["test"]),
-                                                   patient_ids(ds, ps["test"]), ps["test"]), table)
-        if sampling.test_resample:
-            extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, label_cols, policy, table, seed)
-        doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, label_cols, extra,
-                            {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device,
-                            heads_pinned=adapter.caches_features)
-        store.write_json(path, doc)
-        docs.append(doc)
-        results.append(res)
-    return docs, results, reused
+
+def _seed_extra(run: _Run, seed: int, sr: SeedRun, policy: str | None, keep: dict[str, np.ndarray],
+                ps: dict[str, np.ndarray], table: PredictionTable, mitigation: Mitigation) -> dict[str, Any]:
+    """A seed document's runner sections: training, usage, and where they apply uncertainty, sampling, external
+    datasets and the resampled test set."""
+    from fairmedbench.analysis.sampling import describe
+    from fairmedbench.analysis.uncertainty import run_uncertainty
+
+    spec, ds, y, label_cols = run.inputs.spec, run.inputs.dataset, run.y, run.label_cols
+    extra: dict[str, Any]
+    extra = {"training": {"config": describe_config(run.cfg), "mitigation": mitigation.describe(),
+                          "best_epoch": sr.fit.best_epoch, "best_val_loss": finite(sr.fit.best_val_loss),
+                          "select": sr.fit.select, "best_select_score": finite(sr.fit.best_score),
+                          "val_losses": sr.fit.val_losses, "threshold_policy": policy},
+             "usage": {"name": run.inputs.usage.name, **run.prepared.notes}}
+    if sr.mc is not None:
+        extra["uncertainty"] = run_uncertainty(y[ps["test"]], sr.mc["test"], label_cols,
+                                               attr_columns(ds, spec, ps["test"]),
+                                               patient_ids=patient_ids(ds, ps["test"]))
+    if run.sampling.active:
+        extra["sampling"] = {**run.sampling.identity(), "seed": [spec.split_seed, seed],
+                             "splits": describe(keep, run.pos, run.groups, y[:, 0])}
+    if run.inputs.externals:
+        extra["external"] = _external_results(spec, run.inputs.externals, run.inputs.out_dir, seed, label_cols, sr,
+                                              policy, (y[ps["test"]], attr_columns(ds, spec, ps["test"]),
+                                                       patient_ids(ds, ps["test"]), ps["test"]), table)
+    if run.sampling.test_resample:
+        extra["test_resample"] = _resampled_test(spec, ds, ps["test"], y, label_cols, policy, table, seed)
+    return extra
+
+
+def _run_seed(run: _Run, seed: int) -> tuple[dict[str, Any], FairnessResult]:
+    """One seed: draw its splits, train the head, score and write its predictions; its document and metrics."""
+    from fairmedbench.analysis.sampling import draw
+    from fairmedbench.analysis.uncertainty import mc_columns
+    from fairmedbench.metrics.profiles import get_profile
+    from fairmedbench.mitigation import make_mitigation
+
+    spec, adapter, ds, prepared, y = run.inputs.spec, run.inputs.usage, run.inputs.dataset, run.prepared, run.y
+    keep = draw(run.sampling, run.pos, run.groups, y[:, 0], spec.split_seed, seed)  # all of each split unless sampled
+    ps = {k: p[keep[k]] for k, p in run.pos.items()}
+    arrays = {k: SplitArrays(_rows(prepared.inputs[k], keep[k]), y[p], None if run.codes is None else run.codes[p],
+                             run.n_groups) for k, p in ps.items()}
+    t1 = time.perf_counter()
+    factory = partial(make_mitigation, spec.mitigation, **spec.mitigation_hparams)
+    extra_x = {f"external{k}": (prepared.inputs[f"external{k}"], e.codes(spec, ds))
+               for k, e in enumerate(run.inputs.externals)}
+    with head_threads(adapter.caches_features):  # the same head on any launcher or core count
+        [sr] = run_classification(arrays["train"], arrays["val"], arrays["test"].x, prepared.make_head, factory,
+                                  [seed], run.cfg, test_groups=arrays["test"].groups,
+                                  mc_samples=int(spec.usage_hparams.get("mc_samples", 0)), extra=extra_x)
+    # a profile that fixes its own threshold (fairmedfm) takes none; a plugin may fix the operating point
+    policy = (factory().threshold_policy or spec.threshold) if get_profile(spec.profile).accepts_threshold else None
+    t_train = time.perf_counter() - t1
+    parts = [SplitPredictions(name, ds.samples["sample_id"].to_numpy()[p], patient_ids(ds, p),
+                              attr_columns(ds, spec, p), y[p], scores,
+                              extra=mc_columns(sr.mc[name], run.label_cols) if sr.mc is not None else {})
+             for name, p, scores in (("val", ps["val"], sr.val_scores), ("test", ps["test"], sr.test_scores))]
+    pred_name = f"seed{seed}.predictions.parquet"
+    res, table = score_and_write(run.task, run.inputs.out_dir / pred_name, parts, seed, run.label_cols,
+                                 spec.attributes, score_settings(spec, seed, policy))  # the table the run writes
+    extra = _seed_extra(run, seed, sr, policy, keep, ps, table, factory())
+    doc = seed_document(run.task.run_kind, spec, seed, res, run.inputs.info, pred_name, run.label_cols, extra,
+                        {"load": run.inputs.t_load, "prepare": run.t_prep, "train": t_train,
+                         "metrics": time.perf_counter() - t1 - t_train}, run.inputs.ctx.device,
+                        heads_pinned=adapter.caches_features)
+    return doc, res
+
+
+def run(inputs: RunInputs) -> RunnerOutput:
+    """The classification runner (TASKS['classification']): head per seed, threshold on validation, test metrics;
+    the same head, scores and threshold on each external dataset's test split, with its shift."""
+    return run_seeds(inputs, partial(_run_seed, _prepare_run(inputs)))
 
 
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], out_dir: Path, seed: int,

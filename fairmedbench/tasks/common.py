@@ -221,6 +221,23 @@ def reuse_seed(path: Path, opts: RunFlags, docs: list[dict[str, Any]], reused: l
     return False
 
 
+def run_seeds(inputs: RunInputs, one_seed: Callable[[int], tuple[dict[str, Any], FairnessResult]]) -> RunnerOutput:
+    """A runner's loop: each seed's finished result reused (unless forced), else `one_seed(seed)` run and its
+    document written to seed<k>.json."""
+    docs: list[dict[str, Any]] = []
+    results: list[FairnessResult] = []
+    reused: list[int] = []
+    for seed in inputs.spec.seeds:
+        path = inputs.out_dir / f"seed{seed}.json"
+        if reuse_seed(path, inputs.opts, docs, reused, seed):
+            continue
+        doc, res = one_seed(seed)
+        store.write_json(path, doc)
+        docs.append(doc)
+        results.append(res)
+    return docs, results, reused
+
+
 def seed_document(kind: str, spec: RunConfig, seed: int, result: FairnessResult, info: dict[str, Any], pred_name: str,
                   tasks: list[str], extra: dict[str, Any], timings: dict[str, float], device: str,
                   classes: list[str] | tuple[str, ...] = (), heads_pinned: bool = False) -> dict[str, Any]:

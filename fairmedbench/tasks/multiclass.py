@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fairmedbench.engine import store
 from fairmedbench.engine.device import head_threads
 from fairmedbench.errors import InputError
 from fairmedbench.spec import RunConfig
@@ -34,7 +34,7 @@ from fairmedbench.tasks.common import (
     min_group_size,
     patient_ids,
     prepare_inputs,
-    reuse_seed,
+    run_seeds,
     score_and_write,
     score_settings,
     seed_document,
@@ -45,9 +45,11 @@ from fairmedbench.tasks.table import SplitPredictions
 if TYPE_CHECKING:
     import torch
 
+    from fairmedbench.adapters.base import Prepared
     from fairmedbench.metrics.result import FairnessResult
     from fairmedbench.mitigation.base import Mitigation
     from fairmedbench.registry.datasets.dataset import Dataset
+    from fairmedbench.tasks.base import Task
 
 
 class MulticlassConfig(TrainConfig):
@@ -164,18 +166,30 @@ def class_labels(ds: Dataset) -> tuple[np.ndarray, list[str]]:
     return yi, classes
 
 
-def run(inputs: RunInputs) -> RunnerOutput:
-    """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
-    metrics by group; the same head on each external dataset's test split, with its shift."""
-    import torch
+@dataclass
+class _Run:
+    """What every seed of one multiclass run shares: its inputs, the class indices and names, the split positions,
+    each external dataset's test labels, the prepared features, the training groups (codes), the task and its
+    training settings, and the seconds preparing took."""
 
-    from fairmedbench.analysis.uncertainty import mc_class_columns, uncertainty_block
-    from fairmedbench.mitigation import make_mitigation
-    from fairmedbench.tasks.classification import mc_predict
+    inputs: RunInputs
+    y: np.ndarray
+    classes: list[str]
+    pos: dict[str, np.ndarray]
+    ext_y: list[np.ndarray]
+    prepared: Prepared
+    codes: np.ndarray | None
+    n_groups: int
+    task: Task
+    cfg: MulticlassConfig
+    label_col: str
+    t_prep: float
 
-    spec, adapter, ds, split, out_dir, externals = (inputs.spec, inputs.usage, inputs.dataset, inputs.split,
-                                                    inputs.out_dir, inputs.externals)
-    mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
+
+def _prepare_run(inputs: RunInputs) -> _Run:
+    """The settings and labels checked, then the features of every split (the expensive step: cached by the usage)
+    and what each seed reads."""
+    spec, ds, split, externals = inputs.spec, inputs.dataset, inputs.split, inputs.externals
     t0 = time.perf_counter()
     # checked before any feature is extracted
     if spec.threshold != "val_youden" or spec.profile != "default":
@@ -191,72 +205,100 @@ def run(inputs: RunInputs) -> RunnerOutput:
         raise InputError(f"dataset {ds.card.name!r}: class(es) {[classes[c] for c in missing]} have no train "
                          "sample; the softmax head cannot learn them (use more data or another split)")
     ext_y = [class_labels(e.dataset)[0][e.split.test] for e in externals]
-    prepared = prepare_inputs(adapter, inputs.model, ds, split, inputs.ctx, externals)  # 3D: one row per volume
+    prepared = prepare_inputs(inputs.usage, inputs.model, ds, split, inputs.ctx, externals)  # 3D: one row per volume
     t_prep = time.perf_counter() - t0
     codes, n_groups = training_groups(spec, ds)
     task = get_task(spec.task)
     cfg = task.make_config(spec.train_hparams)
     label_col = ds.card.label_column
     assert label_col is not None, "class_labels checked the card's label column"
-    docs: list[dict[str, Any]] = []
-    results: list[FairnessResult] = []
-    reused: list[int] = []
-    for seed in spec.seeds:
-        path = out_dir / f"seed{seed}.json"
-        if reuse_seed(path, inputs.opts, docs, reused, seed):
-            continue
-        t1 = time.perf_counter()
-        with head_threads(adapter.caches_features):  # the same head on any launcher or core count
-            mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
-            torch.manual_seed(seed)  # the head's initial weights depend on the seed only
-            head = prepared.make_head(prepared.inputs["train"], len(classes))
-            g = {k: None if codes is None else codes[p] for k, p in pos.items()}
-            model_fit, fit = fit_softmax_head(head, prepared.inputs, {k: y[p] for k, p in pos.items()}, g, n_groups,
-                                              len(classes), cfg, mitigation, seed)
-            at_inference = mitigation.needs_attribute_at_inference
-            names = ("val", "test", *(f"external{k}" for k in range(len(externals))))
-            g.update({f"external{k}": e.codes(spec, ds) for k, e in enumerate(externals)})
-            mc = None
-            if mc_t:  # MC dropout: each pass post-processed as a single prediction would be; probs = their means
-                mc = {k: mc_predict(model_fit, prepared.inputs[k], mc_t, seed, softmax=True) for k in names}
-                mitigation.fit_postprocess(mc["val"].mean(axis=0), y[split.val], g["val"])
-                mc = {k: np.stack([mitigation.adjust_scores(p, g[k] if at_inference else None) for p in v])
-                      for k, v in mc.items()}
-                probs = {k: v.mean(axis=0) for k, v in mc.items()}
-            else:
-                probs = {k: predict_proba(model_fit, prepared.inputs[k]) for k in names}
-                mitigation.fit_postprocess(probs["val"], y[split.val], g["val"])
-                probs = {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}
-        t_train = time.perf_counter() - t1
-        parts = [SplitPredictions(name, ds.samples["sample_id"].to_numpy()[pos[name]], patient_ids(ds, pos[name]),
-                                  attr_columns(ds, spec, pos[name]), y[pos[name]], probs[name],
-                                  extra=mc_class_columns(mc[name], classes) if mc is not None else {})
-                 for name in ("val", "test")]
-        pred_name = f"seed{seed}.predictions.parquet"
-        res, _ = score_and_write(task, out_dir / pred_name, parts, seed, [label_col], spec.attributes,
-                                 score_settings(spec, seed), classes)  # the table the run writes
-        extra: dict[str, Any]
-        extra = {"training": {"config": asdict(cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
-                              "best_epoch": fit.best_epoch, "best_val_loss": finite(fit.best_val_loss),
-                              "select": fit.select, "best_select_score": finite(fit.best_score),
-                              "val_losses": fit.val_losses, "decision": "argmax"},
-                 "usage": {"name": adapter.name, "head": f"softmax over {len(classes)} classes", **prepared.notes}}
-        if externals:
-            extra["external"] = _external_results(spec, externals, ext_y, probs, out_dir, seed, classes,
-                                                   (y[split.test], attr_columns(ds, spec, split.test),
-                                                    patient_ids(ds, split.test), split.test))
-        if mc is not None:
-            extra["uncertainty"] = {label_col: uncertainty_block(
-                y[split.test], mc["test"], attr_columns(ds, spec, split.test),
-                patient_ids=patient_ids(ds, split.test))}
-        doc = seed_document(task.run_kind, spec, seed, res, inputs.info, pred_name, [label_col], extra,
-                            {"load": inputs.t_load, "prepare": t_prep, "train": t_train,
-                             "metrics": time.perf_counter() - t1 - t_train}, inputs.ctx.device, classes,
-                            heads_pinned=adapter.caches_features)
-        store.write_json(path, doc)
-        docs.append(doc)
-        results.append(res)
-    return docs, results, reused
+    return _Run(inputs, y, classes, pos, ext_y, prepared, codes, n_groups, task, cfg, label_col, t_prep)
+
+
+def _predictions(run: _Run, model_fit: torch.nn.Module, mitigation: Mitigation, g: dict[str, np.ndarray | None],
+                 seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    """Class probabilities of val, test and each external set, post-processed by the mitigation (fitted on val);
+    with MC dropout also every pass (each post-processed as a single prediction would be; probs = their means)."""
+    from fairmedbench.tasks.classification import mc_predict
+
+    spec, y, inputs = run.inputs.spec, run.y, run.prepared.inputs
+    mc_t = int(spec.usage_hparams.get("mc_samples", 0))  # MC dropout (analysis.uncertainty)
+    at_inference = mitigation.needs_attribute_at_inference
+    names = ("val", "test", *(f"external{k}" for k in range(len(run.inputs.externals))))
+    if not mc_t:
+        probs = {k: predict_proba(model_fit, inputs[k]) for k in names}
+        mitigation.fit_postprocess(probs["val"], y[run.inputs.split.val], g["val"])
+        return {k: mitigation.adjust_scores(v, g[k] if at_inference else None) for k, v in probs.items()}, None
+    mc = {k: mc_predict(model_fit, inputs[k], mc_t, seed, softmax=True) for k in names}
+    mitigation.fit_postprocess(mc["val"].mean(axis=0), y[run.inputs.split.val], g["val"])
+    mc = {k: np.stack([mitigation.adjust_scores(p, g[k] if at_inference else None) for p in v])
+          for k, v in mc.items()}
+    return {k: v.mean(axis=0) for k, v in mc.items()}, mc
+
+
+def _seed_extra(run: _Run, seed: int, fit: MulticlassFit, mitigation: Mitigation, probs: dict[str, np.ndarray],
+                mc: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    """A seed document's runner sections: training, usage, and where they apply external datasets and
+    uncertainty."""
+    from fairmedbench.analysis.uncertainty import uncertainty_block
+
+    spec, ds, test, y = run.inputs.spec, run.inputs.dataset, run.inputs.split.test, run.y
+    extra: dict[str, Any]
+    extra = {"training": {"config": asdict(run.cfg), "mitigation": mitigation.describe(), "loss": "cross-entropy",
+                          "best_epoch": fit.best_epoch, "best_val_loss": finite(fit.best_val_loss),
+                          "select": fit.select, "best_select_score": finite(fit.best_score),
+                          "val_losses": fit.val_losses, "decision": "argmax"},
+             "usage": {"name": run.inputs.usage.name, "head": f"softmax over {len(run.classes)} classes",
+                       **run.prepared.notes}}
+    if run.inputs.externals:
+        extra["external"] = _external_results(spec, run.inputs.externals, run.ext_y, probs, run.inputs.out_dir, seed,
+                                              run.classes, (y[test], attr_columns(ds, spec, test),
+                                                            patient_ids(ds, test), test))
+    if mc is not None:
+        extra["uncertainty"] = {run.label_col: uncertainty_block(
+            y[test], mc["test"], attr_columns(ds, spec, test), patient_ids=patient_ids(ds, test))}
+    return extra
+
+
+def _run_seed(run: _Run, seed: int) -> tuple[dict[str, Any], FairnessResult]:
+    """One seed: train the softmax head, predict, score and write its predictions; its document and metrics."""
+    import torch
+
+    from fairmedbench.analysis.uncertainty import mc_class_columns
+    from fairmedbench.mitigation import make_mitigation
+
+    spec, adapter, ds, pos, y, classes = (run.inputs.spec, run.inputs.usage, run.inputs.dataset, run.pos, run.y,
+                                          run.classes)
+    t1 = time.perf_counter()
+    with head_threads(adapter.caches_features):  # the same head on any launcher or core count
+        mitigation = make_mitigation(spec.mitigation, **spec.mitigation_hparams)
+        torch.manual_seed(seed)  # the head's initial weights depend on the seed only
+        head = run.prepared.make_head(run.prepared.inputs["train"], len(classes))
+        g = {k: None if run.codes is None else run.codes[p] for k, p in pos.items()}
+        model_fit, fit = fit_softmax_head(head, run.prepared.inputs, {k: y[p] for k, p in pos.items()}, g,
+                                          run.n_groups, len(classes), run.cfg, mitigation, seed)
+        g.update({f"external{k}": e.codes(spec, ds) for k, e in enumerate(run.inputs.externals)})
+        probs, mc = _predictions(run, model_fit, mitigation, g, seed)
+    t_train = time.perf_counter() - t1
+    parts = [SplitPredictions(name, ds.samples["sample_id"].to_numpy()[pos[name]], patient_ids(ds, pos[name]),
+                              attr_columns(ds, spec, pos[name]), y[pos[name]], probs[name],
+                              extra=mc_class_columns(mc[name], classes) if mc is not None else {})
+             for name in ("val", "test")]
+    pred_name = f"seed{seed}.predictions.parquet"
+    res, _ = score_and_write(run.task, run.inputs.out_dir / pred_name, parts, seed, [run.label_col], spec.attributes,
+                             score_settings(spec, seed), classes)  # the table the run writes
+    extra = _seed_extra(run, seed, fit, mitigation, probs, mc)
+    doc = seed_document(run.task.run_kind, spec, seed, res, run.inputs.info, pred_name, [run.label_col], extra,
+                        {"load": run.inputs.t_load, "prepare": run.t_prep, "train": t_train,
+                         "metrics": time.perf_counter() - t1 - t_train}, run.inputs.ctx.device, classes,
+                        heads_pinned=adapter.caches_features)
+    return doc, res
+
+
+def run(inputs: RunInputs) -> RunnerOutput:
+    """The multiclass runner (TASKS['multiclass']): a softmax head per seed, checkpoint on validation, test
+    metrics by group; the same head on each external dataset's test split, with its shift."""
+    return run_seeds(inputs, partial(_run_seed, _prepare_run(inputs)))
 
 
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], ext_y: list[np.ndarray],

@@ -14,13 +14,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from fairmedbench.adapters.prompts import Prompt, make_prompt, make_prompt_3d
-from fairmedbench.engine import store
 from fairmedbench.errors import InputError
 from fairmedbench.metrics.segmentation import dice_from_counts, hd95, iou_from_counts
 from fairmedbench.mitigation.base import Batch, Mitigation
@@ -35,7 +35,7 @@ from fairmedbench.tasks.common import (
     external_file,
     min_group_size,
     patient_ids,
-    reuse_seed,
+    run_seeds,
     score_and_write,
     score_settings,
     seed_document,
@@ -345,6 +345,85 @@ def _batch_logits(problem: TrainableSegmenter, trained: Trained, keys: Sequence[
     return out[torch.as_tensor(np.argsort(order), device=out.device)]
 
 
+def _check_fit(train: SegSplit, val: SegSplit, codes: np.ndarray | None, cfg: DecoderConfig,
+               mitigation: Mitigation) -> None:
+    """The settings, the mitigation's task and the splits can train a decoder (checked before any training)."""
+    check_decoder_config(cfg)
+    mitigation.check_task(get_task("segmentation"))
+    if not train.keys:
+        raise InputError("the train split has no sample with a non-empty mask: nothing to fine-tune the decoder on")
+    if not val.prompted:
+        raise InputError("the validation split has no sample with a non-empty mask: checkpoint selection needs one")
+    if mitigation.needs_attribute_at_training and codes is None:
+        raise InputError(f"mitigation {mitigation.name!r} needs the sensitive attribute at training; "
+                         "give --attribute for a dataset that has one")
+    if cfg.select == "worst_group_dsc" and codes is None:
+        raise InputError("selection rule 'worst_group_dsc' needs the sensitive attribute on the validation split")
+
+
+class _DecoderTraining:
+    """One decoder fine-tuning in progress: the trained copies and their optimiser, the training split as tensors
+    with its groups, the seeded prompt generator, and how validation scores a checkpoint."""
+
+    def __init__(self, problem: TrainableSegmenter, train: SegSplit, val: SegSplit, codes: np.ndarray | None,
+                 n_groups: int, cfg: DecoderConfig, mitigation: Mitigation, seed: int, jitter: float) -> None:
+        import torch
+
+        self.problem, self.train_split, self.val, self.cfg, self.mitigation = problem, train, val, cfg, mitigation
+        self.seed, self.jitter = seed, jitter
+        self.rng = np.random.default_rng(seed)
+        self.trained = Trained(problem.new_encoder(), mitigation.wrap_head(problem.new_decoder(), n_groups))
+        params = [p for m in self.trained.modules() for p in m.parameters() if p.requires_grad]
+        params += list(mitigation.extra_parameters())
+        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.targets = torch.stack([problem.target(m) for m in train.masks])
+        self.groups = None if codes is None else np.asarray(codes)[train.unit_positions].astype(np.int64)
+        self.groups_t = None if self.groups is None else torch.as_tensor(self.groups)
+        self.val_groups = None if codes is None else np.asarray(codes)[val.prompted]
+        self.shapes = [m.shape for m in train.masks]
+        self.sampler_y = np.zeros(len(train.keys), dtype=np.int64)
+        self.device = params[0].device
+
+    def validate(self) -> dict[str, float]:
+        """Mean and worst-group DSC of the validation split, predicted as the test procedure does."""
+        self.trained.train(False)
+        val = self.val
+        out = run_segmentation(self.problem.predictor(self.trained), val.images.__getitem__,
+                               val.full_masks.__getitem__, val.prompted, "bbox", self.seed, self.jitter)
+        dsc = np.asarray(out.dsc)
+        worst = (float("nan") if self.val_groups is None
+                 else selection_score_seg("worst_group_dsc", dsc, self.val_groups))
+        return {"val_dsc": float(dsc.mean()), "val_worst_group_dsc": worst}
+
+    def score(self, row: dict[str, float]) -> float:
+        """A curve row's value under the selection rule."""
+        return row["val_dsc"] if self.cfg.select == "val_dsc" else row["val_worst_group_dsc"]
+
+    def epoch(self) -> float:
+        """One epoch over the mitigation's order of the training units, fresh box prompts per batch; the mean
+        per-sample training loss."""
+        import torch
+
+        train, mitigation, size = self.train_split, self.mitigation, self.cfg.batch_size
+        self.trained.train(True)
+        order = mitigation.epoch_indices(self.sampler_y, self.groups, self.rng)
+        total = 0.0
+        for start in range(0, len(order), size):
+            b = np.asarray(order[start:start + size])
+            boxes = [_bbox(train.masks[j], self.rng, self.jitter) for j in b]
+            gb = None if self.groups_t is None else self.groups_t[torch.as_tensor(b)].to(self.device)
+            logits = _batch_logits(self.problem, self.trained, [train.keys[j] for j in b], boxes,
+                                   [self.shapes[j] for j in b], gb)
+            target = self.targets[torch.as_tensor(b)].to(self.device)
+            per = dice_bce_loss(logits, target)
+            loss = mitigation.loss(per, Batch(logits, target.to(logits.dtype), gb, None))
+            self.opt.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+            self.opt.step()
+            total += float(per.detach().sum())
+        return total / max(len(order), 1)
+
+
 def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, codes: np.ndarray | None,
                 n_groups: int, cfg: DecoderConfig, mitigation: Mitigation, seed: int, jitter: float = 0.0,
                 progress: Callable[[int, int], None] | None = None) -> tuple[Trained, DecoderFit]:
@@ -360,79 +439,28 @@ def fit_decoder(problem: TrainableSegmenter, train: SegSplit, val: SegSplit, cod
     """
     import torch
 
-    from fairmedbench.tasks.base import get_task
-
-    check_decoder_config(cfg)
-    mitigation.check_task(get_task("segmentation"))
-    if not train.keys:
-        raise InputError("the train split has no sample with a non-empty mask: nothing to fine-tune the decoder on")
-    if not val.prompted:
-        raise InputError("the validation split has no sample with a non-empty mask: checkpoint selection needs one")
-    if mitigation.needs_attribute_at_training and codes is None:
-        raise InputError(f"mitigation {mitigation.name!r} needs the sensitive attribute at training; "
-                         "give --attribute for a dataset that has one")
-    if cfg.select == "worst_group_dsc" and codes is None:
-        raise InputError("selection rule 'worst_group_dsc' needs the sensitive attribute on the validation split")
+    _check_fit(train, val, codes, cfg, mitigation)
     torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    trained = Trained(problem.new_encoder(), mitigation.wrap_head(problem.new_decoder(), n_groups))
-    params = [p for m in trained.modules() for p in m.parameters() if p.requires_grad]
-    params += list(mitigation.extra_parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    targets = torch.stack([problem.target(m) for m in train.masks])
-    groups = None if codes is None else np.asarray(codes)[train.unit_positions].astype(np.int64)
-    groups_t = None if groups is None else torch.as_tensor(groups)
-    val_groups = None if codes is None else np.asarray(codes)[val.prompted]
-    shapes = [m.shape for m in train.masks]
-    sampler_y = np.zeros(len(train.keys), dtype=np.int64)
-    device = params[0].device
-
-    def validate() -> dict[str, float]:
-        trained.train(False)
-        out = run_segmentation(problem.predictor(trained), val.images.__getitem__, val.full_masks.__getitem__,
-                               val.prompted, "bbox", seed, jitter)
-        dsc = np.asarray(out.dsc)
-        worst = float("nan") if val_groups is None else selection_score_seg("worst_group_dsc", dsc, val_groups)
-        return {"val_dsc": float(dsc.mean()), "val_worst_group_dsc": worst}
-
-    def score(row: dict[str, float]) -> float:
-        return row["val_dsc"] if cfg.select == "val_dsc" else row["val_worst_group_dsc"]
-
-    row = {"epoch": -1, "train_loss": float("nan"), **validate(), "seconds": 0.0}
+    run = _DecoderTraining(problem, train, val, codes, n_groups, cfg, mitigation, seed, jitter)
+    row = {"epoch": -1, "train_loss": float("nan"), **run.validate(), "seconds": 0.0}
     curve = [row]
-    best, best_state, best_epoch, bad = score(row), trained.state(), -1, 0
+    best, best_state, best_epoch, bad = run.score(row), run.trained.state(), -1, 0
     for epoch in range(cfg.epochs):
         t0 = time.perf_counter()
-        trained.train(True)
-        order = mitigation.epoch_indices(sampler_y, groups, rng)
-        total = 0.0
-        for start in range(0, len(order), cfg.batch_size):
-            b = np.asarray(order[start:start + cfg.batch_size])
-            boxes = [_bbox(train.masks[j], rng, jitter) for j in b]
-            gb = None if groups_t is None else groups_t[torch.as_tensor(b)].to(device)
-            logits = _batch_logits(problem, trained, [train.keys[j] for j in b], boxes, [shapes[j] for j in b], gb)
-            target = targets[torch.as_tensor(b)].to(device)
-            per = dice_bce_loss(logits, target)
-            loss = mitigation.loss(per, Batch(logits, target.to(logits.dtype), gb, None))
-            opt.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
-            opt.step()
-            total += float(per.detach().sum())
-        row = {"epoch": epoch, "train_loss": total / max(len(order), 1), **validate(),
-               "seconds": time.perf_counter() - t0}
+        row = {"epoch": epoch, "train_loss": run.epoch(), **run.validate(), "seconds": time.perf_counter() - t0}
         curve.append(row)
         if progress is not None:
             progress(epoch + 1, cfg.epochs)
-        v = score(row)
+        v = run.score(row)
         if np.isfinite(v) and (not np.isfinite(best) or v > best + 1e-7):
-            best, best_state, best_epoch, bad = v, trained.state(), epoch, 0
+            best, best_state, best_epoch, bad = v, run.trained.state(), epoch, 0
         else:
             bad += 1
             if bad >= cfg.patience:
                 break
-    trained.load(best_state)
-    trained.train(False)
-    return trained, DecoderFit(best_epoch, cfg.select, float(best), curve, problem.trained, problem.frozen)
+    run.trained.load(best_state)
+    run.trained.train(False)
+    return run.trained, DecoderFit(best_epoch, cfg.select, float(best), curve, problem.trained, problem.frozen)
 
 
 def describe_decoder_config(cfg: DecoderConfig) -> dict[str, Any]:
@@ -475,61 +503,63 @@ def _decoder_trainer(spec: RunConfig, adapter: Usage, model: FoundationModel, ds
     return fit, notes
 
 
+#: a seed's predictor: the mask predictor and, when it trained a decoder, the training record
+SeedPredictor = Callable[[int], tuple[Callable[..., np.ndarray], dict[str, Any] | None]]
+
+
 def run(inputs: RunInputs) -> RunnerOutput:
     """The segmentation runner (TASKS['segmentation']): prompted masks per seed (a decoder trained per seed
     when the usage learns), DSC per test sample, metrics by group over the prompted samples (an empty ground
     truth gives no prompt: its row has empty_gt=True and no score, and usage.skipped says why). The same
     predictor (zero-shot, or the seed's trained decoder) segments each external dataset's test split."""
-    spec, adapter, ds, split, out_dir, opts = (inputs.spec, inputs.usage, inputs.dataset, inputs.split,
-                                               inputs.out_dir, inputs.opts)
+    spec, adapter, ds, split = inputs.spec, inputs.usage, inputs.dataset, inputs.split
     jitter = float(spec.usage_hparams["box_jitter"])
     t0 = time.perf_counter()
-    fit: Callable[[int], tuple[Callable[..., np.ndarray], dict[str, Any] | None]]
+    fit: SeedPredictor
     if adapter.learns:
         fit, notes = _decoder_trainer(spec, adapter, inputs.model, ds, split, inputs.ctx, jitter)
     else:
         zero_shot = adapter.predictor(inputs.model, inputs.ctx)
         fit, notes = (lambda seed: (zero_shot, None)), {}
     t_prep = time.perf_counter() - t0
-    prompt, progress = spec.prompt, opts.progress
+    assert spec.prompt is not None, "resolve gives a segmentation run its prompt mode"
+    return run_seeds(inputs, partial(_run_seed, inputs, fit, notes, jitter, t_prep))
+
+
+def _run_seed(inputs: RunInputs, fit: SeedPredictor, notes: dict[str, Any], jitter: float, t_prep: float,
+              seed: int) -> tuple[dict[str, Any], FairnessResult]:
+    """One seed: its predictor (`fit`), the test masks, their metrics and predictions file; its document and
+    metrics."""
+    spec, adapter, ds, split, out_dir = inputs.spec, inputs.usage, inputs.dataset, inputs.split, inputs.out_dir
+    prompt, progress = spec.prompt, inputs.opts.progress
     assert prompt is not None, "resolve gives a segmentation run its prompt mode"
-    docs: list[dict[str, Any]] = []
-    results: list[FairnessResult] = []
-    reused: list[int] = []
-    for seed in spec.seeds:
-        path = out_dir / f"seed{seed}.json"
-        if reuse_seed(path, opts, docs, reused, seed):
-            continue
-        t1 = time.perf_counter()
-        predict, training = fit(seed)
-        t_train = time.perf_counter() - t1
-        step = (lambda d, n: progress("segmenting", d, n)) if progress else None
-        out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, prompt, seed,
-                               jitter=jitter, progress=step, spacing_of=ds.spacing if ds.card.dim == 3 else None)
-        if not out.positions:
-            raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
-        p = np.asarray(out.positions)
-        t_seg = time.perf_counter() - t1 - t_train
-        pred_name = f"seed{seed}.predictions.parquet"
-        res = _score_and_write(spec, seed, out_dir / pred_name, ds, out, split.test)  # the table the run wrote
-        ids = ds.samples["sample_id"].to_numpy().astype(str)
-        extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
-                                           "prompted_slices": int(sum(out.prompted_slices)),
-                                           "n_skipped": len(out.skipped),
-                                           "skipped": {ids[k]: v for k, v in out.skipped.items()}, **notes}}
-        timings = {"load": inputs.t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
-        if training is not None:
-            extra["training"] = training
-            timings.update(prepare=t_prep, train=t_train)
-        if inputs.externals:
-            extra["external"] = _external_results(spec, inputs.externals, predict, out_dir, seed, jitter, out,
-                                                  attr_columns(ds, spec, p), patient_ids(ds, p))
-        doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, inputs.info, pred_name, ["segmentation"],
-                            extra, timings, inputs.ctx.device)
-        store.write_json(path, doc)
-        docs.append(doc)
-        results.append(res)
-    return docs, results, reused
+    t1 = time.perf_counter()
+    predict, training = fit(seed)
+    t_train = time.perf_counter() - t1
+    step = (lambda d, n: progress("segmenting", d, n)) if progress else None
+    out = run_segmentation(predict, ds.load_image, ds.load_mask, split.test, prompt, seed,
+                           jitter=jitter, progress=step, spacing_of=ds.spacing if ds.card.dim == 3 else None)
+    if not out.positions:
+        raise InputError(f"no test sample of {spec.dataset!r} has a non-empty mask to prompt from")
+    p = np.asarray(out.positions)
+    t_seg = time.perf_counter() - t1 - t_train
+    pred_name = f"seed{seed}.predictions.parquet"
+    res = _score_and_write(spec, seed, out_dir / pred_name, ds, out, split.test)  # the table the run wrote
+    ids = ds.samples["sample_id"].to_numpy().astype(str)
+    extra: dict[str, Any] = {"usage": {"name": adapter.name, "prompt": spec.prompt, "mask_threshold": "logit > 0",
+                                       "prompted_slices": int(sum(out.prompted_slices)),
+                                       "n_skipped": len(out.skipped),
+                                       "skipped": {ids[k]: v for k, v in out.skipped.items()}, **notes}}
+    timings = {"load": inputs.t_load, "segment": t_seg, "metrics": time.perf_counter() - t1 - t_train - t_seg}
+    if training is not None:
+        extra["training"] = training
+        timings.update(prepare=t_prep, train=t_train)
+    if inputs.externals:
+        extra["external"] = _external_results(spec, inputs.externals, predict, out_dir, seed, jitter, out,
+                                              attr_columns(ds, spec, p), patient_ids(ds, p))
+    doc = seed_document(get_task(spec.task).run_kind, spec, seed, res, inputs.info, pred_name, ["segmentation"],
+                        extra, timings, inputs.ctx.device)
+    return doc, res
 
 
 def _external_results(spec: RunConfig, externals: Sequence[ExternalSet], predict: Callable[..., np.ndarray],
