@@ -16,102 +16,24 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fairmedbench.registry.models.flops import cached, image, model_flops, remember
 from fairmedbench.tasks.base import get_task
 
 if TYPE_CHECKING:
-    import torch
 
     from fairmedbench.benchmark.resolve import Checked
     from fairmedbench.benchmark.sweep import Plan
-    from fairmedbench.registry.models.card import ModelCard
-
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fairmedbench" / "costs.json"
-PATCH = 16
-
-
-def _cache() -> dict[str, Any]:
-    try:
-        return json.loads(CACHE.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _remember(key: str, value: dict[str, Any]) -> dict[str, Any]:
-    from fairmedbench.engine.store import write_json
-
-    data = _cache()
-    data[key] = value
-    try:
-        write_json(CACHE, data)
-    except OSError:  # a read-only home: the estimate still prints, it is just not remembered
-        pass
-    return value
-
-
-def _image(card: ModelCard, device: str) -> torch.Tensor:
-    import torch
-
-    pre = card.preprocessing
-    shape = (1, pre.channels, pre.depth, pre.size, pre.size) if pre.depth else (1, pre.channels, pre.size, pre.size)
-    return torch.zeros(shape, device=device)
-
-
-def model_flops(name: str) -> dict[str, Any]:
-    """{"gflops": per image or None, "how": "counted" | "2 x params x patches" | why unknown}."""
-    from fairmedbench.registry.models import get_card
-
-    card = get_card(name)
-    key = f"flops|{name}|{card.preprocessing.describe()}"
-    hit = _cache().get(key)
-    if hit is not None:
-        return hit
-    import warnings
-
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from fairmedbench.registry.models import load_model
-
-    device = "meta"
-    try:
-        with warnings.catch_warnings(), torch.device("meta"):
-            warnings.simplefilter("ignore")
-            model = load_model(name, "random", device="meta")
-    except Exception:  # noqa: BLE001  (a loader that copies tensors: built for real on the CPU, random weights)
-        device = "cpu"
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model = load_model(name, "random", device="cpu")
-        except Exception as exc:  # noqa: BLE001  (any build failure only makes this model's cost unknown)
-            return {"gflops": None, "how": f"unknown (the model cannot be built: {type(exc).__name__})"}
-    params = sum(p.numel() for p in model.module.parameters())
-    try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            model.encode_image(_image(card, device))
-        out = {"gflops": counter.get_total_flops() / 1e9, "how": "counted" + (" (built on the CPU)" if device == "cpu"
-                                                                               else "")}
-    except Exception:  # noqa: BLE001  (forward not traceable on meta: the parameter rule)
-        pre = card.preprocessing
-        patches = (pre.size // PATCH) ** 2 * max(1, pre.depth // PATCH)
-        out = {"gflops": 2 * params * patches / 1e9, "how": "2 x params x patches"}
-    out["params"] = params
-    return _remember(key, out)
-
 
 def encoder_rate(device: str, precision: str) -> dict[str, Any]:
     """{"gflops_per_s", "how"}: this machine's encoder throughput on `device` at `precision` (measured once)."""
     import torch
 
     key = f"rate2|{device}|{precision}|threads={torch.get_num_threads()}"
-    hit = _cache().get(key)
+    hit = cached().get(key)
     if hit is not None:
         return hit
     from torch.utils.flop_counter import FlopCounterMode
@@ -122,7 +44,7 @@ def encoder_rate(device: str, precision: str) -> dict[str, Any]:
     cuda = device.startswith("cuda")
     batch, reps = (32, 5) if cuda else (2, 1)  # a GPU is measured at a batch that fills it, as runs use it
     model = load_model("c2l", "random", device=device)
-    x = _image(get_card("c2l"), device).repeat(batch, 1, 1, 1)
+    x = image(get_card("c2l"), device).repeat(batch, 1, 1, 1)
     with torch.no_grad(), autocast(device, precision):
         model.encode_image(x)  # warm-up
         with FlopCounterMode(display=False) as counter:
@@ -136,14 +58,14 @@ def encoder_rate(device: str, precision: str) -> dict[str, Any]:
             torch.cuda.synchronize()
         seconds = (time.perf_counter() - t0) / reps
     rate = counter.get_total_flops() / 1e9 / seconds
-    return _remember(key, {"gflops_per_s": rate, "how": f"c2l (ResNet-18, random weights), {batch} images at 224 "
+    return remember(key, {"gflops_per_s": rate, "how": f"c2l (ResNet-18, random weights), {batch} images at 224 "
                                                         f"px on {device} {precision}: {seconds:.3f} s per batch"})
 
 
 def head_rate(device: str) -> dict[str, Any]:
     """{"s_per_unit", "how"}: seconds to train a linear head per (sample x feature x epoch), measured once."""
     key = f"head|{device}"
-    hit = _cache().get(key)
+    hit = cached().get(key)
     if hit is not None:
         return hit
     import torch
@@ -160,7 +82,7 @@ def head_rate(device: str) -> dict[str, Any]:
             loss.backward()
             opt.step()
     seconds = time.perf_counter() - t0
-    return _remember(key, {"s_per_unit": seconds / (n * d * epochs),
+    return remember(key, {"s_per_unit": seconds / (n * d * epochs),
                            "how": f"a linear head, Adam, batch 64, {n} x {d} features x {epochs} epochs: "
                                   f"{seconds:.3f} s"})
 
@@ -172,7 +94,7 @@ def resample_rate() -> dict[str, Any]:
     """{"boot_s_per_row", "perm_s_per_row", "how"}: seconds per test row of one bootstrap resample and of one
     permutation of one task-attribute pair's classification metrics here (measured once, then cached)."""
     key = f"resample|rows={RATE_ROWS}"
-    hit = _cache().get(key)
+    hit = cached().get(key)
     if hit is not None:
         return hit
     import numpy as np
@@ -192,7 +114,7 @@ def resample_rate() -> dict[str, Any]:
         task.score(table, ScoreSettings(n_boot=b, n_perm=p, min_group_size=1))
         took.append(time.process_time() - t0)
     boot, perm = (max(t - took[0], 0.0) / (RATE_RESAMPLES * n) for t in took[1:])
-    return _remember(key, {"boot_s_per_row": boot, "perm_s_per_row": perm,
+    return remember(key, {"boot_s_per_row": boot, "perm_s_per_row": perm,
                            "how": f"{RATE_RESAMPLES} resamples and {RATE_RESAMPLES} permutations of {n:,} generated "
                                   f"rows (2 per patient, 2 groups) timed here: {boot * 1e9:.0f} and {perm * 1e9:.0f} "
                                   "CPU-ns per row each"})

@@ -175,9 +175,9 @@ def test_official_layout_fixtures_run_end_to_end(tmp_path: Path, name: str, make
 ])
 def test_slice_batch_holds_enough_flops_per_encoder_call(monkeypatch: pytest.MonkeyPatch, gflops: float | None,
                                                          device: str, run_batch: int, expected: int) -> None:
-    import fairmedbench.benchmark.costs as costs
+    import fairmedbench.registry.models.flops as flops
 
-    monkeypatch.setattr(costs, "model_flops", lambda name: {"gflops": gflops, "how": "counted"})
+    monkeypatch.setattr(flops, "model_flops", lambda name: {"gflops": gflops, "how": "counted"})
     model = type("M", (), {"card": type("C", (), {"name": "c2l"})()})()
     assert volumes.SLICE_BATCH_GFLOP == 128.0 and volumes.MAX_SLICE_BATCH == 32
     assert slice_batch(model, RunContext(device=device, batch_size=run_batch)) == expected

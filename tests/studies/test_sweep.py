@@ -21,6 +21,7 @@ from fairmedbench.benchmark import costs, sweep
 from fairmedbench.benchmark.run import RunOptions
 from fairmedbench.benchmark.studies import load_study
 from fairmedbench.cli import main
+from fairmedbench.registry.models import flops
 
 REPO = Path(__file__).resolve().parents[2]
 VOLATILE = {"timings_s", "created_at", "git_commit", "seconds"}  # differ between any two computations
@@ -319,8 +320,8 @@ def test_a_study_above_the_cost_bounds_needs_i_know_and_its_estimate_counts_the_
 
 
 def test_encoder_flops_are_counted_on_the_meta_device(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(costs, "CACHE", tmp_path / "costs.json")
-    got = costs.model_flops("c2l")
+    monkeypatch.setattr(flops, "CACHE", tmp_path / "costs.json")
+    got = flops.model_flops("c2l")
     # ResNet-18 at 224 px: 1.82 GMACs (torchvision's table) = 3.64 GFLOPs, +/- the pooling and the stem
     assert got["how"] == "counted" and got["gflops"] == pytest.approx(3.64, rel=0.02)
     assert got["params"] == 11_176_512  # ResNet-18 without its fc layer
@@ -332,8 +333,8 @@ def test_encoder_flops_are_counted_on_the_meta_device(tmp_path: Path, monkeypatc
 def test_sam_family_encoder_flops_are_counted_not_guessed(tmp_path: Path, monkeypatch, name: str) -> None:
     """A SAM-family encoder's forward runs on the meta device (its map memo is skipped there), so the cost model
     counts its FLOPs instead of falling back to 2 x params x patches (0.2 s/image for LiteMedSAM, >10x too low)."""
-    monkeypatch.setattr(costs, "CACHE", tmp_path / "costs.json")
-    got = costs.model_flops(name)
+    monkeypatch.setattr(flops, "CACHE", tmp_path / "costs.json")
+    got = flops.model_flops(name)
     assert got["how"] == "counted" and got["gflops"] > 50  # LiteMedSAM 74.9, SAM ViT-B 972 GFLOP per image
 
 
@@ -345,8 +346,8 @@ def test_litemedsam_cost_model_matches_a_measured_forward_within_2x(tmp_path: Pa
 
     from fairmedbench.registry.models import load_model
 
-    monkeypatch.setattr(costs, "CACHE", tmp_path / "costs.json")
-    est = costs.model_flops("litemedsam")["gflops"]
+    monkeypatch.setattr(flops, "CACHE", tmp_path / "costs.json")
+    est = flops.model_flops("litemedsam")["gflops"]
     model = load_model("litemedsam", "random", device="cpu")
     size = model.card.preprocessing.size
     with FlopCounterMode(display=False) as counter, torch.inference_mode():
