@@ -4,7 +4,8 @@ n_boot 2000 and n_perm 1000. Prints CPU (user + sys), peak RSS, wall and the mac
 went: bootstrap and permutations (the CPU between the engine's progress ticks, attributed to the phase each tick
 names), the rest (imports, reading, point metrics, tests, reports, writing), and the costliest findings.
 
-    FMB_REAL_DATA=../shared/real python benchmarks/nih_audit.py [--n-boot 2000] [--n-perm 1000] [--findings 14]
+    FMB_REAL_DATA=../shared/real python benchmarks/nih_audit.py [--n-boot 2000] [--n-perm 1000] [--findings 14] \
+        [--out nih.json]
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=2000)
     ap.add_argument("--n-perm", type=int, default=1000)
     ap.add_argument("--findings", type=int, default=14, help="the first N findings only (a cheaper check)")
+    ap.add_argument("--out", type=Path, help="keep the evaluation's result JSON here (to compare versions' numbers)")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -71,7 +73,7 @@ def main() -> None:
                 "--score", ",".join(f"prob_{f}" for f in findings),
                 "--attribute", "Patient Gender,Patient Age,Patient Gender*Patient Age",
                 "--bins", "Patient Age=0,40,60,200", "--n-boot", str(args.n_boot), "--n-perm", str(args.n_perm),
-                "--out", str(Path(tmp) / "nih.json"), "--json"]
+                "--out", str(args.out.resolve() if args.out else Path(tmp) / "nih.json"), "--json"]
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
         subprocess.run([sys.executable, __file__, "--child", str(report), *argv], cwd=ROOT, check=True,

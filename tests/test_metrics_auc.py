@@ -50,16 +50,20 @@ def test_engine_and_paired_bootstrap_use_the_same_auc():
 
 def test_auc_without_ties_takes_one_gather_and_gives_the_same_bits() -> None:
     # no positive ties a negative: the count below each positive alone gives the AUC, bit for bit what the
-    # half-ties formula gives (0.5 (x + x) = x exactly); with ties the half-ties formula is used
+    # half-ties formula gives (0.5 (x + x) = x exactly); a few ties: the tied columns' correction added to twice
+    # that count, the same sum for whole-number weights; many ties: the half-ties formula itself
     from fairmedbench.metrics.auc import auc_from_sorted
 
     rng = np.random.default_rng(8)
-    for scores in (rng.random(400), np.round(rng.random(400), 1)):
+    few = rng.random(400)
+    few[:40] = few[40:80]  # 40 scores repeated: some positive ties a negative, far fewer than a third of them
+    for scores in (rng.random(400), few, np.round(rng.random(400), 1)):
         y = rng.random(400) < 0.3
         sp, sn = np.sort(scores[y]), np.sort(scores[~y])
         wp, wn = rng.poisson(1.0, (5, len(sp))).astype(float), rng.poisson(1.0, (5, len(sn))).astype(float)
         cn = np.zeros((5, len(sn) + 1))
         np.cumsum(wn, axis=1, out=cn[:, 1:])
         lo, hi = np.searchsorted(sn, sp, "left"), np.searchsorted(sn, sp, "right")
+        assert scores is not few or 0 < 3 * (lo != hi).sum() < len(sp)
         half_ties = 0.5 * (wp * (cn[:, lo] + cn[:, hi])).sum(axis=1) / (wp.sum(axis=1) * cn[:, -1])
         np.testing.assert_array_equal(auc_from_sorted(wp, cn, lo, hi), half_ties)

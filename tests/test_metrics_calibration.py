@@ -114,11 +114,19 @@ def test_engine_reports_them_per_group_with_gap_and_interval() -> None:
 def test_segments_pool_one_class_runs_and_keep_mixed_scores_alone() -> None:
     from fairmedbench.metrics.calibration import Segments
 
-    # merged order: n.1 p.2 p.3 [p.4 n.4] n.5 n.6 p.7 -> points {n.1} {p.2 p.3} {p.4 n.4} {n.5 n.6} {p.7}
+    # merged order: n.1 p.2 p.3 [p.4 n.4] n.5 n.6 p.7 -> runs {n.1} {p.2 p.3} {p.4 n.4} {n.5 n.6} {p.7}; the run of
+    # positives pools with the mixed score after it, the run of negatives with the mixed score before it (a fit
+    # cannot separate a mean of 1 from what follows it, nor a mean of 0 from what precedes it) -> points
+    # {n.1} {p.2 p.3 p.4 n.4 n.5 n.6} {p.7}; a mixed score after a run of negatives starts a point of its own
     sp, sn = np.array([0.2, 0.3, 0.4, 0.7]), np.array([0.1, 0.4, 0.5, 0.6])
     seg = Segments(sp, sn)
-    assert seg.p_bounds.tolist() == [0, 0, 2, 3, 3, 4]
-    assert seg.n_bounds.tolist() == [0, 1, 1, 2, 4, 4]
+    assert seg.p_bounds.tolist() == [0, 0, 3, 4]
+    assert seg.n_bounds.tolist() == [0, 1, 4, 4]
+    # n.1 [p.2 n.2] [p.3 n.3] n.4 p.5 -> cut before each mixed score and before p.5: {n.1} {p.2 n.2} {p.3 n.3 n.4}
+    # {p.5}
+    seg = Segments(np.array([0.2, 0.3, 0.5]), np.array([0.1, 0.2, 0.3, 0.4]))
+    assert seg.p_bounds.tolist() == [0, 0, 1, 2, 3]
+    assert seg.n_bounds.tolist() == [0, 1, 2, 4, 4]
 
 
 def test_batched_pav_matches_sklearn_row_by_row_with_zero_rows_ties_and_fractions() -> None:

@@ -315,7 +315,10 @@ def test_vectorised_resample_equals_naive_sklearn():
     b = 4
     wps = [bs.resample_counts(rng, len(i), b) for i in pos_idx]
     wns = [bs.resample_counts(rng, len(i), b) for i in neg_idx]
-    res = _evaluate_weights(plan, wps, wns, _Names(0.95, 0.2))
+    wp_all, wn_all = np.zeros((b, len(plan.pop.sp))), np.zeros((b, len(plan.pop.sn)))
+    for sl, wp, sn, wn in zip(plan.slot_p, wps, plan.slot_n, wns):
+        wp_all[:, sl], wn_all[:, sn] = wp, wn
+    res = _evaluate_weights(plan, b, lambda i: (wps[i], wns[i]), (wp_all, wn_all), _Names(0.95, 0.2))
     for r_ in range(b):
         reps = {k: np.r_[np.repeat(pos_idx[k], wps[k][r_].astype(int)), np.repeat(neg_idx[k], wns[k][r_].astype(int))]
                 for k in range(len(attr.groups))}

@@ -49,12 +49,17 @@ def stable_seed(seed: int, *parts: str) -> np.random.Generator:
 
 def resample_counts(rng: np.random.Generator, m: int, b: int) -> np.ndarray:
     """(b, m) float64 counts: how often each of m items is drawn in each of b resamples of size m."""
+    return _counts(rng, m, b).astype(np.float64)
+
+
+def _counts(rng: np.random.Generator, m: int, b: int) -> np.ndarray:
+    """`resample_counts`' draws as int64 (the same numbers from the same generator state)."""
     if m == 0:
-        return np.zeros((b, 0))
+        return np.zeros((b, 0), dtype=np.int64)
     dtype = np.int32 if b * m < 2**31 - 1 else np.int64
     idx = rng.integers(0, m, size=(b, m), dtype=dtype)
     idx += (np.arange(b, dtype=dtype) * m)[:, None]
-    return np.bincount(idx.ravel(), minlength=b * m).reshape(b, m).astype(np.float64)
+    return np.bincount(idx.ravel(), minlength=b * m).reshape(b, m)
 
 
 def chunks(n_boot: int, n_samples: int) -> Iterator[tuple[int, int]]:
@@ -213,10 +218,11 @@ def strata_columns(strata: Sequence[np.ndarray], n_units: int) -> np.ndarray:
 
 
 def strata_weights(rng: np.random.Generator, strata: Sequence[np.ndarray], b: int) -> np.ndarray:
-    """The draws of `unit_weights` with the strata side by side (b, total + 1; a last column of zeros): unit u's
-    counts are column strata_columns(...)[u], so a caller gathers its rows' weights once, not scatter then gather."""
-    parts = [resample_counts(rng, len(st), b) for st in strata if len(st)]
-    return np.concatenate([*parts, np.zeros((b, 1))], axis=1)
+    """The draws of `unit_weights` with the strata side by side (b, total + 1; a last column of zeros), as int32
+    counts (whole numbers: half the bytes to gather, summed exactly in integers): unit u's counts are column
+    strata_columns(...)[u], so a caller gathers its rows' weights once, not scatter then gather."""
+    parts = [_counts(rng, len(st), b) for st in strata if len(st)]
+    return np.concatenate([*parts, np.zeros((b, 1), dtype=np.int64)], axis=1, dtype=np.int32)
 
 
 def permuted_groups(rng: np.random.Generator, strata: Sequence[np.ndarray], unit_group: np.ndarray, b: int

@@ -23,13 +23,20 @@ sequential), by two exact reductions written here:
 - Segments: consecutive scores that carry only positives (or only negatives) have the same pooled mean (1, or 0)
   whatever the weights, and an L2 isotonic fit gives neighbours with equal values equal fits (averaging two unequal
   fits would keep the order and lower the error), so each such run enters the PAV as one point; a score carrying
-  both classes is a point of its own. The runs depend on the scores only, so they are found once, and a row's run
-  weights are differences of the cumulative class weights the other metrics already compute.
+  both classes is a point of its own. Then two neighbours whose left mean is >= the right one's have one fitted
+  value too (adjacent violators pool, in any order, to the same fit; a neighbour of weight 0 pools without effect),
+  whatever the weights: a run of positives (mean 1) always pools with the point after it, a run of negatives
+  (mean 0) with the point before it. So points are cut only where a run of negatives or a mixed score is followed
+  by a run of positives or a mixed score, about half as many points as runs. They depend on the scores only, so
+  they are found once, and a row's point weights are differences of the cumulative class weights the other
+  metrics already compute.
 - One call for all rows: row b's pooled means (in [0, 1]) are shifted by 2b and the rows concatenated. PAV pools
   two neighbouring blocks only when the left one's mean exceeds the right one's, and every block of row b has a
   mean below 2b + 1 < 2(b + 1), so no block pools across rows: the concatenated fit is each row's own. The Brier
   sums are taken from the blocks' weights (a block of weight W with positive weight Y fits Y / W and contributes
   Y - Y² / W), not from the shifted fit, so the shift costs no precision.
+- Points of weight 0 (a resample that draws none of a run's samples, a permuted group's non-members) are left out
+  of the call: they change no fit and add 0 to the error, and a permutation row leaves most points empty.
 """
 
 from __future__ import annotations
@@ -39,14 +46,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-_TINY = 1e-300
 NAMES = ("calibration_loss", "refinement", "balanced_calibration_loss", "balanced_refinement")
 
 
 class Segments:
     """The PAV points of one set of sorted positive scores `sp` and negative scores `sn`: maximal runs of scores
-    carrying one class only, and each score carrying both; point k holds sp[p_bounds[k]:p_bounds[k + 1]] and
-    sn[n_bounds[k]:n_bounds[k + 1]]."""
+    carrying one class only and each score carrying both, then pooled where a fit cannot separate them (a run of
+    positives with the next point, a run of negatives with the previous one; module docstring); point k holds
+    sp[p_bounds[k]:p_bounds[k + 1]] and sn[n_bounds[k]:n_bounds[k + 1]]."""
 
     def __init__(self, sp: np.ndarray, sn: np.ndarray) -> None:
         u = np.union1d(sp, sn)
@@ -55,6 +62,10 @@ class Segments:
         kind = (bp > ap).astype(np.int8) + 2 * (bn > an).astype(np.int8)  # 1 positives, 2 negatives, 3 both
         new = np.r_[True, (kind[1:] != kind[:-1]) | (kind[1:] == 3)] if len(u) else np.zeros(0, bool)
         first = np.flatnonzero(new)
+        run = kind[first]
+        # a cut only where a run of negatives or a mixed score (not positives only) meets a run of positives or a
+        # mixed score (not negatives only)
+        first = first[np.r_[True, (run[:-1] != 1) & (run[1:] != 2)]] if len(first) else first
         last = np.r_[first[1:] - 1, len(u) - 1] if len(first) else first
         # every sample lies in exactly one point, in order: each class's ranges are contiguous, so one list of
         # boundaries per class gives a row's point weights as differences of its cumulative weights
@@ -88,25 +99,19 @@ def pava_kernel() -> Pava:
     return pava  # type: ignore[no-any-return]
 
 
-def _pav_brier(W: np.ndarray, Y: np.ndarray) -> np.ndarray:
+def _pav_brier(w: np.ndarray, yw: np.ndarray, row: np.ndarray, b: int) -> np.ndarray:
     """Per row, the weighted squared error Σ_u (W_u f_u² - 2 f_u Y_u + Y_u) of the PAV fit f to the pooled means
-    Y_u / W_u (W_u: the weight at point u, Y_u: its positive weight; labels are 0/1, so y² = y), all rows in one
-    call (see the module docstring).
-
-    scipy needs strictly positive weights: a point of weight 0 gets _TINY and the value 0. Adding _TINY to a block
-    weight of at least 1e-280 leaves it unchanged in float64 (a class-balanced weight is >= 1 / 2n), so such a
-    point moves no block mean and contributes exactly 0, as if it were left out (no masking pass is needed)."""
-    B, m = W.shape
-    if not m:
-        return np.zeros(B)
-    w = np.maximum(W, _TINY).ravel()
-    yw = Y.ravel()
-    shifted = ((yw / w).reshape(B, m) + 2.0 * np.arange(B)[:, None]).ravel()
-    r = np.full(B * m + 1, -1, dtype=np.intp)
+    Y_u / W_u of the points of positive weight (w: their weights W_u, yw: their positive weights Y_u, row: the row
+    each belongs to, rows in order; labels are 0/1, so y² = y), all `b` rows in one call (see the module
+    docstring)."""
+    if not len(w):
+        return np.zeros(b)
+    shifted = yw / w + 2.0 * row
+    r = np.empty(len(w) + 1, dtype=np.intp)  # the kernel writes every block start it returns
     _, _, r, n_blocks = pava_kernel()(shifted, w.copy(), r)  # the copy: the kernel overwrites its weights
     starts = r[:n_blocks]
     Wb, Yb = np.add.reduceat(w, starts), np.add.reduceat(yw, starts)
-    return np.bincount(starts // m, weights=Yb - Yb * Yb / Wb, minlength=B)
+    return np.bincount(row[starts], weights=Yb - Yb * Yb / Wb, minlength=b)
 
 
 def decompose(seg: Segments, cp: np.ndarray, cn: np.ndarray, sq_p: np.ndarray, sq_n: np.ndarray
@@ -114,18 +119,25 @@ def decompose(seg: Segments, cp: np.ndarray, cn: np.ndarray, sq_p: np.ndarray, s
     """Calibration loss and refinement per row from the cumulative class weights cp, cn (B, n + 1; leading zero
     column) along the sorted scores and the rows' weighted squared errors sq_p = Σ w (1 - s)², sq_n = Σ w s²."""
     P, N = cp[:, -1], cn[:, -1]
-    # weights are resample counts (exact in float64); max(., 0) guards fractional weights' rounding in differences
-    Wp = np.maximum(np.diff(cp[:, seg.p_bounds], axis=1), 0.0)
-    Wn = np.maximum(np.diff(cn[:, seg.n_bounds], axis=1), 0.0)
+    # differences of cumulative sums of weights >= 0 are >= 0 (rounding is monotone), exact for resample counts
+    Wp = np.diff(np.take(cp, seg.p_bounds, axis=1), axis=1)
+    Wn = np.diff(np.take(cn, seg.n_bounds, axis=1), axis=1)
+    B, m = Wp.shape
+    W = Wp + Wn
+    keep = W > 0  # the points that carry weight; the rest change no fit (module docstring)
+    at = np.flatnonzero(keep)
+    row = at // max(m, 1)
+    w, wp, wn = W.ravel()[at], Wp.ravel()[at], Wn.ravel()[at]
     with np.errstate(divide="ignore", invalid="ignore"):
         total = P + N
         brier = (sq_p + sq_n) / total
-        refinement = _pav_brier(Wp + Wn, Wp) / total
-        a = np.where(P > 0, 0.5 / P, 0.0)[:, None]  # class-balanced weights: each class sums to 1/2
-        c = np.where(N > 0, 0.5 / N, 0.0)[:, None]
+        refinement = _pav_brier(w, wp, row, B) / total
+        a = np.where(P > 0, 0.5 / P, 0.0)  # class-balanced weights: each class sums to 1/2
+        c = np.where(N > 0, 0.5 / N, 0.0)
         both = (P > 0) & (N > 0)
-        bal_brier = np.where(both, a[:, 0] * sq_p + c[:, 0] * sq_n, np.nan)
-        bal_refinement = np.where(both, _pav_brier(a * Wp + c * Wn, a * Wp), np.nan)
+        bal_brier = np.where(both, a * sq_p + c * sq_n, np.nan)
+        ap = a[row] * wp
+        bal_refinement = np.where(both, _pav_brier(ap + c[row] * wn, ap, row, B), np.nan)
     # the identity is a monotone map, so the losses are >= 0; clip float rounding (~1e-17) below 0
     return {"calibration_loss": np.where(total > 0, np.maximum(brier - refinement, 0.0), np.nan),
             "refinement": np.where(total > 0, refinement, np.nan),

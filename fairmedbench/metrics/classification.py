@@ -88,21 +88,33 @@ def observed_range_binner(n_bins: int = 10) -> Binner:
 
 
 def _cum0(w: np.ndarray) -> np.ndarray:
-    """Cumulative sum along axis 1 with a leading zero column."""
-    out = np.zeros((w.shape[0], w.shape[1] + 1))
-    np.cumsum(w, axis=1, out=out[:, 1:])
+    """Cumulative sum along axis 1 with a leading zero column, in float64. Whole-number weights (an integer or
+    boolean array) are summed in int64: exact, as float64 would be, and several times faster (a float running sum
+    waits on each addition's latency)."""
+    out = np.empty((w.shape[0], w.shape[1] + 1))
+    out[:, 0] = 0.0
+    if w.dtype.kind in "biu":
+        out[:, 1:] = np.cumsum(w, axis=1, dtype=np.int64)
+    else:
+        np.cumsum(w, axis=1, out=out[:, 1:])
     return out
 
 
-def _range_sums(x: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """Row sums of x (B, m) over each column range bounds[k]:bounds[k + 1] (bounds non-decreasing), 0 where empty."""
-    out = np.zeros((x.shape[0], len(bounds) - 1))
-    full = np.flatnonzero(bounds[1:] > bounds[:-1])
-    if len(full):
+class _Ranges:
+    """Column ranges bounds[k]:bounds[k + 1] (bounds non-decreasing) of arrays `width` columns wide, summed by rows."""
+
+    def __init__(self, bounds: np.ndarray, width: int) -> None:
+        self.k = len(bounds) - 1
+        self.full = np.flatnonzero(bounds[1:] > bounds[:-1])
         # reduceat sums from each start to the next; a closing start at bounds[-1] keeps a tail out of the last range
-        starts = np.r_[bounds[full], bounds[-1]] if bounds[-1] < x.shape[1] else bounds[full]
-        out[:, full] = np.add.reduceat(x, starts, axis=1)[:, :len(full)]
-    return out
+        self.starts = np.r_[bounds[self.full], bounds[-1]] if bounds[-1] < width else bounds[self.full]
+
+    def sums(self, x: np.ndarray) -> np.ndarray:
+        """Row sums of x (B, width) over each range, 0 where a range is empty."""
+        out = np.zeros((x.shape[0], self.k))
+        if len(self.full):
+            out[:, self.full] = np.add.reduceat(x, self.starts, axis=1)[:, :len(self.full)]
+        return out
 
 
 class _Block:
@@ -122,18 +134,22 @@ class _Block:
         bp, bn, nb = binner(sp, sn)
         self.bin_p = np.searchsorted(bp, np.arange(nb + 1), side="left")
         self.bin_n = np.searchsorted(bn, np.arange(nb + 1), side="left")
+        self.ranges_p, self.ranges_n = _Ranges(self.bin_p, len(sp)), _Ranges(self.bin_n, len(sn))
         self.sq_p = (1.0 - sp) ** 2
         self.sq_n = sn**2
         self.segments = Segments(sp, sn)
 
     def stats(self, wp: np.ndarray, wn: np.ndarray, calibration: bool = True) -> dict[str, np.ndarray]:
-        """All per-subset metrics for each row of weights; also returns the cumulative sums for reuse."""
+        """All per-subset metrics for each row of weights (B, p) and (B, n); also returns the cumulative sums for
+        reuse. The engine's weights are whole numbers (ones, resample counts, 0/1 memberships) in integer or boolean
+        arrays: their cumulative sums and every count below are then exact."""
         cp, cn = _cum0(wp), _cum0(wn)
+        wp, wn = wp.astype(np.float64, copy=False), wn.astype(np.float64, copy=False)
         P, N = cp[:, -1], cn[:, -1]
-        cn_lo = cn[:, self.lo]
-        tp_ge = P[:, None] - cp[:, self.lo_pp]
+        cn_lo = np.take(cn, self.lo, axis=1)  # np.take keeps rows contiguous (cn[:, lo] would not), so do the sums
+        tp_ge = P[:, None] - (cp[:, self.lo_pp] if isinstance(self.lo_pp, slice) else np.take(cp, self.lo_pp, axis=1))
         fp_ge = N[:, None] - cn_lo
-        auc = auc_from_sorted(wp, cn, self.lo, self.hi, cn_lo)
+        auc = auc_from_sorted(wp, cn, self.lo, self.hi, cn_lo, P)
         with np.errstate(divide="ignore", invalid="ignore"):
             # precision at each positive's score; where its weight is 0 it does not enter AP (0 there)
             prec = np.divide(tp_ge, tp_ge + fp_ge, out=np.zeros_like(tp_ge), where=wp > 0)
@@ -143,9 +159,9 @@ class _Block:
             youden_max = np.maximum(0.0, j_all.max(axis=1, initial=-np.inf))
             youden_max = np.where((P > 0) & (N > 0), youden_max, np.nan)
             bpos, bneg = wp @ self.sq_p, wn @ self.sq_n
-            pos_in_bin = np.diff(cp[:, self.bin_p], axis=1)
+            pos_in_bin = np.diff(np.take(cp, self.bin_p, axis=1), axis=1)
             # the scores' weight per bin summed directly (cumulative sums of w·s cost two passes over B x n more)
-            s_in_bin = _range_sums(wp * self.sp, self.bin_p) + _range_sums(wn * self.sn, self.bin_n)
+            s_in_bin = self.ranges_p.sums(wp * self.sp) + self.ranges_n.sums(wn * self.sn)
             total = P + N
             ece = np.abs(s_in_bin - pos_in_bin).sum(axis=1) / total
             tp = P - cp[:, self.kp]
@@ -237,25 +253,23 @@ def _plan(y: np.ndarray, s: np.ndarray, codes: np.ndarray, groups: Sequence[str]
                  [rp_all[i] for i in slot_p], [rn_all[i] for i in slot_n], rp_all, rn_all)
 
 
-def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray], names: _Names,
-                      pooled: bool = False) -> dict[str, dict[str, np.ndarray]]:
-    """Per-group and population metrics for rows of weights (point: one row of ones; bootstrap: counts;
-    `pooled`: a permutation plan's 0/1 memberships over the whole population, whose weights are all ones)."""
-    b = wps[0].shape[0]
+#: group i's (positive weights, negative weights) along its block's sorted positives and negatives
+GroupWeights = Callable[[int], tuple[np.ndarray, np.ndarray]]
+
+
+def _evaluate_weights(plan: _Plan, b: int, weights_of: GroupWeights, pop_w: tuple[np.ndarray, np.ndarray] | None,
+                      names: _Names) -> dict[str, dict[str, np.ndarray]]:
+    """Per-group and population metrics for b rows of weights (point: one row of ones; bootstrap: counts, `pop_w`
+    the population's; a permutation plan: 0/1 memberships over the whole population, `pop_w` None as its weights
+    are all ones). Each group's weights are asked for, used and dropped in turn: one group's arrays at a time."""
     per: dict[str, dict[str, np.ndarray]] = {}
-    group_stats = [blk.stats(wp, wn) for blk, wp, wn in zip(plan.blocks, wps, wns)]
-    if pooled:  # every row weighs the whole population by ones: its metrics are computed once, then repeated
+    if pop_w is None:  # every row weighs the whole population by ones: its metrics are computed once, then repeated
         wp_all = np.broadcast_to(np.ones((1, len(plan.pop.sp))), (b, len(plan.pop.sp)))
         one = plan.pop.stats(wp_all[:1], np.ones((1, len(plan.pop.sn))), calibration=False)
         pop = {k: np.broadcast_to(v, (b, *v.shape[1:])) for k, v in one.items()}
     else:
-        wp_all = np.empty((b, len(plan.pop.sp)))
-        wn_all = np.empty((b, len(plan.pop.sn)))
-        for sl, w in zip(plan.slot_p, wps):
-            wp_all[:, sl] = w
-        for sl, w in zip(plan.slot_n, wns):
-            wn_all[:, sl] = w
-        pop = plan.pop.stats(wp_all, wn_all)
+        wp_all = pop_w[0]
+        pop = plan.pop.stats(*pop_w)
     P, N = pop["_cp"][:, -1], pop["_cn"][:, -1]
     # Global operating points: one threshold for the population, rates reported per group.
     sp, sn = plan.pop.sp, plan.pop.sn
@@ -266,10 +280,10 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
         cut = np.where(excl > 0, sn[np.maximum(excl - 1, 0)], -np.inf)
     else:
         t_tpr = cut = np.full(b, np.nan)
-    sets = [(OVERALL, plan.pop, pop, None)] + [
-        (g, blk, st, i) for i, (g, blk, st) in enumerate(zip(plan.groups, plan.blocks, group_stats))]
     with np.errstate(divide="ignore", invalid="ignore"):
-        for g, blk, st, i in sets:
+        for i, g in enumerate([OVERALL, *plan.groups], start=-1):
+            blk = plan.pop if i < 0 else plan.blocks[i]
+            st = pop if i < 0 else blk.stats(*weights_of(i))
             cp, cn = st["_cp"], st["_cn"]
             Pg, Ng = cp[:, -1], cn[:, -1]
             vals = {k: v for k, v in st.items() if not k.startswith("_")}
@@ -278,14 +292,18 @@ def _evaluate_weights(plan: _Plan, wps: list[np.ndarray], wns: list[np.ndarray],
             fpr_c = _rate_at(cn, blk.sn, cut, "right") / Ng
             vals[names.tpr_at_fpr], vals[names.fpr_at_fpr] = tpr_c, fpr_c
             vals[names.youden_at_fpr] = tpr_c - fpr_c
-            if i is not None:
-                lo, hi = plan.sauroc_lo[i], plan.sauroc_hi[i]
-                vals["sauroc"] = auc_from_sorted(wp_all, cn, lo, hi)
+            if i >= 0:
+                vals["sauroc"] = auc_from_sorted(wp_all, cn, plan.sauroc_lo[i], plan.sauroc_hi[i], P=P)
             for k, v in vals.items():
                 per.setdefault(k, {})[g] = v
     per["_t_tpr"] = {OVERALL: t_tpr}
     per["_cut_fpr"] = {OVERALL: cut}
     return per
+
+
+def _stack(parts: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
+    """The rows of several `_evaluate_weights` results as one result (metric -> group -> all rows in order)."""
+    return {m: {g: np.concatenate([p[m][g] for p in parts]) for g in per_g} for m, per_g in parts[0].items()}
 
 
 @dataclass(frozen=True)
@@ -359,18 +377,21 @@ def _permutation_null(plan: _Plan, units: bs.Units, y: np.ndarray, codes: np.nda
     ugroup = bs.unit_group(units, codes)
     pooled = plan.pooled()
     up, un = units.of_row[plan.rows_p_all], units.of_row[plan.rows_n_all]
-    out: dict[str, list[np.ndarray]] = {}
+    code = np.min_scalar_type(max(k - 1, 0))  # the permuted group codes gathered and compared in the least bytes
+    parts = []
     for start, stop in bs.chunks(n_perm, len(y) * max(k, 1)):
-        perm = bs.permuted_groups(rng, strata, ugroup, stop - start)
+        perm = bs.permuted_groups(rng, strata, ugroup, stop - start).astype(code)
         for rows in bs.passes(stop - start, len(y)):
             gp, gn = perm[rows][:, up], perm[rows][:, un]
-            res = _evaluate_weights(pooled, [(gp == g).astype(np.float64) for g in range(k)],
-                                    [(gn == g).astype(np.float64) for g in range(k)], names, pooled=True)
-            for m, v in _between_groups(res, plan.groups, defined, names, profile).items():
-                out.setdefault(m, []).append(v)
+
+            def members(g: int, gp: np.ndarray = gp, gn: np.ndarray = gn) -> tuple[np.ndarray, np.ndarray]:
+                return gp == g, gn == g
+
+            parts.append(_evaluate_weights(pooled, len(gp), members, None, names))
         if tick is not None:
             tick(stop - start, "permutations")
-    return {m: np.concatenate(v) for m, v in out.items()}
+    # between-group values are row by row: computed once over every permutation, not per pass
+    return _between_groups(_stack(parts), plan.groups, defined, names, profile)
 
 
 def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
@@ -398,8 +419,11 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
     units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
     groups = list(attr.groups)
     plan = _plan(y, s, codes, groups, thr, binner)
-    point = _evaluate_weights(plan, [np.ones((1, len(b.sp))) for b in plan.blocks],
-                              [np.ones((1, len(b.sn))) for b in plan.blocks], names)
+    def ones(i: int) -> tuple[np.ndarray, np.ndarray]:
+        blk = plan.pop if i < 0 else plan.blocks[i]
+        return np.ones((1, len(blk.sp)), dtype=np.int64), np.ones((1, len(blk.sn)), dtype=np.int64)
+
+    point = _evaluate_weights(plan, 1, ones, ones(-1), names)
     defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point if not m.startswith("_")}
     if profile.exclude_one_class_groups:
         two_class = [g for b, g in zip(plan.blocks, groups) if len(b.sp) and len(b.sn)]
@@ -417,20 +441,30 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
         col = bs.strata_columns(strata, units.n_units)  # each row's weight column, gathered straight from the draws
         up = [col[units.of_row[r]] for r in plan.rows_p]
         un = [col[units.of_row[r]] for r in plan.rows_n]
+        up_all, un_all = col[units.of_row[plan.rows_p_all]], col[units.of_row[plan.rows_n_all]]
+
+        def drawn_all_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return np.take(w, up_all, axis=1), np.take(w, un_all, axis=1)
+
+        parts = []
         for start, stop in bs.chunks(n_boot, len(y)):
             w_all = bs.strata_weights(rng, strata, stop - start)
             for rows in bs.passes(stop - start, len(y)):
                 w = w_all[rows]
-                res = _evaluate_weights(plan, [w[:, u] for u in up], [w[:, u] for u in un], names)
-                for m, per_g in res.items():
-                    if m.startswith("_"):
-                        continue
-                    for g, v in per_g.items():
-                        boot.setdefault(m, {}).setdefault(g, []).append(v)
-                for m, v in _between_groups(res, groups, defined, names, profile).items():
-                    boot.setdefault(m, {}).setdefault(GAP, []).append(v)
+
+                def drawn(i: int, w: np.ndarray = w) -> tuple[np.ndarray, np.ndarray]:
+                    return np.take(w, up[i], axis=1), np.take(w, un[i], axis=1)
+
+                parts.append(_evaluate_weights(plan, len(w), drawn, drawn_all_rows(w), names))
             if tick is not None:
                 tick(stop - start, "bootstrap")
+        drawn_all = _stack(parts)
+        for m, per_g in drawn_all.items():
+            if not m.startswith("_"):
+                boot[m] = {g: [v] for g, v in per_g.items()}
+        # between-group values are row by row: computed once over every resample, not per pass
+        for m, v in _between_groups(drawn_all, groups, defined, names, profile).items():
+            boot.setdefault(m, {})[GAP] = [v]
     null = _permutation_null(plan, units, y, codes, defined, names, profile,
                              n_perm, bs.stable_seed(seed, task, attr.name, "permutation"), tick) if n_perm else {}
 
