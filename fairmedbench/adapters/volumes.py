@@ -178,7 +178,7 @@ def slice_batch(model: FoundationModel, ctx: RunContext) -> int:
     (at most MAX_SLICE_BATCH, never below the run's batch); elsewhere, or FLOPs unknown, the run's."""
     if not ctx.device.startswith("cpu"):
         return ctx.batch_size
-    from fairmedbench.registry.models.flops import model_flops
+    from fairmedbench.engine.flops import model_flops
 
     gflops = model_flops(model.card.name).get("gflops")
     if not gflops:

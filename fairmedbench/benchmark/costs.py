@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fairmedbench.registry.models.flops import cached, image, model_flops, remember
+from fairmedbench.engine.flops import cached, image, model_flops, remember
 from fairmedbench.tasks.base import get_task
 
 if TYPE_CHECKING:

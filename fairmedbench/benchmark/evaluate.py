@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from fairmedbench.analysis.resample import Resampled, ResampleSpec
+    from fairmedbench.benchmark.signing import Key
     from fairmedbench.metrics.groups import Attribute
     from fairmedbench.report.audit import AuditData
 
@@ -309,14 +310,13 @@ def _load(opts: EvaluateOptions) -> tuple[Columns, dict[str, Any], str]:
     return df, {"predictions": {"path": str(path), "sha256": store.sha256_file(path), "rows": len(df)}}, str(path)
 
 
-def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None] | None = None) -> EvaluateOutcome:
-    """Validate the inputs, compute every metric with CIs, and save result JSON, Parquet and tidy table."""
-    t0 = time.perf_counter()
+def _checked_options(opts: EvaluateOptions) -> tuple[EvaluateOptions, dict[str, float], Key | None, Path | None]:
+    """The options with the demo's defaults filled in and their outputs moved into an --evidence pack, the margins,
+    the signing key and the pack folder: everything refused here is refused before any file is read."""
     if opts.demo:
         for k, v in DEMO_DEFAULTS.items():
             if not getattr(opts, k):
                 setattr(opts, k, v)
-    notes: list[str] = []
     check_threshold(opts.profile, opts.threshold)  # before reading anything
     margins = parse_margins(opts.margin)
     from fairmedbench.benchmark.signing import pack_key
@@ -333,6 +333,13 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
                                  "the pack folder or outside it")
         opts = replace(opts, out=opts.out or str(pack / "result.json"),
                        out_table=opts.out_table or str(pack / "table.csv"))
+    return opts, margins, sign, pack
+
+
+def _read_checked(opts: EvaluateOptions, notes: list[str]) -> tuple[Columns, dict[str, Any], str, np.ndarray,
+                                                                     np.ndarray, str | None, str | None, ScoreSettings]:
+    """The predictions file read and its columns checked against the options: the frame, its inputs' record, its
+    name, the validation and test rows, the patient and sample-id columns, and the score settings."""
     df, inputs, source = _load(opts)
     if not opts.attributes:
         raise InputError("give at least one sensitive attribute column, e.g. --attribute sex")
@@ -349,7 +356,15 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
     id_col = opts.id_column or next((c for c in ID_COLUMNS if c in df.columns), None)
     if opts.id_column:
         _columns(df, [opts.id_column], "sample id (--id-column)", source)
-    settings = score_settings(opts, patient)
+    return df, inputs, source, val, test, patient, id_col, score_settings(opts, patient)
+
+
+def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None] | None = None) -> EvaluateOutcome:
+    """Validate the inputs, compute every metric with CIs, and save result JSON, Parquet and tidy table."""
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    opts, margins, sign, pack = _checked_options(opts)
+    df, inputs, source, val, test, patient, id_col, settings = _read_checked(opts, notes)
     t_read = time.perf_counter() - t0
     resampled: Resampling | None = None
     audit = None
@@ -389,6 +404,8 @@ def run_evaluate(opts: EvaluateOptions, progress: Callable[[int, int, str], None
         doc["test_resample"] = {**resampled.sample.to_dict(), "result": resampled.result.to_dict()}
     if pack is None:
         return _save(opts, doc, result, per_sample, resampled, audit, notes, source)
+    from fairmedbench.benchmark import evidence
+
     # checked again, written into a staging folder beside the earlier pack, then swapped in: its files only
     with evidence.staged(pack, opts.force) as stage:
         inside: dict[str, Any] = {k: str(stage / Path(v).name) for k in ("out", "out_table", "report")

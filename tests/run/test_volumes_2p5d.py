@@ -175,7 +175,7 @@ def test_official_layout_fixtures_run_end_to_end(tmp_path: Path, name: str, make
 ])
 def test_slice_batch_holds_enough_flops_per_encoder_call(monkeypatch: pytest.MonkeyPatch, gflops: float | None,
                                                          device: str, run_batch: int, expected: int) -> None:
-    import fairmedbench.registry.models.flops as flops
+    import fairmedbench.engine.flops as flops
 
     monkeypatch.setattr(flops, "model_flops", lambda name: {"gflops": gflops, "how": "counted"})
     model = type("M", (), {"card": type("C", (), {"name": "c2l"})()})()

@@ -21,7 +21,7 @@ from fairmedbench.benchmark import costs, sweep
 from fairmedbench.benchmark.run import RunOptions
 from fairmedbench.benchmark.studies import load_study
 from fairmedbench.cli import main
-from fairmedbench.registry.models import flops
+from fairmedbench.engine import flops
 
 REPO = Path(__file__).resolve().parents[2]
 VOLATILE = {"timings_s", "created_at", "git_commit", "seconds"}  # differ between any two computations

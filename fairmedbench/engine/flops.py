@@ -22,9 +22,10 @@ PATCH = 16
 def cached() -> dict[str, Any]:
     """Every measurement remembered on this machine (empty when the file is absent or unreadable)."""
     try:
-        return json.loads(CACHE.read_text())
+        data: dict[str, Any] = json.loads(CACHE.read_text())
     except (OSError, ValueError):
         return {}
+    return data
 
 
 def remember(key: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def model_flops(name: str) -> dict[str, Any]:
 
     card = get_card(name)
     key = f"flops|{name}|{card.preprocessing.describe()}"
-    hit = cached().get(key)
+    hit: dict[str, Any] | None = cached().get(key)
     if hit is not None:
         return hit
     import warnings
