@@ -129,6 +129,33 @@ def test_segments_pool_one_class_runs_and_keep_mixed_scores_alone() -> None:
     assert seg.n_bounds.tolist() == [0, 1, 2, 4, 4]
 
 
+def _reference_segments(sp: np.ndarray, sn: np.ndarray) -> tuple[list[int], list[int]]:
+    """Segments' bounds by their definition, one distinct score at a time: its class kind (1 positives, 2 negatives,
+    3 both), runs of one kind, and a cut wherever a run that is not positives-only meets one that is not
+    negatives-only."""
+    u = sorted(set(sp.tolist()) | set(sn.tolist()))
+    kinds = [(s in set(sp.tolist())) + 2 * (s in set(sn.tolist())) for s in u]
+    starts = [i for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1] or k == 3]
+    cuts = [i for j, i in enumerate(starts) if j == 0 or (kinds[starts[j - 1]] != 1 and kinds[i] != 2)]
+    p = [int(np.searchsorted(sp, u[i], "left")) for i in cuts] + [len(sp)]
+    n = [int(np.searchsorted(sn, u[i], "left")) for i in cuts] + [len(sn)]
+    return (p, n) if u else ([0], [0])
+
+
+@pytest.mark.parametrize("levels", [0, 1, 2, 4, 8])
+def test_segments_bounds_match_their_definition_with_and_without_ties(levels: int) -> None:
+    """The one-merge construction (a stable sort of the two sorted runs) against the definition, score by score,
+    on 60 random cases per tie level (0: continuous scores) with empty classes among them."""
+    from fairmedbench.metrics.calibration import Segments
+
+    rng = np.random.default_rng(levels)
+    for _ in range(60):
+        k, m = (int(v) for v in rng.integers(0, 20, 2))
+        sp, sn = ((np.sort(rng.integers(0, levels, n) / levels) if levels else np.sort(rng.random(n))) for n in (k, m))
+        seg = Segments(sp, sn)
+        assert (seg.p_bounds.tolist(), seg.n_bounds.tolist()) == _reference_segments(sp, sn), (sp, sn)
+
+
 def test_batched_pav_matches_sklearn_row_by_row_with_zero_rows_ties_and_fractions() -> None:
     # every row fitted in one call (the rows shifted apart) must equal sklearn's fit of that row alone: rows with
     # many zero weights (the tiny-weight points), an all-zero row, fractional weights, scores tied across classes
