@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -408,84 +408,136 @@ def _skip_reason(n: int, n_pos: int, n_neg: int) -> str | None:
     return None
 
 
-def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Threshold, binner: Binner,
-             names: _Names, profile: Profile, n_boot: int, seed: int, ci_level: float, min_group_size: int,
-             patient_ids: np.ndarray | None = None, n_perm: int = 0,
+@dataclass(frozen=True)
+class _Settings:
+    """What every (task, attribute) analysis of one evaluation shares: ECE bins, metric names, profile and the
+    resampling settings."""
+
+    binner: Binner
+    names: _Names
+    profile: Profile
+    n_boot: int
+    seed: int
+    ci_level: float
+    min_group_size: int
+    n_perm: int
+    patient_ids: np.ndarray | None
+
+
+def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Threshold, cfg: _Settings,
              tick: Callable[[int, str], None] | None = None) -> AttributeReport:
     """One task and attribute: point values, bootstrap intervals and permutation tests; `tick(k, phase)` after
     each chunk of k resamples ('bootstrap') or permutations ('permutations')."""
     keep = attr.codes >= 0
     y, s, codes = y[keep], s[keep], attr.codes[keep]
-    units = bs.make_units(codes, None if patient_ids is None else patient_ids[keep])
+    units = bs.make_units(codes, None if cfg.patient_ids is None else cfg.patient_ids[keep])
     groups = list(attr.groups)
-    plan = _plan(y, s, codes, groups, thr, binner)
+    plan = _plan(y, s, codes, groups, thr, cfg.binner)
+    point, defined, point_between = _point_values(plan, cfg.names, cfg.profile)
+    boot = (_bootstrap(plan, units, y, defined, cfg, bs.stable_seed(cfg.seed, task, attr.name), tick)
+            if cfg.n_boot > 0 else {})
+    null = _permutation_null(plan, units, y, codes, defined, cfg.names, cfg.profile, cfg.n_perm,
+                             bs.stable_seed(cfg.seed, task, attr.name, "permutation"), tick) if cfg.n_perm else {}
+    report = AttributeReport(task, attr.name, groups, _counts(y, plan), n_missing=attr.n_missing)
+    _note_groups(report, cfg.min_group_size)
+    _fill_values(report, point, point_between, defined, boot, cfg)
+    attach_tests(report, point_between, {m: per[GAP] for m, per in boot.items() if GAP in per}, null, cfg.n_perm)
+    n_units = bs.clusters_per_group(units, codes, len(groups))
+    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
+    _flag_single_case_groups(report, plan, units, cfg.n_boot)
+    report.thresholds = _threshold_records(point, s, thr, cfg.names)
+    return report
+
+
+def _point_values(plan: _Plan, names: _Names, profile: Profile) -> tuple[
+        dict[str, dict[str, np.ndarray]], dict[str, list[str]], dict[str, np.ndarray]]:
+    """Point values (every weight 1), the groups that enter each metric's gap (one-class groups out when the
+    profile says so) and the between-group values."""
+
     def ones(i: int) -> tuple[np.ndarray, np.ndarray]:
         blk = plan.pop if i < 0 else plan.blocks[i]
         return np.ones((1, len(blk.sp)), dtype=np.int64), np.ones((1, len(blk.sn)), dtype=np.int64)
 
     point = _evaluate_weights(plan, 1, ones, ones(-1), names)
-    defined = {m: [g for g in groups if np.isfinite(point[m][g][0])] for m in point if not m.startswith("_")}
+    defined = {m: [g for g in plan.groups if np.isfinite(point[m][g][0])] for m in point if not m.startswith("_")}
     if profile.exclude_one_class_groups:
-        two_class = [g for b, g in zip(plan.blocks, groups) if len(b.sp) and len(b.sn)]
+        two_class = [g for b, g in zip(plan.blocks, plan.groups) if len(b.sp) and len(b.sn)]
         defined = {m: [g for g in defs if g in two_class] for m, defs in defined.items()}
-    point_between = _between_groups(point, groups, defined, names, profile)
+    return point, defined, _between_groups(point, plan.groups, defined, names, profile)
 
-    boot: dict[str, dict[str, list[np.ndarray]]] = {}
-    if n_boot > 0:
-        rng = bs.stable_seed(seed, task, attr.name)
-        # strata in the row-level draw order (every group's positives, then every group's negatives, each sorted
-        # by score), so that one row per patient reproduces the row bootstrap draw for draw
-        per_group = [bs.label_strata(units, np.concatenate([rp, rn]), y, (1, 0))
-                     for rp, rn in zip(plan.rows_p, plan.rows_n)]
-        strata = [st for kind in range(3) for st in (pg[kind] for pg in per_group)]
-        col = bs.strata_columns(strata, units.n_units)  # each row's weight column, gathered straight from the draws
-        up = [col[units.of_row[r]] for r in plan.rows_p]
-        un = [col[units.of_row[r]] for r in plan.rows_n]
-        up_all, un_all = col[units.of_row[plan.rows_p_all]], col[units.of_row[plan.rows_n_all]]
 
-        def drawn_all_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            return np.take(w, up_all, axis=1), np.take(w, un_all, axis=1)
+def _bootstrap(plan: _Plan, units: bs.Units, y: np.ndarray, defined: dict[str, list[str]], cfg: _Settings,
+               rng: np.random.Generator,
+               tick: Callable[[int, str], None] | None) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Every metric's resampled values per group (the gaps' under GAP), from cfg.n_boot stratified resamples."""
+    drawn_all = _resampled_metrics(plan, units, y, cfg.n_boot, rng, cfg.names, tick)
+    boot = {m: {g: [v] for g, v in per_g.items()} for m, per_g in drawn_all.items() if not m.startswith("_")}
+    # between-group values are row by row: computed once over every resample, not per pass
+    for m, v in _between_groups(drawn_all, plan.groups, defined, cfg.names, cfg.profile).items():
+        boot.setdefault(m, {})[GAP] = [v]
+    return boot
 
-        parts = []
-        for start, stop in bs.chunks(n_boot, len(y)):
-            w_all = bs.strata_weights(rng, strata, stop - start)
-            for rows in bs.passes(stop - start, len(y)):
-                w = w_all[rows]
 
-                def drawn(i: int, w: np.ndarray = w) -> tuple[np.ndarray, np.ndarray]:
-                    return np.take(w, up[i], axis=1), np.take(w, un[i], axis=1)
+def _resampled_metrics(plan: _Plan, units: bs.Units, y: np.ndarray, n_boot: int, rng: np.random.Generator,
+                       names: _Names, tick: Callable[[int, str], None] | None) -> dict[str, dict[str, np.ndarray]]:
+    """Per-group and population metrics of n_boot resamples stratified by group and label, one row each."""
+    # strata in the row-level draw order (every group's positives, then every group's negatives, each sorted
+    # by score), so that one row per patient reproduces the row bootstrap draw for draw
+    per_group = [bs.label_strata(units, np.concatenate([rp, rn]), y, (1, 0))
+                 for rp, rn in zip(plan.rows_p, plan.rows_n)]
+    strata = [st for kind in range(3) for st in (pg[kind] for pg in per_group)]
+    col = bs.strata_columns(strata, units.n_units)  # each row's weight column, gathered straight from the draws
+    up = [col[units.of_row[r]] for r in plan.rows_p]
+    un = [col[units.of_row[r]] for r in plan.rows_n]
+    up_all, un_all = col[units.of_row[plan.rows_p_all]], col[units.of_row[plan.rows_n_all]]
+    parts = []
+    for start, stop in bs.chunks(n_boot, len(y)):
+        w_all = bs.strata_weights(rng, strata, stop - start)
+        for rows in bs.passes(stop - start, len(y)):
+            w = w_all[rows]
 
-                parts.append(_evaluate_weights(plan, len(w), drawn, drawn_all_rows(w), names))
-            if tick is not None:
-                tick(stop - start, "bootstrap")
-        drawn_all = _stack(parts)
-        for m, per_g in drawn_all.items():
-            if not m.startswith("_"):
-                boot[m] = {g: [v] for g, v in per_g.items()}
-        # between-group values are row by row: computed once over every resample, not per pass
-        for m, v in _between_groups(drawn_all, groups, defined, names, profile).items():
-            boot.setdefault(m, {})[GAP] = [v]
-    null = _permutation_null(plan, units, y, codes, defined, names, profile,
-                             n_perm, bs.stable_seed(seed, task, attr.name, "permutation"), tick) if n_perm else {}
+            def drawn(i: int, w: np.ndarray = w) -> tuple[np.ndarray, np.ndarray]:
+                return np.take(w, up[i], axis=1), np.take(w, un[i], axis=1)
 
+            pop_w = np.take(w, up_all, axis=1), np.take(w, un_all, axis=1)
+            parts.append(_evaluate_weights(plan, len(w), drawn, pop_w, names))
+        if tick is not None:
+            tick(stop - start, "bootstrap")
+    return _stack(parts)
+
+
+def _counts(y: np.ndarray, plan: _Plan) -> dict[str, dict[str, int]]:
+    """Samples, positives and negatives overall and per group."""
     counts = {OVERALL: {"n": int(len(y)), "n_pos": int(y.sum()), "n_neg": int(len(y) - y.sum())}}
-    report = AttributeReport(task, attr.name, groups, counts, n_missing=attr.n_missing)
-
-    def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
-        if n_boot == 0 or not np.isfinite(value) or metric in FIXED_BY_STRATIFICATION:
-            return (float(value), math.nan, math.nan)
-        n = counts[group]["n"] if group in counts else 0  # the gap "group" has no count (never small)
-        return bs.group_interval(report, metric, group, value, n, boot[metric].get(group), min_group_size, ci_level)
-
-    for gi, g in enumerate(groups):
-        blk = plan.blocks[gi]
+    for g, blk in zip(plan.groups, plan.blocks):
         n_pos, n_neg = len(blk.sp), len(blk.sn)
         counts[g] = {"n": n_pos + n_neg, "n_pos": n_pos, "n_neg": n_neg}
-        reason = _skip_reason(n_pos + n_neg, n_pos, n_neg)
+    return counts
+
+
+def _note_groups(report: AttributeReport, min_group_size: int) -> None:
+    """Record the groups whose metrics are (partly) undefined, and those below min_group_size."""
+    for g in report.groups:
+        c = report.counts[g]
+        reason = _skip_reason(c["n"], c["n_pos"], c["n_neg"])
         if reason:
             report.skipped[g] = reason
-        if n_pos + n_neg < min_group_size:
+        if c["n"] < min_group_size:
             report.small_groups.append(g)
+
+
+def _fill_values(report: AttributeReport, point: dict[str, dict[str, np.ndarray]],
+                 point_between: dict[str, np.ndarray], defined: dict[str, list[str]],
+                 boot: dict[str, dict[str, list[np.ndarray]]], cfg: _Settings) -> None:
+    """Each metric's (value, CI low, CI high) per group and for its gap, the gap notes and the worst AUC group."""
+
+    def triple(metric: str, group: str, value: float) -> tuple[float, float, float]:
+        if cfg.n_boot == 0 or not np.isfinite(value) or metric in FIXED_BY_STRATIFICATION:
+            return (float(value), math.nan, math.nan)
+        n = report.counts[group]["n"] if group in report.counts else 0  # the gap "group" has no count (never small)
+        return bs.group_interval(report, metric, group, value, n, boot[metric].get(group), cfg.min_group_size,
+                                 cfg.ci_level)
+
     for m, per_g in point.items():
         if m.startswith("_"):
             continue
@@ -498,13 +550,14 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
             report.gap_notes[f"{m}_gap"] = f"fewer than two groups with a defined {m} ({len(defs)})"
     if defined["auc"]:
         report.worst_group["auc"] = min(defined["auc"], key=lambda g: point["auc"][g][0])
-    attach_tests(report, point_between, {m: per[GAP] for m, per in boot.items() if GAP in per}, null, n_perm)
-    n_units = bs.clusters_per_group(units, codes, len(groups))
-    report.resampling = resampling_record(units.kind, {OVERALL: units.n_units, **dict(zip(groups, n_units))})
-    _flag_single_case_groups(report, plan, units, n_boot)
+
+
+def _threshold_records(point: dict[str, dict[str, np.ndarray]], s: np.ndarray, thr: Threshold,
+                       names: _Names) -> dict[str, Any]:
+    """The operating threshold and the population thresholds behind the rates at a target TPR and FPR."""
     t_tpr, cut = point["_t_tpr"][OVERALL][0], point["_cut_fpr"][OVERALL][0]
     above = s[s > cut]
-    report.thresholds = {
+    return {
         "operating": thr.to_dict(),
         names.fpr_at_tpr: {"rule": f"largest threshold with overall TPR >= {names.tpr_target:g}",
                            "value": _finite(t_tpr), "comparator": ">="},
@@ -512,7 +565,6 @@ def _analyse(y: np.ndarray, s: np.ndarray, attr: Attribute, task: str, thr: Thre
             "rule": f"smallest threshold with overall FPR <= {names.fpr_target:g}",
             "value": None if np.isnan(cut) else _finite(above.min()) if len(above) else "inf", "comparator": ">="},
     }
-    return report
 
 
 #: rank metrics of a group: one positive or one negative unit makes them the rank of that one case
@@ -639,6 +691,32 @@ def evaluate_classification(
     permutations test every gap and two-group difference (0 = no tests).
     """
     prof = get_profile(profile)
+    _check_options(prof, threshold, n_boot, ci_level, min_group_size, n_perm, ece_bins, fpr_at_tpr, rates_at_fpr)
+    y, s, n, tasks = _task_arrays(y_true, y_score, attributes, task_names, logits)
+    vy, vs = _validation_arrays(val_y_true, val_y_score, logits, y.shape)
+    attrs = resolve_attributes(attributes, n, bins, intersect)
+    n_bins = prof.ece_bins if prof.ece_bins is not None else ece_bins
+    binner = observed_range_binner(n_bins) if prof.ece_binning == "observed_range" else equal_width_binner(n_bins)
+    cfg = _Settings(binner, _Names(fpr_at_tpr, rates_at_fpr), prof, n_boot, seed, ci_level, min_group_size, n_perm,
+                    patient_column_values(patient_ids, n))
+    policy = prof.threshold_policy or threshold or threshold_policy(vy is not None)
+    reports, thresholds = _analyse_tasks(y, s, vy, vs, tasks, attrs, policy, cfg, on_step)
+    meta = {"kind": "classification", "profile": prof.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
+            "ci_method": "percentile bootstrap, stratified by label within each group (so prevalence has no "
+                         "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
+            "resampling_unit": resampling_unit_description(cfg.patient_ids), "n_perm": n_perm,
+            "tests": adjust_tests(reports) if n_perm else None,
+            "min_group_size": min_group_size,
+            "operating_points": {"fpr_at_tpr": fpr_at_tpr, "rates_at_fpr": rates_at_fpr},
+            "ece": prof.ece_description(ece_bins),
+            "thresholds": thresholds, "n_samples": n, "tasks": tasks,
+            "attributes": [a.name for a in attrs]}
+    return FairnessResult(reports, meta)
+
+
+def _check_options(prof: Profile, threshold: str | None, n_boot: int, ci_level: float, min_group_size: int,
+                   n_perm: int, ece_bins: int, fpr_at_tpr: float, rates_at_fpr: float) -> None:
+    """The settings that are not arrays, checked before any array is read."""
     check_threshold(prof, threshold)
     bs.check_settings(n_boot, ci_level, min_group_size, n_perm)
     if int(ece_bins) != ece_bins or ece_bins < 1:
@@ -647,68 +725,87 @@ def evaluate_classification(
         raise InputError(f"fpr_at_tpr is a target TPR in (0, 1], got {fpr_at_tpr}")
     if not 0.0 <= rates_at_fpr <= 1.0:
         raise InputError(f"rates_at_fpr is a target FPR in [0, 1], got {rates_at_fpr}")
+
+
+def _task_arrays(y_true: ArrayLike, y_score: ArrayLike, attributes: Mapping[str, ArrayLike | Attribute],
+                 task_names: Sequence[str] | None, logits: bool) -> tuple[np.ndarray, np.ndarray, int, list[str]]:
+    """Labels and scores as (n, K) arrays, the sample count n (checked against every attribute) and the K task
+    names (default 'task', or 'task0'.. for several)."""
     y = _as_2d(as_labels(y_true))
     s = _as_2d(as_scores(y_score, logits=logits))
     if y.shape != s.shape:
         raise InputError(f"labels have shape {y.shape} but scores have shape {s.shape}; one score per label")
     n = check_lengths({"y_true": y, **{f"attribute {k!r}": v.codes if isinstance(v, Attribute) else np.asarray(v)
                                        for k, v in attributes.items()}})
-    names_t = list(task_names) if task_names is not None else (
+    tasks = list(task_names) if task_names is not None else (
         ["task"] if y.shape[1] == 1 else [f"task{k}" for k in range(y.shape[1])])
-    if len(names_t) != y.shape[1]:
-        raise InputError(f"{len(names_t)} task names for {y.shape[1]} label columns")
-    vy = vs = None
-    if val_y_true is not None:
-        if val_y_score is None:
-            raise InputError("val y_score: validation labels were given without their scores")
-        vy = _as_2d(as_labels(val_y_true, "val y_true"))
-        vs = _as_2d(as_scores(val_y_score, "val y_score", logits=logits))
-        if vy.shape[1] != y.shape[1] or vy.shape != vs.shape:
-            raise InputError(f"validation labels {vy.shape} / scores {vs.shape} do not match the tasks {y.shape}")
-    attrs = resolve_attributes(attributes, n, bins, intersect)
-    pids = patient_column_values(patient_ids, n)
-    names = _Names(fpr_at_tpr, rates_at_fpr)
-    n_bins = prof.ece_bins if prof.ece_bins is not None else ece_bins
-    binner = observed_range_binner(n_bins) if prof.ece_binning == "observed_range" else equal_width_binner(n_bins)
-    policy = prof.threshold_policy or threshold or threshold_policy(vy is not None)
-    comparator = prof.comparator
-    reports = []
-    thresholds = {}
-    per_pair = max(n_boot + n_perm, 1)  # progress in resamples and permutations, over every task and attribute
-    total, done = len(names_t) * len(attrs) * per_pair, [0]
-    for k, task in enumerate(names_t):
+    if len(tasks) != y.shape[1]:
+        raise InputError(f"{len(tasks)} task names for {y.shape[1]} label columns")
+    return y, s, n, tasks
+
+
+def _validation_arrays(val_y_true: ArrayLike | None, val_y_score: ArrayLike | None, logits: bool,
+                       shape: tuple[int, ...]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Validation labels and scores as (m, K) arrays matching the K tasks of `shape`, or (None, None) if not given."""
+    if val_y_true is None:
+        return None, None
+    if val_y_score is None:
+        raise InputError("val y_score: validation labels were given without their scores")
+    vy = _as_2d(as_labels(val_y_true, "val y_true"))
+    vs = _as_2d(as_scores(val_y_score, "val y_score", logits=logits))
+    if vy.shape[1] != shape[1] or vy.shape != vs.shape:
+        raise InputError(f"validation labels {vy.shape} / scores {vs.shape} do not match the tasks {shape}")
+    return vy, vs
+
+
+class _Progress:
+    """Progress in resamples and permutations over every task and attribute: each pair counts n_boot + n_perm
+    steps, or one without either."""
+
+    def __init__(self, on_step: Callable[[int, int, str], None] | None, n_pairs: int, per_pair: int) -> None:
+        self.on_step, self.per_pair = on_step, per_pair
+        self.total, self.done = n_pairs * per_pair, 0
+
+    def ticker(self, label: str) -> Callable[[int, str], None]:
+        """The `tick(k, phase)` of one pair: k more steps, reported as '<label>: <phase>'."""
+
+        def tick(k: int, phase: str) -> None:
+            self.done += k
+            if self.on_step is not None:
+                self.on_step(self.done, self.total, f"{label}: {phase}")
+
+        return tick
+
+    def pairs_done(self, pairs: int, label: str) -> None:
+        """After `pairs` pairs: a pair without resamples or permutations reports its one step here."""
+        if self.done != pairs * self.per_pair:
+            self.done = pairs * self.per_pair
+            if self.on_step is not None:
+                self.on_step(self.done, self.total, label)
+
+
+def _analyse_tasks(y: np.ndarray, s: np.ndarray, vy: np.ndarray | None, vs: np.ndarray | None, tasks: list[str],
+                   attrs: list[Attribute], policy: str, cfg: _Settings,
+                   on_step: Callable[[int, int, str], None] | None) -> tuple[list[AttributeReport], dict[str, Any]]:
+    """Every (task, attribute) analysis in order, and the thresholds used: per task, or per task and attribute
+    when the profile chooses them on the evaluated set."""
+    prof = cfg.profile
+    reports: list[AttributeReport] = []
+    thresholds: dict[str, Any] = {}
+    progress = _Progress(on_step, len(tasks) * len(attrs), max(cfg.n_boot + cfg.n_perm, 1))
+    for k, task in enumerate(tasks):
         if not prof.threshold_on_evaluated_set:
             thr = _threshold_for(f"task {task!r}", policy, None if vy is None else vy[:, k],
-                                 None if vs is None else vs[:, k], comparator)
+                                 None if vs is None else vs[:, k], prof.comparator)
             thresholds[task] = thr.to_dict()
         for a in attrs:
             if prof.threshold_on_evaluated_set:
                 # e.g. FairMedFM: best F1 on the samples evaluated for this attribute (missing values out)
                 keep = a.codes >= 0
                 thr = _threshold_for(f"task {task!r}, attribute {a.name!r}", policy, y[keep, k], s[keep, k],
-                                     comparator)
+                                     prof.comparator)
                 thresholds.setdefault(task, {})[a.name] = thr.to_dict()
             label = f"{task} / {a.name}"
-
-            def tick(n: int, phase: str, label: str = label) -> None:
-                done[0] += n
-                if on_step is not None:
-                    on_step(done[0], total, f"{label}: {phase}")
-
-            reports.append(_analyse(y[:, k], s[:, k], a, task, thr, binner, names, prof, n_boot, seed,
-                                    ci_level, min_group_size, pids, n_perm, tick))
-            if done[0] != len(reports) * per_pair:  # no resamples: one step per pair
-                done[0] = len(reports) * per_pair
-                if on_step is not None:
-                    on_step(done[0], total, label)
-    meta = {"kind": "classification", "profile": prof.name, "n_boot": n_boot, "seed": seed, "ci_level": ci_level,
-            "ci_method": "percentile bootstrap, stratified by label within each group (so prevalence has no "
-                         "interval); none for groups below min_group_size or degenerate resamples (ci_notes)",
-            "resampling_unit": resampling_unit_description(pids), "n_perm": n_perm,
-            "tests": adjust_tests(reports) if n_perm else None,
-            "min_group_size": min_group_size,
-            "operating_points": {"fpr_at_tpr": fpr_at_tpr, "rates_at_fpr": rates_at_fpr},
-            "ece": prof.ece_description(ece_bins),
-            "thresholds": thresholds, "n_samples": n, "tasks": names_t,
-            "attributes": [a.name for a in attrs]}
-    return FairnessResult(reports, meta)
+            reports.append(_analyse(y[:, k], s[:, k], a, task, thr, cfg, progress.ticker(label)))
+            progress.pairs_done(len(reports), label)
+    return reports, thresholds
