@@ -574,9 +574,12 @@ RANK_METRICS = ("auc", "ap", "sauroc", "youden_j_max")
 def _flag_single_case_groups(report: AttributeReport, plan: _Plan, units: bs.Units, n_boot: int) -> None:
     """A group with exactly one positive or one negative unit keeps its AUC-type point values but no interval:
     the stratified bootstrap redraws that one case every time, so the interval would ignore its uncertainty."""
+    def one_unit(rows: np.ndarray) -> bool:  # exactly one distinct unit, without sorting or hashing the rows
+        ids = units.of_row[rows]
+        return len(ids) > 0 and bool((ids == ids[0]).all())
+
     for g, rp, rn in zip(plan.groups, plan.rows_p, plan.rows_n):
-        npos, nneg = len(np.unique(units.of_row[rp])), len(np.unique(units.of_row[rn]))
-        single = "positive" if npos == 1 else "negative" if nneg == 1 else None
+        single = "positive" if one_unit(rp) else "negative" if one_unit(rn) else None
         if single is None:
             continue
         why = (f"only one {single} {units.kind} in this group: its {'/'.join(RANK_METRICS)} is the rank of that one "
