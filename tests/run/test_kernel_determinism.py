@@ -38,9 +38,9 @@ def _runs(tmp: Path, n: int, epochs: int) -> list[tuple[Path, np.ndarray]]:
             [sys.executable, "-m", "fairmedbench", *RUN_ARGS, "--dataset-option", f"n={n}", "--hparam",
              f"epochs={epochs}", "--out", str(out), "--cache-dir", str(out / "cache")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)))
+    errors = [proc.communicate(timeout=300)[1] for _, proc in procs]  # both finish before either is judged
     runs = []
-    for out, proc in procs:
-        _, stderr = proc.communicate(timeout=300)
+    for (out, proc), stderr in zip(procs, errors):
         assert proc.returncode == 0, stderr[-2000:]
         [folder] = (out / "runs").glob("*/*/*/*/")
         runs.append((folder, np.concatenate(
