@@ -34,6 +34,13 @@ def real_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_feature_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One feature cache for the session's tiny random-weight runs: the cache is keyed by content, so files that
+    encode the same images with the same weights (moco-cxr on 40 synth-contrast images) encode them once."""
+    return tmp_path_factory.mktemp("tiny-feature-cache")
+
+
+@pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
     """One headless Chromium (Debian's chromium + chromium-driver, driven by Selenium) shared by the page tests;
     each sets its window size. Skips with the install line when either is absent."""

@@ -28,7 +28,7 @@ def test_a_study_with_a_crossed_attribute_and_a_margin_runs_end_to_end(tmp_path:
     from fairmedbench.benchmark.sweep import sweep
 
     path = tmp_path / "crossed.yaml"
-    path.write_text("models: [imagenet-resnet50]\ndatasets: [synth-crossed]\nattributes: [sex, 'sex*age']\n"
+    path.write_text("models: [moco-cxr]\ndatasets: [synth-crossed]\nattributes: [sex, 'sex*age']\n"
                     "usages: [lp]\nseeds: [0]\nhparams: {epochs: 3}\nweights: random\nn_boot: 20\nn_perm: 20\n"
                     "margin: {auc: 0.4}\ndataset_options: {n: 60}\n")
     study = load_study(str(path))
@@ -46,7 +46,7 @@ def test_a_study_with_a_crossed_attribute_and_a_margin_runs_end_to_end(tmp_path:
                                            ("{auc: x}", "'auc=x' is not a positive number")])
 def test_a_bad_study_margin_names_its_line(tmp_path: Path, value: str, needle: str) -> None:
     path = tmp_path / "s.yaml"
-    path.write_text(f"models: [imagenet-resnet50]\ndatasets: [synth-crossed]\nmargin: {value}\n")
+    path.write_text(f"models: [moco-cxr]\ndatasets: [synth-crossed]\nmargin: {value}\n")
     with pytest.raises(StudyError) as err:
         load_study(str(path))
     assert "s.yaml:3: margin" in str(err.value) and needle in str(err.value)
@@ -67,7 +67,7 @@ def test_a_suite_with_a_crossed_entry_and_margins_runs_submits_and_builds(tmp_pa
                              margins=(("auc", 0.4), ("*", 0.2))))
     assert SUITES.get("crossed-e2e").margin == "auc=0.4,0.2"
     assert SUITES.get("crossed-e2e").keys() == ["synth-crossed__lp__sex+sex-x-age"]  # bundle-safe file names
-    bundle = run_suite("crossed-e2e", "imagenet-resnet50", tmp_path / "bundle", _opts(tmp_path), weights="random",
+    bundle = run_suite("crossed-e2e", "moco-cxr", tmp_path / "bundle", _opts(tmp_path), weights="random",
                        n_boot=20)
     doc = json.loads(next((bundle / "results").rglob("seed0.json")).read_text())
     reports = _reports(doc)

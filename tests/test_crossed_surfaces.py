@@ -65,7 +65,7 @@ def test_inspect_refuses_a_crossed_part_that_is_not_a_column(tmp_path: Path, cap
 
 
 def test_inspect_model_features_cross_the_cards_attributes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    rc = main(["inspect", "--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-crossed",
+    rc = main(["inspect", "--model", "moco-cxr", "--weights", "random", "--dataset", "synth-crossed",
                "--dataset-option", "n=48", "--attribute", "sex*age", "--device", "cpu", "--cache-dir",
                str(tmp_path / "c"), "--n-boot", "0", "--no-tsne", "--baselines", "none", "--modes", "2",
                "--out", str(tmp_path / "o"), "--json"])
@@ -88,7 +88,7 @@ def test_compare_reports_each_crossed_cell_and_tests_the_crossed_gap(tmp_path: P
     from fairmedbench.report.terminal import render_compare
 
     opts = RunOptions(out_root=str(tmp_path / "r"), cache_dir=str(tmp_path / "c"), device="cpu")
-    out = compare("imagenet-resnet50", ["synth-crossed"], "sex*age", "lp", ["resampling"], (0, 1), opts,
+    out = compare("moco-cxr", ["synth-crossed"], "sex*age", "lp", ["resampling"], (0, 1), opts,
                   weights="random", n_boot=20, dataset_options={"n": 80}, hparams={"epochs": 5})
     cells = ["female|<60", "female|>=60", "male|<60", "male|>=60"]
     for row in out.table:
@@ -113,7 +113,7 @@ def test_compare_reports_each_crossed_cell_and_tests_the_crossed_gap(tmp_path: P
     # the crossed gap is tested against ERM, and the paired bootstrap resamples the cells
     assert {r["metric"] for r in out.versus_erm} >= {"auc_gap", "worst_group_auc"}
     assert out.test_bootstrap["synth-crossed"]["groups"] == cells
-    doc, _, page = save_compare(out, "imagenet-resnet50", ["synth-crossed"], str(tmp_path / "r"), report=True)
+    doc, _, page = save_compare(out, "moco-cxr", ["synth-crossed"], str(tmp_path / "r"), report=True)
     console = Console(record=True, width=220)
     render_compare(doc, console)
     text = console.export_text()

@@ -77,9 +77,9 @@ def monitor_commands(plan: str) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+def shared(tmp_path_factory: pytest.TempPathFactory, tiny_feature_cache: Path) -> tuple[Path, list[str]]:
     root = tmp_path_factory.mktemp("claims")
-    return root, ["--out", str(root / "results"), "--cache-dir", str(root / "cache")]
+    return root, ["--out", str(root / "results"), "--cache-dir", str(tiny_feature_cache)]
 
 
 # ---------------------------------------------------------------------------------------------------- compare

@@ -72,7 +72,7 @@ def test_a_file_is_not_a_pack_folder(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.skipif(SHA256SUM is None, reason="sha256sum (coreutils) not installed")
 def test_run_evidence_pack(tmp_path: Path) -> None:
     pack = tmp_path / "pack"
-    argv = ["run", "--model", "imagenet-resnet50", "--weights", "random", "--dataset", "synth-contrast",
+    argv = ["run", "--model", "moco-cxr", "--weights", "random", "--dataset", "synth-contrast",
             "--dataset-option", "n=30", "--n-boot", "20", "--hparam", "epochs=3", "--device", "cpu", "--seeds", "0,1",
             "--out", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"), "--evidence", str(pack)]
     assert main(argv) == 0
@@ -90,7 +90,7 @@ def test_run_evidence_pack(tmp_path: Path) -> None:
     assert f"- Result id: {folder.name}" in summary
     # issue 34.3: the deployer sections (deployer.py) of seed 0; the monitor's baseline is an evaluate audit of it
     for needle in ("## EU AI Act Art. 13: for deployers (model card)", "- Intended use (as examined): model "
-                   "imagenet-resnet50 (weights random:seed=0), usage lp, mitigation erm",
+                   "moco-cxr (weights random:seed=0), usage lp, mitigation erm",
                    "## EU AI Act Art. 14: what a human overseer should watch",
                    "## EU AI Act Art. 72: post-market monitoring plan", "benchmark evaluate --predictions "
                    "results/seed0.predictions.parquet --label label:label --score score:label --attribute "

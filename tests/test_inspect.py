@@ -237,17 +237,20 @@ def test_inspect_model_features_with_baselines(tmp_path: Path, capsys: pytest.Ca
     assert doc["split"] == {"n_fit": 28, "n_holdout": 12}
 
 
-def test_inspect_unknown_baseline_is_refused_before_any_encode(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """A typo in --baselines fails in one line before features are extracted; `none` runs without baselines."""
+def test_inspect_unknown_baseline_is_refused_before_any_encode(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                               tiny_feature_cache: Path) -> None:
+    """A typo in --baselines fails in one line before features are extracted; `none` runs without baselines
+    (on the session's feature cache: what it reports does not depend on where the features come from)."""
     cache = tmp_path / "cache"
     common = ["inspect", "--model", "moco-cxr", "--weights", "random", "--dataset", "synth-contrast",
-              "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu", "--cache-dir", str(cache),
-              "--n-boot", "0", "--no-tsne"]
-    rc, out, err = _run(capsys, *common, "--baselines", "random,imagnet", "--out", str(tmp_path / "bad"))
+              "--dataset-option", "n=40", "--attribute", "sex", "--device", "cpu", "--n-boot", "0", "--no-tsne"]
+    rc, out, err = _run(capsys, *common, "--cache-dir", str(cache), "--baselines", "random,imagnet",
+                        "--out", str(tmp_path / "bad"))
     assert rc == 2 and err == ("benchmark: error: --baselines imagnet: choose from random, imagenet "
                                "(comma-separated), or none\n")
     assert not cache.exists() and not (tmp_path / "bad").exists()
-    rc, out, err = _run(capsys, *common, "--baselines", "none", "--out", str(tmp_path / "o"), "--json")
+    rc, out, err = _run(capsys, *common, "--cache-dir", str(tiny_feature_cache), "--baselines", "none",
+                        "--out", str(tmp_path / "o"), "--json")
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["inputs"]["baselines"] == {} and {r["features"] for r in doc["split_probe"]} == {"model"}

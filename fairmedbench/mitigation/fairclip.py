@@ -80,6 +80,8 @@ class FairCLIPLoss(Mitigation):
         """Mean task loss + lambda x the Sinkhorn penalty on batch-mean-scaled similarities."""
         if batch.groups is None:
             raise InputError(f"mitigation {self.name!r} needs the sensitive attribute at training")
+        if self.hparams["lambda"] == 0:  # ERM's loss: no Sinkhorn divergences to compute and multiply by 0
+            return per_sample.mean()
         sim = true_label_probability(batch.logits, batch.y, self.n_classes)
         penalty = fairclip_penalty(sim, batch.groups, float(self.hparams["blur"]))
         return per_sample.mean() + self.hparams["lambda"] * penalty

@@ -108,7 +108,7 @@ def test_a_small_stand_in_built_not_to_hold_gives_its_answer(tmp_path: Path) -> 
     """The cheap sibling of the shipped stand-ins: no group difference by construction, so not supported."""
     doc = yaml.safe_load((shipped_claims()[0].parent / "wang2020-domainind.yaml").read_text())
     doc["stand_in"].update(dataset_options={"n": 80}, seeds=[0, 1], split_seeds=[0, 1, 2], hparams={"epochs": 5},
-                           model="imagenet-resnet50", n_boot=50)
+                           model="moco-cxr", n_boot=50)
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(doc))
     out, json_path, page = run_claims(ClaimsOptions(claim=(str(path),), stand_in=True, report=True), _opts(tmp_path),

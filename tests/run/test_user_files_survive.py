@@ -55,10 +55,10 @@ def refused(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) 
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    """A folder for this file's tests and the --out/--cache-dir options they share (features encoded once)."""
+def shared(tmp_path_factory: pytest.TempPathFactory, tiny_feature_cache: Path) -> tuple[Path, list[str]]:
+    """A folder for this file's tests and the --out/--cache-dir options they share (the session's feature cache)."""
     root = tmp_path_factory.mktemp("user-files")
-    return root, ["--out", str(root / "results"), "--cache-dir", str(root / "cache")]
+    return root, ["--out", str(root / "results"), "--cache-dir", str(tiny_feature_cache)]
 
 
 def test_run_keeps_user_files_in_its_folders_and_evidence_pack(shared: tuple[Path, list[str]],
