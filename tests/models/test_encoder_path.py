@@ -4,6 +4,7 @@ random weights), the choice is measured once per machine and printed, and the pa
 from __future__ import annotations
 
 import copy
+import json
 import weakref
 from collections.abc import Iterator
 from dataclasses import replace
@@ -252,6 +253,11 @@ def test_an_export_that_kept_its_example_batch_fails_its_check_and_runs_torch(
     assert "ONNX Runtime not used" in capsys.readouterr().err
     x = torch.rand(3, 3, 8, 8)
     assert torch.equal(ep.frozen_forward(net, x), net(x))
+    # the failed check's infinite difference reaches a run's environment as null, never as inf (a result file
+    # written with allow_nan=False would otherwise fail to write, as every later run in the process did)
+    [record] = [v for k, v in ep.ENCODER_CHOICES.items() if k.startswith("_BakedBatch|")]
+    assert record["path"] == "torch" and record["max_abs_diff"] is None
+    json.dumps(ep.ENCODER_CHOICES, allow_nan=False)
 
 
 def test_agreement_is_bounded_by_the_output_scale() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -304,13 +305,19 @@ def _checked(module: nn.Module, size: int) -> tuple[Agreement | None, str]:
     return agreement, ""
 
 
+def _json_number(value: float) -> float | None:
+    """A measured difference for a result's JSON: None where it is not finite (a shape mismatch or non-finite
+    output is an infinite difference; the reason beside it says which), since result files hold no inf."""
+    return value if math.isfinite(value) else None
+
+
 def _record(arch: str, device: str, precision: str, path: str, reason: str, agreement: Agreement | None,
             measured: dict[str, float] | None = None) -> None:
     """Keep the choice for the run's environment (engine.device.compute_settings)."""
     ENCODER_CHOICES[f"{arch}|{device}|{precision}"] = {
         "path": path, "reason": reason,
-        **({"max_abs_diff": agreement.max_abs_diff, "output_scale": agreement.scale, "tolerance": agreement.bound}
-           if agreement is not None else {}),
+        **({"max_abs_diff": _json_number(agreement.max_abs_diff), "output_scale": _json_number(agreement.scale),
+            "tolerance": _json_number(agreement.bound)} if agreement is not None else {}),
         **({f"{k}_cpu_s_per_image": v for k, v in measured.items()} if measured else {})}
 
 
