@@ -82,7 +82,9 @@ def test_a_checkpoint_of_another_architecture_is_refused_with_its_keys(tmp_path:
     assert "unexpected keys (108)" in text and "image_encoder.blocks.0.attn." in text and "shape mismatches" in text
 
 
-@pytest.fixture(scope="module", params=["sam-med3d", "fastsam3d"])
+#: SAM-Med3D's case is slow (about 14 s on 2 cores); FastSAM3D's, in the default suite, checks the same property
+#: through the same segment_volume path (encoder grid, volume shape, resampling to the model's spacing, refusals)
+@pytest.fixture(scope="module", params=[pytest.param("sam-med3d", marks=pytest.mark.slow), "fastsam3d"])
 def small3d(request):
     return load_model(request.param, "random", image_size=32)
 
